@@ -1,0 +1,116 @@
+//! Kubernetes quantities (`500m`, `1Gi`, `64T`, `1e3`) and Go durations (`1m30s`), parsed into
+//! plain numbers for range checks. No I/O here.
+
+/// Parses a Kubernetes quantity into its value (bytes, cores, ...). Returns `None` when the text is
+/// not a quantity in the API server's grammar: an optional sign, a decimal number, and either a
+/// binary suffix (`Ki`..`Ei`), a decimal suffix (`n`, `u`, `m`, `k`, `M`, `G`, `T`, `P`, `E`) or a
+/// decimal exponent (`e3`, `E-2`).
+pub fn parse_quantity(s: &str) -> Option<f64> {
+    let s = s.trim();
+    let (sign, rest) = match s.as_bytes().first()? {
+        b'+' => (1.0, &s[1..]),
+        b'-' => (-1.0, &s[1..]),
+        _ => (1.0, s),
+    };
+    let number_len = rest.bytes().take_while(|b| b.is_ascii_digit() || *b == b'.').count();
+    let (number, suffix) = rest.split_at(number_len);
+    if number.is_empty() || number == "." || number.matches('.').count() > 1 {
+        return None;
+    }
+    let value: f64 = number.parse().ok()?;
+    let multiplier = match suffix {
+        "" => 1.0,
+        "Ki" => 1024f64,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        exp if exp.starts_with('e') || exp.starts_with('E') => {
+            let digits = &exp[1..];
+            let unsigned = digits.strip_prefix(['+', '-']).unwrap_or(digits);
+            if unsigned.is_empty() || !unsigned.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            10f64.powi(digits.parse::<i32>().ok()?)
+        }
+        _ => return None,
+    };
+    Some(sign * value * multiplier)
+}
+
+/// Parses a Go duration (`300ms`, `1m30s`, `-1h`, `0`) into seconds.
+pub fn parse_go_duration(s: &str) -> Option<f64> {
+    let (sign, mut rest) = match s.as_bytes().first()? {
+        b'-' => (-1.0, &s[1..]),
+        b'+' => (1.0, &s[1..]),
+        _ => (1.0, s),
+    };
+    if rest == "0" {
+        return Some(0.0);
+    }
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total = 0.0;
+    while !rest.is_empty() {
+        let n = rest.bytes().take_while(|b| b.is_ascii_digit() || *b == b'.').count();
+        if n == 0 {
+            return None;
+        }
+        let value: f64 = rest[..n].parse().ok()?;
+        rest = &rest[n..];
+        let u = rest.bytes().take_while(|b| !(b.is_ascii_digit() || *b == b'.')).count();
+        let unit = match &rest[..u] {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        rest = &rest[u..];
+        total += value * unit;
+    }
+    Some(sign * total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_quantities() {
+        assert_eq!(parse_quantity("1G"), Some(1e9));
+        assert_eq!(parse_quantity("64T"), Some(64e12));
+        assert_eq!(parse_quantity("953Mi"), Some(953.0 * 1048576.0));
+        assert_eq!(parse_quantity("500m"), Some(0.5));
+        assert_eq!(parse_quantity("-1"), Some(-1.0));
+        assert_eq!(parse_quantity("1e3"), Some(1000.0));
+        assert_eq!(parse_quantity("20"), Some(20.0));
+        for bad in ["", "110GB", "5%3", "abc", "1.2.3", "Gi", "1e", "1 Gi"] {
+            assert_eq!(parse_quantity(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn parses_go_durations() {
+        assert_eq!(parse_go_duration("1m"), Some(60.0));
+        assert_eq!(parse_go_duration("1m30s"), Some(90.0));
+        assert_eq!(parse_go_duration("0"), Some(0.0));
+        assert_eq!(parse_go_duration("1.5h"), Some(5400.0));
+        for bad in ["", "1", "m", "1x", "1m30"] {
+            assert_eq!(parse_go_duration(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! karpenter-rs: a node autoscaler for Kubernetes on AWS, serving Karpenter's
+//! karpenter.sh/v1alpha5 Provisioner and karpenter.k8s.aws/v1alpha1 AWSNodeTemplate APIs.
+#![forbid(unsafe_code)]
+
+pub mod apis;
