@@ -3,3 +3,10 @@
 #![forbid(unsafe_code)]
 
 pub mod apis;
+pub mod certs;
+pub mod config;
+pub mod crds;
+pub mod metrics;
+pub mod probes;
+pub mod telemetry;
+pub mod webhook;

@@ -1,1 +1,117 @@
-fn main(){}
+//! The karpenter-rs binary: parse the configuration, set up logging, start the servers, and wait
+//! for SIGTERM or Ctrl-C.
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+
+use anyhow::Context;
+use clap::Parser;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+
+use karpenter_rs::config::{CertsArgs, Cli, Command, CrdsArgs, RunArgs};
+use karpenter_rs::metrics::Metrics;
+use karpenter_rs::probes::{self, Readiness};
+use karpenter_rs::{certs, crds, telemetry, webhook};
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run(args) | Command::Webhook(args) => {
+            telemetry::init(&args.log_level, args.log_format)?;
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(run(args))
+        }
+        Command::Crds(args) => write_crds(&args),
+        Command::Certs(args) => write_certs(&args),
+    }
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let shutdown = CancellationToken::new();
+    let metrics = Metrics::new();
+    let readiness = Readiness::default();
+
+    let bind = |port| SocketAddr::new(args.bind_address, port);
+    let metrics_listener = TcpListener::bind(bind(args.metrics_port)).await.with_context(|| format!("binding metrics port {}", bind(args.metrics_port)))?;
+    let health_listener = TcpListener::bind(bind(args.health_probe_port)).await.with_context(|| format!("binding health probe port {}", bind(args.health_probe_port)))?;
+    let webhook_listener = TcpListener::bind(bind(args.webhook_port)).await.with_context(|| format!("binding webhook port {}", bind(args.webhook_port)))?;
+
+    let metrics_task = probes::serve(metrics_listener, probes::metrics_router(metrics.clone()), shutdown.clone());
+    let health_task = probes::serve(health_listener, probes::health_router(readiness.clone()), shutdown.clone());
+    let webhook = webhook::start(webhook_listener, args.webhook(), metrics.clone(), shutdown.clone())
+        .with_context(|| format!("loading the serving certificate from {}", args.cert_dir.display()))?;
+    readiness.set(true);
+    info!(
+        cluster = %args.cluster_name,
+        webhook = %webhook.local_addr,
+        metrics = %bind(args.metrics_port),
+        health = %bind(args.health_probe_port),
+        "karpenter-rs started"
+    );
+
+    wait_for_signal().await;
+    info!("shutting down");
+    readiness.set(false);
+    shutdown.cancel();
+    if let Err(e) = webhook.task.await {
+        error!(error = %e, "webhook task failed");
+    }
+    for task in [metrics_task, health_task] {
+        match task.await {
+            Ok(Err(e)) => error!(error = %e, "side listener failed"),
+            Err(e) => error!(error = %e, "side listener task failed"),
+            Ok(Ok(())) => {}
+        }
+    }
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("installing a SIGTERM handler");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+fn write_crds(args: &CrdsArgs) -> anyhow::Result<()> {
+    let rendered = crds::render();
+    match &args.out_dir {
+        None => {
+            use std::io::Write;
+            let documents: Vec<String> = rendered.into_iter().map(|(_, yaml)| yaml).collect();
+            let mut out = std::io::stdout().lock();
+            // A closed pipe (`| head`) is not an error worth a panic.
+            let _ = out.write_all(documents.join("---\n").as_bytes()).and_then(|_| out.flush());
+        }
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            for (file, yaml) in rendered {
+                let path = dir.join(file);
+                std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
+                eprintln!("wrote {}", path.display());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write_certs(args: &CertsArgs) -> anyhow::Result<()> {
+    let mut extra = args.names.clone();
+    if let Some(service) = &args.service {
+        extra.extend(certs::service_dns_names(service, &args.namespace));
+    }
+    let names = certs::serving_names(&extra);
+    let ca = certs::Ca::generate("karpenter-rs webhook CA", args.validity)?;
+    let serving = ca.issue(&names, args.validity)?;
+    certs::write(&args.out_dir, &ca, &serving)?;
+    eprintln!("wrote {} (ca.crt, ca.key, tls.crt, tls.key) for {}", args.out_dir.display(), names.join(", "));
+    Ok(())
+}

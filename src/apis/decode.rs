@@ -11,21 +11,28 @@ pub fn decode<T: DeserializeOwned>(value: &serde_json::Value, root: &Path) -> Re
     serde_path_to_error::deserialize(value).map_err(|err| {
         let inner = err.inner().to_string();
         let mut path = root.clone();
+        let mut offending = Some(value);
         for segment in err.path().iter() {
             path = match segment {
-                serde_path_to_error::Segment::Seq { index } => path.index(*index),
-                serde_path_to_error::Segment::Map { key } => path.child(key),
+                serde_path_to_error::Segment::Seq { index } => {
+                    offending = offending.and_then(|v| v.get(*index));
+                    path.index(*index)
+                }
+                serde_path_to_error::Segment::Map { key } => {
+                    offending = offending.and_then(|v| v.get(key));
+                    path.child(key)
+                }
                 serde_path_to_error::Segment::Enum { variant } => path.child(variant),
                 serde_path_to_error::Segment::Unknown => path,
             };
         }
-        describe(path, &inner)
+        describe(path, &inner, offending)
     })
 }
 
 /// Turns serde's message into a field error: unknown keys become "unknown field" with a hint,
 /// type mismatches keep serde's wording ("invalid type: floating point `0.067`, expected a string").
-fn describe(path: Path, message: &str) -> FieldError {
+fn describe(path: Path, message: &str, offending: Option<&serde_json::Value>) -> FieldError {
     if let Some(rest) = message.strip_prefix("unknown field `") {
         let (field, expected) = rest.split_once('`').unwrap_or((rest, ""));
         let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
@@ -43,12 +50,8 @@ fn describe(path: Path, message: &str) -> FieldError {
         let field = rest.split('`').next().unwrap_or(rest);
         return FieldError::required(path.child(field), "missing required field");
     }
-    FieldError::invalid(path, Raw(value_in(message)), message.to_string())
-}
-
-/// The offending value quoted in a serde type error, or `?` when the message has none.
-fn value_in(message: &str) -> String {
-    message.split('`').nth(1).map(str::to_string).unwrap_or_else(|| "?".to_string())
+    let shown = offending.map(|v| v.to_string()).unwrap_or_else(|| "?".to_string());
+    FieldError::invalid(path, Raw(shown), message.to_string())
 }
 
 /// The known name closest to `given` when it is close enough to be a typo.

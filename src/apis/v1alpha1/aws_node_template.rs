@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
     plural = "awsnodetemplates",
     status = "AwsNodeTemplateStatus",
     category = "karpenter",
+    doc = "AWSNodeTemplate holds the AWS settings (subnets, security groups, AMI, user data, tags) of the Provisioners that reference it.",
     printcolumn = r#"{"name":"AMIFamily","type":"string","jsonPath":".spec.amiFamily"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
     plural = "provisioners",
     status = "ProvisionerStatus",
     category = "karpenter",
+    doc = "Provisioner decides which nodes may be launched for pending pods and when they are removed.",
     printcolumn = r#"{"name":"Template","type":"string","jsonPath":".spec.providerRef.name"}"#,
     printcolumn = r#"{"name":"Weight","type":"integer","jsonPath":".spec.weight","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#

@@ -1,0 +1,207 @@
+//! Command line and environment: every flag has an environment variable. Read once in `main`;
+//! modules get typed sub-configs.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::apis::{ApiSettings, DEFAULT_TTL_SECONDS_AFTER_EMPTY, DEFAULT_TTL_SECONDS_UNTIL_EXPIRED};
+use crate::telemetry::LogFormat;
+use crate::webhook::WebhookConfig;
+
+/// karpenter-rs: node autoscaler for Kubernetes on AWS (Karpenter v1alpha5 APIs).
+#[derive(Parser, Debug)]
+#[command(name = "karpenter-rs", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the admission webhook, metrics and health servers (the controller joins with the provisioning work).
+    Run(RunArgs),
+    /// Run the admission webhook, metrics and health servers only (split deployments, tests).
+    Webhook(RunArgs),
+    /// Print the CustomResourceDefinitions, or write them into a directory.
+    Crds(CrdsArgs),
+    /// Write a development CA and serving certificate for the webhook.
+    Certs(CertsArgs),
+}
+
+/// Settings of `run` and `webhook`.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Name of the cluster managed: spec.provider.clusterName must match it, and the default
+    /// subnet and security-group selectors use `karpenter.sh/discovery: <name>`.
+    #[arg(long, env = "CLUSTER_NAME")]
+    pub cluster_name: String,
+    /// Address the webhook, metrics and health servers listen on.
+    #[arg(long, env = "BIND_ADDRESS", default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+    /// HTTPS port of the admission webhook.
+    #[arg(long, env = "WEBHOOK_PORT", default_value_t = 8443)]
+    pub webhook_port: u16,
+    /// Plain-HTTP port of /metrics.
+    #[arg(long, env = "METRICS_PORT", default_value_t = 8080)]
+    pub metrics_port: u16,
+    /// Plain-HTTP port of /healthz and /readyz.
+    #[arg(long, env = "HEALTH_PROBE_PORT", default_value_t = 8081)]
+    pub health_probe_port: u16,
+    /// Directory holding the webhook's serving certificate (tls.crt) and key (tls.key); reloaded on change.
+    #[arg(long, env = "CERT_DIR", default_value = "/tmp/k8s-webhook-server/serving-certs")]
+    pub cert_dir: PathBuf,
+    /// How often the certificate files are checked for changes.
+    #[arg(long, env = "CERT_RELOAD_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub cert_reload_interval: Duration,
+    /// Longest time a webhook client may take for its TLS handshake, headers or body.
+    #[arg(long, env = "WEBHOOK_CLIENT_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub webhook_client_timeout: Duration,
+    /// Longest time open requests get to finish after SIGTERM.
+    #[arg(long, env = "SHUTDOWN_GRACE", default_value = "15s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+    /// ttlSecondsAfterEmpty given to Provisioners that set none (and do not consolidate); `none` turns the default off.
+    #[arg(long, env = "DEFAULT_TTL_SECONDS_AFTER_EMPTY", default_value_t = TtlDefault(Some(DEFAULT_TTL_SECONDS_AFTER_EMPTY)), value_parser = parse_ttl_default)]
+    pub default_ttl_seconds_after_empty: TtlDefault,
+    /// ttlSecondsUntilExpired given to Provisioners that set none; `none` turns the default off.
+    #[arg(long, env = "DEFAULT_TTL_SECONDS_UNTIL_EXPIRED", default_value_t = TtlDefault(Some(DEFAULT_TTL_SECONDS_UNTIL_EXPIRED)), value_parser = parse_ttl_default)]
+    pub default_ttl_seconds_until_expired: TtlDefault,
+    /// Log filter: a level (error, warn, info, debug, trace) or tracing directives.
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    /// Log format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "plain")]
+    pub log_format: LogFormat,
+}
+
+impl RunArgs {
+    /// The settings the admission rules use.
+    pub fn api_settings(&self) -> ApiSettings {
+        ApiSettings {
+            cluster_name: self.cluster_name.clone(),
+            default_ttl_seconds_after_empty: self.default_ttl_seconds_after_empty.0,
+            default_ttl_seconds_until_expired: self.default_ttl_seconds_until_expired.0,
+        }
+    }
+
+    /// The webhook server's settings.
+    pub fn webhook(&self) -> WebhookConfig {
+        WebhookConfig {
+            cert_dir: self.cert_dir.clone(),
+            cert_reload_interval: self.cert_reload_interval,
+            client_timeout: self.webhook_client_timeout,
+            shutdown_grace: self.shutdown_grace,
+            settings: self.api_settings(),
+        }
+    }
+}
+
+/// Settings of `crds`.
+#[derive(Args, Debug, Clone)]
+pub struct CrdsArgs {
+    /// Write one file per CRD into this directory instead of printing them.
+    #[arg(long, env = "CRDS_OUT_DIR")]
+    pub out_dir: Option<PathBuf>,
+}
+
+/// Settings of `certs`.
+#[derive(Args, Debug, Clone)]
+pub struct CertsArgs {
+    /// Directory to write ca.crt, ca.key, tls.crt and tls.key into.
+    #[arg(long, env = "CERTS_OUT_DIR", default_value = "certs/generated")]
+    pub out_dir: PathBuf,
+    /// In-cluster Service the certificate is for (adds svc, svc.ns, svc.ns.svc, svc.ns.svc.cluster.local).
+    #[arg(long, env = "CERTS_SERVICE")]
+    pub service: Option<String>,
+    /// Namespace of that Service.
+    #[arg(long, env = "CERTS_NAMESPACE", default_value = "karpenter")]
+    pub namespace: String,
+    /// More DNS names or IP addresses for the certificate (repeatable); localhost, 127.0.0.1 and ::1 are always included.
+    #[arg(long = "name", env = "CERTS_NAMES", value_delimiter = ',')]
+    pub names: Vec<String>,
+    /// Validity of the CA and serving certificate.
+    #[arg(long, env = "CERTS_VALIDITY", default_value = "365d", value_parser = parse_duration)]
+    pub validity: Duration,
+}
+
+/// A TTL default: a number of seconds, or `none` for no default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TtlDefault(pub Option<i64>);
+
+impl std::fmt::Display for TtlDefault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(s) => write!(f, "{s}"),
+            None => f.write_str("none"),
+        }
+    }
+}
+
+/// Parses `30`, `0` or `none`.
+pub fn parse_ttl_default(s: &str) -> Result<TtlDefault, String> {
+    if s.eq_ignore_ascii_case("none") {
+        return Ok(TtlDefault(None));
+    }
+    match s.parse::<i64>() {
+        Ok(n) if n >= 0 => Ok(TtlDefault(Some(n))),
+        _ => Err(format!("invalid TTL default {s:?}: expected a number of seconds (0 or more) or \"none\"")),
+    }
+}
+
+/// Parses `500ms`, `10s`, `5m`, `2h`, `365d`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let err = || format!("invalid duration {s:?}: expected a number followed by ms, s, m, h or d (e.g. 10s)");
+    let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(err)?;
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n.parse().map_err(|_| err())?;
+    let seconds = match unit {
+        "ms" => return Ok(Duration::from_millis(n)),
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86400,
+        _ => return Err(err()),
+    };
+    Ok(Duration::from_secs(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_durations_and_ttl_defaults() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("365d"), Ok(Duration::from_secs(365 * 86400)));
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("s").is_err());
+        assert_eq!(parse_ttl_default("none"), Ok(TtlDefault(None)));
+        assert_eq!(parse_ttl_default("0"), Ok(TtlDefault(Some(0))));
+        assert!(parse_ttl_default("-1").unwrap_err().contains("\"-1\""));
+    }
+
+    #[test]
+    fn every_flag_reads_an_env_var() {
+        use clap::CommandFactory;
+        let cmd = Cli::command();
+        for sub in cmd.get_subcommands() {
+            for arg in sub.get_arguments() {
+                if arg.get_id() == "help" || arg.get_id() == "version" {
+                    continue;
+                }
+                assert!(arg.get_env().is_some(), "{} --{} has no env var", sub.get_name(), arg.get_id());
+            }
+        }
+    }
+
+    #[test]
+    fn cluster_name_is_required() {
+        let err = Cli::try_parse_from(["karpenter-rs", "run"]).unwrap_err().to_string();
+        assert!(err.contains("--cluster-name"), "{err}");
+    }
+}

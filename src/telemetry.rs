@@ -1,0 +1,38 @@
+//! Logging set-up and error-chain formatting.
+
+use std::error::Error;
+
+use tracing_subscriber::EnvFilter;
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Plain,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Installs the global subscriber. `level` is an `EnvFilter` directive (`info`,
+/// `karpenter_rs=debug,info`).
+pub fn init(level: &str, format: LogFormat) -> anyhow::Result<()> {
+    let filter = EnvFilter::try_new(level).map_err(|e| anyhow::anyhow!("invalid --log-level {level:?}: {e}"))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    let result = match format {
+        LogFormat::Plain => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+    result.map_err(|e| anyhow::anyhow!("installing the log subscriber: {e}"))
+}
+
+/// An error with all its sources, `outer: inner: innermost`.
+pub fn chain(err: &(dyn Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}

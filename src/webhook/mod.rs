@@ -1,0 +1,185 @@
+//! The HTTPS admission webhook: `POST /mutate` and `POST /validate` for both kinds, on rustls.
+//! HTTP concerns only (body limits, timeouts, TLS, graceful shutdown, metrics and one log line per
+//! decision); the decisions themselves are `admission::review`, which does no I/O.
+
+pub mod admission;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::apis::ApiSettings;
+use crate::metrics::Metrics;
+use admission::Endpoint;
+use tls::{CertStore, TlsError};
+
+/// Largest AdmissionReview accepted; the API server sends at most a few hundred KiB.
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// Settings of the webhook server.
+#[derive(Clone, Debug)]
+pub struct WebhookConfig {
+    /// Directory holding `tls.crt` and `tls.key`.
+    pub cert_dir: PathBuf,
+    /// How often the certificate files are checked for changes.
+    pub cert_reload_interval: Duration,
+    /// Longest time a client may take to complete the TLS handshake, send its headers, or send
+    /// its body.
+    pub client_timeout: Duration,
+    /// Longest time open connections get to finish on shutdown.
+    pub shutdown_grace: Duration,
+    /// Cluster name and defaults the admission rules use.
+    pub settings: ApiSettings,
+}
+
+#[derive(Clone)]
+struct AppState {
+    settings: Arc<ApiSettings>,
+    metrics: Metrics,
+    client_timeout: Duration,
+}
+
+/// The routes, without TLS: usable on any listener (the benchmark uses it directly too).
+pub fn router(settings: ApiSettings, metrics: Metrics, client_timeout: Duration) -> Router {
+    let state = AppState { settings: Arc::new(settings), metrics, client_timeout };
+    Router::new()
+        .route("/mutate", post(|s: State<AppState>, h: HeaderMap, b: Body| handle(Endpoint::Mutate, s, h, b)))
+        .route("/validate", post(|s: State<AppState>, h: HeaderMap, b: Body| handle(Endpoint::Validate, s, h, b)))
+        .route("/healthz", get(|| async { "ok" }))
+        .with_state(state)
+}
+
+async fn handle(endpoint: Endpoint, State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let started = Instant::now();
+    let too_large = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .is_some_and(|n| n > MAX_BODY_BYTES);
+    let bytes = if too_large {
+        Err(refusal(StatusCode::PAYLOAD_TOO_LARGE, format!("request body is larger than {MAX_BODY_BYTES} bytes")))
+    } else {
+        match tokio::time::timeout(state.client_timeout, Limited::new(body, MAX_BODY_BYTES).collect()).await {
+            Ok(Ok(collected)) => Ok(collected.to_bytes()),
+            Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+                Err(refusal(StatusCode::PAYLOAD_TOO_LARGE, format!("request body is larger than {MAX_BODY_BYTES} bytes")))
+            }
+            Ok(Err(e)) => Err(refusal(StatusCode::BAD_REQUEST, format!("reading request body: {e}"))),
+            Err(_) => Err(refusal(StatusCode::REQUEST_TIMEOUT, format!("request body not received within {:?}", state.client_timeout))),
+        }
+    };
+    let bytes = match bytes {
+        Ok(b) => b,
+        Err(response) => {
+            state.metrics.webhook_requests.with_label_values(&[endpoint.path(), "unknown", "unknown", crate::metrics::result::INVALID]).inc();
+            return response;
+        }
+    };
+    let outcome = admission::review(endpoint, &bytes, &state.settings);
+    state
+        .metrics
+        .webhook_requests
+        .with_label_values(&[endpoint.path(), outcome.kind, outcome.operation, outcome.result])
+        .inc();
+    state.metrics.webhook_duration.with_label_values(&[endpoint.path(), outcome.kind]).observe(started.elapsed().as_secs_f64());
+    info!(
+        path = endpoint.path(),
+        kind = outcome.kind,
+        name = %outcome.name,
+        operation = outcome.operation,
+        result = outcome.result,
+        reason = outcome.reason.as_deref().unwrap_or(""),
+        "admission"
+    );
+    let status = StatusCode::from_u16(outcome.http_status).unwrap_or(StatusCode::OK);
+    (status, axum::Json(outcome.review)).into_response()
+}
+
+fn refusal(status: StatusCode, message: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], message).into_response()
+}
+
+/// A running webhook server.
+pub struct Webhook {
+    /// Where it listens.
+    pub local_addr: SocketAddr,
+    /// Finishes once the server has stopped after shutdown.
+    pub task: JoinHandle<()>,
+    /// The certificate in use (reloaded in the background).
+    pub certs: Arc<CertStore>,
+}
+
+/// Loads the certificate and serves HTTPS on `listener` until `shutdown` is cancelled; then stops
+/// accepting, lets open requests finish (up to `shutdown_grace`) and returns.
+pub fn start(listener: TcpListener, config: WebhookConfig, metrics: Metrics, shutdown: CancellationToken) -> Result<Webhook, TlsError> {
+    let certs = CertStore::load(&config.cert_dir)?;
+    let local_addr = listener.local_addr().expect("a bound listener has an address");
+    tokio::spawn(certs.clone().watch(config.cert_reload_interval, metrics.clone(), shutdown.clone()));
+    let acceptor = TlsAcceptor::from(tls::server_config(certs.clone()));
+    let app = router(config.settings.clone(), metrics, config.client_timeout);
+    let task = tokio::spawn(accept_loop(listener, acceptor, app, config, shutdown));
+    info!(address = %local_addr, "webhook serving HTTPS");
+    Ok(Webhook { local_addr, task, certs })
+}
+
+async fn accept_loop(listener: TcpListener, acceptor: TlsAcceptor, app: Router, config: WebhookConfig, shutdown: CancellationToken) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(config.client_timeout).keep_alive(true);
+    builder.http2().timer(TokioTimer::new()).keep_alive_interval(Some(Duration::from_secs(30)));
+    let builder = Arc::new(builder);
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    warn!(error = %e, "accepting webhook connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let service = TowerToHyperService::new(app.clone());
+        let builder = builder.clone();
+        let handshake_timeout = config.client_timeout;
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => return debug!(peer = %peer, error = %e, "TLS handshake failed"),
+                Err(_) => return debug!(peer = %peer, "TLS handshake timed out"),
+            };
+            let connection = builder.serve_connection(TokioIo::new(tls), service);
+            if let Err(e) = watcher.watch(connection.into_owned()).await {
+                debug!(peer = %peer, error = %e, "webhook connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(config.shutdown_grace, graceful.shutdown()).await.is_err() {
+        warn!(grace = ?config.shutdown_grace, "webhook connections still open at the end of the shutdown grace period");
+    }
+    info!("webhook stopped");
+}

@@ -1,0 +1,112 @@
+//! The built binary itself: flags and environment variables, the servers it starts, the
+//! subcommands that write files, and a clean exit on SIGTERM.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_karpenter-rs");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn certs_subcommand_writes_a_ca_and_serving_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["certs", "--out-dir"])
+        .arg(dir.path())
+        .args(["--service", "karpenter-rs", "--namespace", "karpenter", "--name", "webhook.example.com"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for file in ["ca.crt", "ca.key", "tls.crt", "tls.key"] {
+        assert!(dir.path().join(file).exists(), "{file}");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join("tls.key")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "keys are private");
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for name in ["127.0.0.1", "localhost", "karpenter-rs.karpenter.svc", "webhook.example.com"] {
+        assert!(stderr.contains(name), "{name} in {stderr}");
+    }
+}
+
+#[test]
+fn run_requires_a_cluster_name() {
+    let out = Command::new(BIN).arg("run").env_remove("CLUSTER_NAME").output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--cluster-name"));
+}
+
+#[test]
+fn webhook_serves_probes_and_metrics_then_exits_cleanly_on_sigterm() {
+    let certs = tempfile::tempdir().unwrap();
+    let status = Command::new(BIN).args(["certs", "--out-dir"]).arg(certs.path()).output().unwrap().status;
+    assert!(status.success());
+    let (webhook, metrics, health) = (free_port(), free_port(), free_port());
+    let mut child = Command::new(BIN)
+        .arg("webhook")
+        .env("CLUSTER_NAME", "ssungz-cluster")
+        .env("BIND_ADDRESS", "127.0.0.1")
+        .env("WEBHOOK_PORT", webhook.to_string())
+        .env("METRICS_PORT", metrics.to_string())
+        .env("HEALTH_PROBE_PORT", health.to_string())
+        .env("CERT_DIR", certs.path())
+        .env("LOG_FORMAT", "json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let get = |port: u16, path: &str| -> Option<(u16, String)> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        let status = body.split_whitespace().nth(1)?.parse().ok()?;
+        Some((status, body))
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(health, "/readyz").map(|(s, _)| s) != Some(200) {
+        assert!(Instant::now() < deadline, "never became ready");
+        assert!(child.try_wait().unwrap().is_none(), "exited early");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(get(health, "/healthz").unwrap().0, 200);
+    let (status, body) = get(metrics, "/metrics").unwrap();
+    assert_eq!(status, 200);
+    assert!(body.contains("process_resident_memory_bytes"), "{body}");
+    assert!(std::net::TcpStream::connect(("127.0.0.1", webhook)).is_ok());
+
+    let kill = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let exit = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "did not exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(exit.success(), "{exit:?}");
+    let mut logs = String::new();
+    use std::io::Read;
+    child.stdout.take().unwrap().read_to_string(&mut logs).unwrap();
+    assert!(logs.contains("\"message\":\"karpenter-rs started\""), "{logs}");
+    assert!(logs.contains("webhook stopped"), "{logs}");
+}
+
+#[test]
+fn crds_subcommand_prints_both_crds() {
+    let out = Command::new(BIN).arg("crds").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect();
+    let names: Vec<&str> = docs.iter().map(|d| d["metadata"]["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["provisioners.karpenter.sh", "awsnodetemplates.karpenter.k8s.aws"]);
+}
