@@ -4,9 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
-};
+use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose};
 
 /// File names inside a certificate directory (the names Kubernetes TLS Secrets use).
 pub const CERT_FILE: &str = "tls.crt";
@@ -57,7 +55,11 @@ impl Ca {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.distinguished_name = name(common_name);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
         set_validity(&mut params, validity);
         let key = KeyPair::generate()?;
         let cert = params.self_signed(&key)?;
@@ -83,7 +85,10 @@ impl Ca {
         set_validity(&mut params, validity);
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.cert, &self.key)?;
-        Ok(ServingCert { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
+        Ok(ServingCert {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
     }
 }
 
@@ -126,7 +131,11 @@ pub fn service_dns_names(service: &str, namespace: &str) -> Vec<String> {
 /// The serving files are replaced atomically (write then rename), so a server watching the
 /// directory never reads half a file.
 pub fn write(dir: &Path, ca: &Ca, serving: &ServingCert) -> Result<(), CertError> {
-    std::fs::create_dir_all(dir).map_err(|source| CertError::Io { action: "creating directory", path: dir.into(), source })?;
+    std::fs::create_dir_all(dir).map_err(|source| CertError::Io {
+        action: "creating directory",
+        path: dir.into(),
+        source,
+    })?;
     write_file(&dir.join(CA_CERT_FILE), &ca.cert_pem(), false)?;
     write_file(&dir.join(CA_KEY_FILE), &ca.key_pem(), true)?;
     write_serving(dir, serving)
@@ -140,7 +149,13 @@ pub fn write_serving(dir: &Path, serving: &ServingCert) -> Result<(), CertError>
 
 fn write_file(path: &Path, contents: &str, private: bool) -> Result<(), CertError> {
     let tmp = path.with_extension("tmp");
-    let io = |action| move |source| CertError::Io { action, path: path.into(), source };
+    let io = |action| {
+        move |source| CertError::Io {
+            action,
+            path: path.into(),
+            source,
+        }
+    };
     std::fs::write(&tmp, contents).map_err(io("writing"))?;
     #[cfg(unix)]
     if private {

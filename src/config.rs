@@ -148,7 +148,9 @@ pub fn parse_ttl_default(s: &str) -> Result<TtlDefault, String> {
     }
     match s.parse::<i64>() {
         Ok(n) if n >= 0 => Ok(TtlDefault(Some(n))),
-        _ => Err(format!("invalid TTL default {s:?}: expected a number of seconds (0 or more) or \"none\"")),
+        _ => Err(format!(
+            "invalid TTL default {s:?}: expected a number of seconds (0 or more) or \"none\""
+        )),
     }
 }
 

@@ -19,7 +19,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) | Command::Webhook(args) => {
-            telemetry::init(&args.log_level, args.log_format)?;
+            let _flush_logs_on_exit = telemetry::init(&args.log_level, args.log_format)?;
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(run(args))
         }
@@ -34,9 +34,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let readiness = Readiness::default();
 
     let bind = |port| SocketAddr::new(args.bind_address, port);
-    let metrics_listener = TcpListener::bind(bind(args.metrics_port)).await.with_context(|| format!("binding metrics port {}", bind(args.metrics_port)))?;
-    let health_listener = TcpListener::bind(bind(args.health_probe_port)).await.with_context(|| format!("binding health probe port {}", bind(args.health_probe_port)))?;
-    let webhook_listener = TcpListener::bind(bind(args.webhook_port)).await.with_context(|| format!("binding webhook port {}", bind(args.webhook_port)))?;
+    let metrics_listener = TcpListener::bind(bind(args.metrics_port))
+        .await
+        .with_context(|| format!("binding metrics port {}", bind(args.metrics_port)))?;
+    let health_listener = TcpListener::bind(bind(args.health_probe_port))
+        .await
+        .with_context(|| format!("binding health probe port {}", bind(args.health_probe_port)))?;
+    let webhook_listener = TcpListener::bind(bind(args.webhook_port))
+        .await
+        .with_context(|| format!("binding webhook port {}", bind(args.webhook_port)))?;
 
     let metrics_task = probes::serve(metrics_listener, probes::metrics_router(metrics.clone()), shutdown.clone());
     let health_task = probes::serve(health_listener, probes::health_router(readiness.clone()), shutdown.clone());
@@ -112,6 +118,10 @@ fn write_certs(args: &CertsArgs) -> anyhow::Result<()> {
     let ca = certs::Ca::generate("karpenter-rs webhook CA", args.validity)?;
     let serving = ca.issue(&names, args.validity)?;
     certs::write(&args.out_dir, &ca, &serving)?;
-    eprintln!("wrote {} (ca.crt, ca.key, tls.crt, tls.key) for {}", args.out_dir.display(), names.join(", "));
+    eprintln!(
+        "wrote {} (ca.crt, ca.key, tls.crt, tls.key) for {}",
+        args.out_dir.display(),
+        names.join(", ")
+    );
     Ok(())
 }

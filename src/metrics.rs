@@ -36,18 +36,27 @@ impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
         let webhook_requests = IntCounterVec::new(
-            Opts::new("karpenter_webhook_requests_total", "Admission requests served, by path, kind, operation and result."),
+            Opts::new(
+                "karpenter_webhook_requests_total",
+                "Admission requests served, by path, kind, operation and result.",
+            ),
             &["path", "kind", "operation", "result"],
         )
         .expect("metric options are valid");
         let webhook_duration = HistogramVec::new(
-            HistogramOpts::new("karpenter_webhook_request_duration_seconds", "Time to answer an admission request, from its first byte read to the response built.")
-                .buckets(WEBHOOK_BUCKETS.to_vec()),
+            HistogramOpts::new(
+                "karpenter_webhook_request_duration_seconds",
+                "Time to answer an admission request, from its first byte read to the response built.",
+            )
+            .buckets(WEBHOOK_BUCKETS.to_vec()),
             &["path", "kind"],
         )
         .expect("metric options are valid");
         let certificate_reloads = IntCounterVec::new(
-            Opts::new("karpenter_webhook_certificate_reloads_total", "Serving certificate reloads after the files changed, by result."),
+            Opts::new(
+                "karpenter_webhook_certificate_reloads_total",
+                "Serving certificate reloads after the files changed, by result.",
+            ),
             &["result"],
         )
         .expect("metric options are valid");
@@ -62,13 +71,20 @@ impl Metrics {
         registry
             .register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))
             .expect("the process collector registers once");
-        Metrics { registry, webhook_requests, webhook_duration, certificate_reloads }
+        Metrics {
+            registry,
+            webhook_requests,
+            webhook_duration,
+            certificate_reloads,
+        }
     }
 
     /// The registry in Prometheus text format.
     pub fn render(&self) -> String {
         let families = self.registry.gather();
-        prometheus::TextEncoder::new().encode_to_string(&families).expect("text encoding cannot fail")
+        prometheus::TextEncoder::new()
+            .encode_to_string(&families)
+            .expect("text encoding cannot fail")
     }
 }
 

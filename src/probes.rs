@@ -59,5 +59,9 @@ pub fn health_router(readiness: Readiness) -> Router {
 
 /// Serves `router` on `listener` until `shutdown`.
 pub fn serve(listener: TcpListener, router: Router, shutdown: CancellationToken) -> JoinHandle<std::io::Result<()>> {
-    tokio::spawn(async move { axum::serve(listener, router).with_graceful_shutdown(shutdown.cancelled_owned()).await })
+    tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await
+    })
 }

@@ -2,6 +2,7 @@
 
 use std::error::Error;
 
+use tracing_appender::non_blocking::WorkerGuard;
 use tracing_subscriber::EnvFilter;
 
 /// Log output format.
@@ -14,15 +15,27 @@ pub enum LogFormat {
 }
 
 /// Installs the global subscriber. `level` is an `EnvFilter` directive (`info`,
-/// `karpenter_rs=debug,info`).
-pub fn init(level: &str, format: LogFormat) -> anyhow::Result<()> {
+/// `karpenter_rs=debug,info`). Lines are written to stdout by a background thread, so a request
+/// never waits on the terminal or the log pipe; keep the returned guard alive until exit, it
+/// flushes what is left.
+pub fn init(level: &str, format: LogFormat) -> anyhow::Result<WorkerGuard> {
     let filter = EnvFilter::try_new(level).map_err(|e| anyhow::anyhow!("invalid --log-level {level:?}: {e}"))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    // Not lossy: under a flood the writer applies back-pressure instead of dropping lines.
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .finish(std::io::stdout());
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(ansi)
+        .with_writer(writer);
     let result = match format {
         LogFormat::Plain => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
-    result.map_err(|e| anyhow::anyhow!("installing the log subscriber: {e}"))
+    result.map_err(|e| anyhow::anyhow!("installing the log subscriber: {e}"))?;
+    Ok(guard)
 }
 
 /// An error with all its sources, `outer: inner: innermost`.

@@ -16,7 +16,14 @@ fn certs_subcommand_writes_a_ca_and_serving_certificate() {
     let out = Command::new(BIN)
         .args(["certs", "--out-dir"])
         .arg(dir.path())
-        .args(["--service", "karpenter-rs", "--namespace", "karpenter", "--name", "webhook.example.com"])
+        .args([
+            "--service",
+            "karpenter-rs",
+            "--namespace",
+            "karpenter",
+            "--name",
+            "webhook.example.com",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -45,7 +52,12 @@ fn run_requires_a_cluster_name() {
 #[test]
 fn webhook_serves_probes_and_metrics_then_exits_cleanly_on_sigterm() {
     let certs = tempfile::tempdir().unwrap();
-    let status = Command::new(BIN).args(["certs", "--out-dir"]).arg(certs.path()).output().unwrap().status;
+    let status = Command::new(BIN)
+        .args(["certs", "--out-dir"])
+        .arg(certs.path())
+        .output()
+        .unwrap()
+        .status;
     assert!(status.success());
     let (webhook, metrics, health) = (free_port(), free_port(), free_port());
     let mut child = Command::new(BIN)
@@ -106,7 +118,9 @@ fn crds_subcommand_prints_both_crds() {
     let out = Command::new(BIN).arg("crds").output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect();
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
     let names: Vec<&str> = docs.iter().map(|d| d["metadata"]["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["provisioners.karpenter.sh", "awsnodetemplates.karpenter.k8s.aws"]);
 }

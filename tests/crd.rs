@@ -33,7 +33,12 @@ fn crds_carry_the_schema_constraints_users_rely_on() {
     assert_eq!(spec["providerRef"]["required"][0], "name");
     assert!(spec["ttlSecondsAfterEmpty"]["description"].as_str().unwrap().contains("empty"));
     assert_eq!(version["subresources"]["status"], serde_yaml::Value::Mapping(Default::default()));
-    let columns: Vec<&str> = version["additionalPrinterColumns"].as_sequence().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    let columns: Vec<&str> = version["additionalPrinterColumns"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
     assert_eq!(columns, ["Template", "Weight", "Age"]);
     // A structural schema may not combine properties with additionalProperties: false.
     assert!(!rendered.iter().any(|(_, yaml)| yaml.contains("additionalProperties: false")));

@@ -21,7 +21,12 @@ async fn admit(server: &Server, object: &Value) -> (Value, Value) {
 }
 
 fn requirement_keys(object: &Value) -> Vec<String> {
-    object["spec"]["requirements"].as_array().unwrap().iter().map(|r| r["key"].as_str().unwrap().to_string()).collect()
+    object["spec"]["requirements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap().to_string())
+        .collect()
 }
 
 #[tokio::test]
@@ -58,16 +63,26 @@ async fn accepts_the_second_write_up_with_its_cluster_name() {
     assert_eq!(validated["allowed"], true, "{validated}");
     let provider = &patched["spec"]["provider"];
     assert_eq!(provider["subnetSelector"], json!({"karpenter.sh/discovery": "your-cluster-name"}));
-    assert_eq!(provider["securityGroupSelector"], json!({"karpenter.sh/discovery": "your-cluster-name"}));
+    assert_eq!(
+        provider["securityGroupSelector"],
+        json!({"karpenter.sh/discovery": "your-cluster-name"})
+    );
     assert_eq!(patched["spec"]["ttlSecondsAfterEmpty"], 30);
     assert_eq!(patched["spec"]["ttlSecondsUntilExpired"], 2592000);
     assert!(requirement_keys(&patched).contains(&"karpenter.k8s.aws/instance-category".to_string()));
 
-    for file in ["provisioner-selectors.yaml", "provisioner-spot-price.yaml", "provisioner-instance-types.yaml"] {
+    for file in [
+        "provisioner-selectors.yaml",
+        "provisioner-spot-price.yaml",
+        "provisioner-instance-types.yaml",
+    ] {
         let (patched, validated) = admit(&server, &fixture(&format!("second-writeup/{file}"))).await;
         assert_eq!(validated["allowed"], true, "{file}: {validated}");
         let expected_ttl = if file == "provisioner-instance-types.yaml" { 30 } else { 300 };
-        assert_eq!(patched["spec"]["ttlSecondsAfterEmpty"], expected_ttl, "{file}: explicit TTLs are kept, absent ones defaulted");
+        assert_eq!(
+            patched["spec"]["ttlSecondsAfterEmpty"], expected_ttl,
+            "{file}: explicit TTLs are kept, absent ones defaulted"
+        );
     }
 }
 
@@ -77,7 +92,10 @@ async fn denies_another_clusters_name() {
     let (_, validated) = admit(&server, &fixture("second-writeup/provisioner-cluster-name.yaml")).await;
     assert_eq!(validated["allowed"], false);
     let message = validated["status"]["message"].as_str().unwrap();
-    assert!(message.contains("spec.provider.clusterName: invalid value \"your-cluster-name\""), "{message}");
+    assert!(
+        message.contains("spec.provider.clusterName: invalid value \"your-cluster-name\""),
+        "{message}"
+    );
     assert!(message.contains("ssungz-cluster"), "{message}");
 }
 
@@ -110,7 +128,13 @@ async fn validates_updates_too() {
     new["spec"]["requirements"][0]["operator"] = json!("Gt");
     let response = server.review("/validate", &admission_review("UPDATE", &new, Some(&old))).await;
     assert_eq!(response["allowed"], false);
-    assert!(response["status"]["message"].as_str().unwrap().contains("spec.requirements[0].values"), "{response}");
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.requirements[0].values"),
+        "{response}"
+    );
 }
 
 #[tokio::test]
@@ -125,7 +149,11 @@ async fn update_that_removes_a_ttl_gets_it_defaulted_again() {
 
 #[tokio::test]
 async fn ttl_defaults_follow_settings() {
-    let settings = ApiSettings { default_ttl_seconds_after_empty: None, default_ttl_seconds_until_expired: Some(60), ..ApiSettings::new("c") };
+    let settings = ApiSettings {
+        default_ttl_seconds_after_empty: None,
+        default_ttl_seconds_until_expired: Some(60),
+        ..ApiSettings::new("c")
+    };
     let server = Server::start_with(settings, Duration::from_secs(10)).await;
     let mut provisioner = fixture("first-writeup/provisioner.yaml");
     let spec = provisioner["spec"].as_object_mut().unwrap();
@@ -144,9 +172,17 @@ async fn mutating_gt_without_values_is_a_clean_answer() {
     provisioner["spec"]["requirements"] = json!([{"key": "karpenter.k8s.aws/instance-cpu", "operator": "Gt"}]);
     let mutated = server.review("/mutate", &admission_review("CREATE", &provisioner, None)).await;
     assert_eq!(mutated["allowed"], true, "{mutated}");
-    let validated = server.review("/validate", &admission_review("CREATE", &apply_patch(&provisioner, &mutated), None)).await;
+    let validated = server
+        .review("/validate", &admission_review("CREATE", &apply_patch(&provisioner, &mutated), None))
+        .await;
     assert_eq!(validated["allowed"], false);
-    assert!(validated["status"]["message"].as_str().unwrap().contains("spec.requirements[0].values"), "{validated}");
+    assert!(
+        validated["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.requirements[0].values"),
+        "{validated}"
+    );
 }
 
 #[tokio::test]
@@ -158,7 +194,10 @@ async fn unknown_fields_are_named_with_a_hint() {
     provider.insert("securityGroupSelecter".into(), selector);
     let response = server.review("/validate", &admission_review("CREATE", &provisioner, None)).await;
     let message = response["status"]["message"].as_str().unwrap();
-    assert!(message.contains("spec.provider.securityGroupSelecter: forbidden: unknown field, did you mean \"securityGroupSelector\"?"), "{message}");
+    assert!(
+        message.contains("spec.provider.securityGroupSelecter: forbidden: unknown field, did you mean \"securityGroupSelector\"?"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
@@ -200,11 +239,19 @@ async fn malformed_bodies_get_an_invalid_review_never_a_crash() {
     let (status, body) = server.post("/validate", "{not json").await;
     assert_eq!(status, 400);
     assert_eq!(body["response"]["allowed"], false);
-    assert!(body["response"]["status"]["message"].as_str().unwrap().contains("not JSON"), "{body}");
+    assert!(
+        body["response"]["status"]["message"].as_str().unwrap().contains("not JSON"),
+        "{body}"
+    );
     // JSON without a uid.
-    let (status, body) = server.post("/mutate", r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#).await;
+    let (status, body) = server
+        .post("/mutate", r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#)
+        .await;
     assert_eq!(status, 400);
-    assert!(body["response"]["status"]["message"].as_str().unwrap().contains("request.uid"), "{body}");
+    assert!(
+        body["response"]["status"]["message"].as_str().unwrap().contains("request.uid"),
+        "{body}"
+    );
     // A uid but the wrong version: the uid is echoed.
     let mut review = admission_review("CREATE", &fixture("first-writeup/provisioner.yaml"), None);
     review["apiVersion"] = json!("admission.k8s.io/v1beta1");
@@ -217,19 +264,43 @@ async fn malformed_bodies_get_an_invalid_review_never_a_crash() {
     review["request"]["operation"] = json!(42);
     let (status, body) = server.post("/validate", serde_json::to_vec(&review).unwrap()).await;
     assert_eq!(status, 200);
-    assert!(body["response"]["status"]["message"].as_str().unwrap().contains("malformed AdmissionReview"), "{body}");
+    assert!(
+        body["response"]["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("malformed AdmissionReview"),
+        "{body}"
+    );
     // An object of the right kind but the wrong shape: denied naming the field.
     let mut review = admission_review("CREATE", &fixture("first-writeup/provisioner.yaml"), None);
     review["request"]["object"]["spec"]["ttlSecondsAfterEmpty"] = json!("thirty");
     let response = server.review("/mutate", &review).await;
     assert_eq!(response["allowed"], false);
-    assert!(response["status"]["message"].as_str().unwrap().contains("spec.ttlSecondsAfterEmpty: invalid value \"thirty\""), "{response}");
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.ttlSecondsAfterEmpty: invalid value \"thirty\""),
+        "{response}"
+    );
     // Garbage of every kind never takes the server down.
-    for body in ["", "null", "[]", "\"x\"", "{\"request\":{\"uid\":7}}", "{\"request\":{\"uid\":\"u\",\"object\":[]}}"] {
+    for body in [
+        "",
+        "null",
+        "[]",
+        "\"x\"",
+        "{\"request\":{\"uid\":7}}",
+        "{\"request\":{\"uid\":\"u\",\"object\":[]}}",
+    ] {
         let (status, _) = server.post("/validate", body).await;
         assert!(status == 200 || status == 400, "{body}: {status}");
     }
-    let response = server.review("/validate", &admission_review("CREATE", &fixture("first-writeup/provisioner.yaml"), None)).await;
+    let response = server
+        .review(
+            "/validate",
+            &admission_review("CREATE", &fixture("first-writeup/provisioner.yaml"), None),
+        )
+        .await;
     assert_eq!(response["allowed"], true, "still serving");
 }
 
@@ -252,7 +323,9 @@ async fn drops_clients_that_never_finish_the_handshake() {
     let mut stream = tokio::net::TcpStream::connect(server.webhook.local_addr).await.unwrap();
     let mut buf = [0u8; 16];
     // The server closes the idle connection; the bound here is only a test deadline.
-    let read = tokio::time::timeout(Duration::from_secs(20), stream.read(&mut buf)).await.expect("server closed the connection");
+    let read = tokio::time::timeout(Duration::from_secs(20), stream.read(&mut buf))
+        .await
+        .expect("server closed the connection");
     assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
 }
 
@@ -278,15 +351,26 @@ async fn reloads_the_certificate_without_a_restart() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert!(before.is_some() && after.is_some() && before != after, "the certificate was reloaded");
+    assert!(
+        before.is_some() && after.is_some() && before != after,
+        "the certificate was reloaded"
+    );
     let new_client = common::client_trusting(&new_ca.cert_pem());
-    let response = new_client.post(format!("{}/validate", server.url)).json(&review).send().await.unwrap();
+    let response = new_client
+        .post(format!("{}/validate", server.url))
+        .json(&review)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), 200);
 
     // ...and the connection opened before keeps working.
     assert_eq!(server.review("/validate", &review).await["allowed"], true);
     let metrics = server.metrics.render();
-    assert!(metrics.contains("karpenter_webhook_certificate_reloads_total{result=\"success\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("karpenter_webhook_certificate_reloads_total{result=\"success\"} 1"),
+        "{metrics}"
+    );
 
     // A broken pair is refused and the working certificate stays.
     std::fs::write(server.cert_path(), "not a certificate").unwrap();
@@ -323,21 +407,39 @@ async fn speaks_only_tls_1_2_and_1_3() {
         .min_tls_version(reqwest::tls::Version::TLS_1_3)
         .build()
         .unwrap();
-    assert_eq!(old.get(format!("{}/healthz", server.url)).send().await.unwrap().status(), 200, "TLS 1.3 works");
+    assert_eq!(
+        old.get(format!("{}/healthz", server.url)).send().await.unwrap().status(),
+        200,
+        "TLS 1.3 works"
+    );
     let tls12 = reqwest::Client::builder()
         .use_rustls_tls()
         .add_root_certificate(reqwest::Certificate::from_pem(server.ca.cert_pem().as_bytes()).unwrap())
         .max_tls_version(reqwest::tls::Version::TLS_1_2)
         .build()
         .unwrap();
-    assert_eq!(tls12.get(format!("{}/healthz", server.url)).send().await.unwrap().status(), 200, "TLS 1.2 works");
+    assert_eq!(
+        tls12.get(format!("{}/healthz", server.url)).send().await.unwrap().status(),
+        200,
+        "TLS 1.2 works"
+    );
 }
 
 #[tokio::test]
 async fn counts_requests_by_path_kind_operation_and_result() {
     let server = Server::start("ssungz-cluster").await;
-    server.review("/mutate", &admission_review("CREATE", &fixture("first-writeup/provisioner.yaml"), None)).await;
-    server.review("/validate", &admission_review("CREATE", &fixture("first-writeup/awsnodetemplate.yaml"), None)).await;
+    server
+        .review(
+            "/mutate",
+            &admission_review("CREATE", &fixture("first-writeup/provisioner.yaml"), None),
+        )
+        .await;
+    server
+        .review(
+            "/validate",
+            &admission_review("CREATE", &fixture("first-writeup/awsnodetemplate.yaml"), None),
+        )
+        .await;
     let metrics = server.metrics.render();
     for want in [
         r#"karpenter_webhook_requests_total{kind="Provisioner",operation="CREATE",path="/mutate",result="patched"} 1"#,

@@ -43,7 +43,11 @@ fn describe(path: Path, message: &str, offending: Option<&serde_json::Value>) ->
             reason.push_str(&format!("; known fields are {}", known.join(", ")));
         }
         // serde reports an unknown key at the path of its parent object.
-        let field_path = if path.as_str().ends_with(&format!(".{field}")) { path } else { path.child(field) };
+        let field_path = if path.as_str().ends_with(&format!(".{field}")) {
+            path
+        } else {
+            path.child(field)
+        };
         return FieldError::forbidden(field_path, reason);
     }
     if let Some(rest) = message.strip_prefix("missing field `") {
@@ -102,8 +106,11 @@ mod tests {
 
     #[test]
     fn names_nested_fields() {
-        let err = decode::<AwsProvider>(&json!({"metadataOptions": {"httpPutResponseHopLimit": "2"}}), &Path::new("spec.provider"))
-            .unwrap_err();
+        let err = decode::<AwsProvider>(
+            &json!({"metadataOptions": {"httpPutResponseHopLimit": "2"}}),
+            &Path::new("spec.provider"),
+        )
+        .unwrap_err();
         assert_eq!(err.path.as_str(), "spec.provider.metadataOptions.httpPutResponseHopLimit");
     }
 

@@ -69,17 +69,29 @@ pub struct FieldError {
 impl FieldError {
     /// `path: invalid value <value>: <reason>`; text values are shown quoted, numbers as they are.
     pub fn invalid(path: Path, value: impl ShownValue, reason: impl Into<String>) -> Self {
-        FieldError { path, kind: FieldErrorKind::Invalid(value.shown()), reason: reason.into() }
+        FieldError {
+            path,
+            kind: FieldErrorKind::Invalid(value.shown()),
+            reason: reason.into(),
+        }
     }
 
     /// `path: required value: <reason>`.
     pub fn required(path: Path, reason: impl Into<String>) -> Self {
-        FieldError { path, kind: FieldErrorKind::Required, reason: reason.into() }
+        FieldError {
+            path,
+            kind: FieldErrorKind::Required,
+            reason: reason.into(),
+        }
     }
 
     /// `path: forbidden: <reason>`.
     pub fn forbidden(path: Path, reason: impl Into<String>) -> Self {
-        FieldError { path, kind: FieldErrorKind::Forbidden, reason: reason.into() }
+        FieldError {
+            path,
+            kind: FieldErrorKind::Forbidden,
+            reason: reason.into(),
+        }
     }
 }
 

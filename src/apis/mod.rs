@@ -47,9 +47,9 @@ pub const DEFAULT_TTL_SECONDS_UNTIL_EXPIRED: i64 = 2_592_000;
 pub fn validate_object_name(meta: &ObjectMeta) -> Option<FieldError> {
     let path = Path::new("metadata");
     match (meta.name.as_deref(), meta.generate_name.as_deref()) {
-        (Some(name), _) if !name.is_empty() => {
-            names::check_dns1035_label(name).err().map(|r| FieldError::invalid(path.child("name"), name, r))
-        }
+        (Some(name), _) if !name.is_empty() => names::check_dns1035_label(name)
+            .err()
+            .map(|r| FieldError::invalid(path.child("name"), name, r)),
         (_, Some(prefix)) if !prefix.is_empty() => names::check_dns1035_prefix(prefix)
             .err()
             .map(|r| FieldError::invalid(path.child("generateName"), prefix, r)),

@@ -4,7 +4,8 @@
 /// A DNS-1035 label: lowercase letters, digits and `-`, starting with a letter, ending with a
 /// letter or digit, at most 63 characters. Karpenter requires it of both kinds' names.
 pub fn check_dns1035_label(s: &str) -> Result<(), String> {
-    const REASON: &str = "must be a DNS-1035 label: at most 63 lowercase letters, digits or '-', starting with a letter and ending with a letter or digit";
+    const REASON: &str =
+        "must be a DNS-1035 label: at most 63 lowercase letters, digits or '-', starting with a letter and ending with a letter or digit";
     if s.is_empty() || s.len() > 63 {
         return Err(REASON.into());
     }
@@ -26,9 +27,8 @@ pub fn check_dns1035_prefix(s: &str) -> Result<(), String> {
     if trimmed.is_empty() {
         return Err("must start with a lowercase letter".into());
     }
-    check_dns1035_label(trimmed).map_err(|_| {
-        "must be a DNS-1035 label prefix: lowercase letters, digits or '-', starting with a letter".into()
-    })
+    check_dns1035_label(trimmed)
+        .map_err(|_| "must be a DNS-1035 label prefix: lowercase letters, digits or '-', starting with a letter".into())
 }
 
 /// A DNS-1123 subdomain: dot-separated lowercase alphanumeric labels (with inner `-`), at most
@@ -82,7 +82,10 @@ pub fn check_qualified_name(s: &str) -> Result<(), String> {
         return Err("name part must not be empty".into());
     }
     if !is_qualified_name_part(name) {
-        return Err("name part must be at most 63 characters of letters, digits, '-', '_' or '.', starting and ending with a letter or digit".into());
+        return Err(
+            "name part must be at most 63 characters of letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+                .into(),
+        );
     }
     Ok(())
 }

@@ -1,12 +1,16 @@
 //! AdmissionReview in, AdmissionReview out: reads the review, dispatches on the object's group and
 //! kind, runs the pure rules of `apis`, and builds the response (denial with every field error,
 //! JSON patch of defaults, warnings). No I/O here: the HTTP layer hands in bytes.
+//!
+//! The body is read in one pass into a small envelope that keeps the object as raw JSON, and the
+//! object is decoded straight into the API type; only a request that fails somewhere is read a
+//! second time, to name the field at fault.
 
-use json_patch::Patch;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
-use kube::core::{DynamicObject, Status, TypeMeta};
+use base64::Engine;
+use kube::Resource;
 use serde::de::DeserializeOwned;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::apis::decode::decode;
@@ -18,6 +22,7 @@ use crate::metrics::result;
 
 /// The AdmissionReview version karpenter-rs speaks.
 pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
+const REVIEW_KIND: &str = "AdmissionReview";
 
 /// Which webhook was called.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,8 +53,8 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn from_gvk(group: &str, version: &str, kind: &str) -> Option<Kind> {
-        match (group, version, kind) {
+    fn from_gvk(gvk: &GroupVersionKind<'_>) -> Option<Kind> {
+        match (gvk.group, gvk.version, gvk.kind) {
             ("karpenter.sh", "v1alpha5", "Provisioner") => Some(Kind::Provisioner),
             ("karpenter.k8s.aws", "v1alpha1", "AWSNodeTemplate") => Some(Kind::AwsNodeTemplate),
             _ => None,
@@ -68,13 +73,13 @@ impl Kind {
 /// The answer to one admission request, and what the metrics and logs need to know about it.
 #[derive(Debug)]
 pub struct Outcome {
-    /// The response body.
-    pub review: Value,
+    /// The response body (an AdmissionReview), serialized.
+    pub body: Vec<u8>,
     /// HTTP status: 200 for every review with a uid; 400 when no uid could be read.
     pub http_status: u16,
     /// Kind label (`Provisioner`, `AWSNodeTemplate`, or `unknown`).
     pub kind: &'static str,
-    /// Operation label (`CREATE`, `UPDATE`, ..., or `unknown`).
+    /// Operation label (`CREATE`, `UPDATE`, `DELETE`, `CONNECT`, or `unknown`).
     pub operation: &'static str,
     /// Result label, one of `metrics::result`.
     pub result: &'static str,
@@ -84,170 +89,267 @@ pub struct Outcome {
     pub reason: Option<String>,
 }
 
+// --- what is read ------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope<'a> {
+    #[serde(default, borrow)]
+    api_version: Option<&'a str>,
+    #[serde(default, borrow)]
+    kind: Option<&'a str>,
+    #[serde(borrow)]
+    request: Option<Request<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Request<'a> {
+    uid: String,
+    #[serde(borrow)]
+    kind: GroupVersionKind<'a>,
+    operation: &'a str,
+    #[serde(default)]
+    name: String,
+    #[serde(default, borrow)]
+    object: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct GroupVersionKind<'a> {
+    #[serde(default, borrow)]
+    group: &'a str,
+    #[serde(borrow)]
+    version: &'a str,
+    #[serde(borrow)]
+    kind: &'a str,
+}
+
+// --- what is written ---------------------------------------------------------------------------
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewOut<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    response: Response<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Response<'a> {
+    uid: &'a str,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<Status<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    warnings: &'a [String],
+}
+
+#[derive(Serialize)]
+struct Status<'a> {
+    status: &'static str,
+    code: u16,
+    reason: &'static str,
+    message: &'a str,
+}
+
+/// What the rules decided.
+enum Decision {
+    Allow { warnings: Vec<String> },
+    Patch(json_patch::Patch),
+    Deny(String),
+}
+
 /// Answers one AdmissionReview body. Never panics on any input.
 pub fn review(endpoint: Endpoint, body: &[u8], settings: &ApiSettings) -> Outcome {
-    let raw: Value = match serde_json::from_slice(body) {
-        Ok(v) => v,
-        Err(e) => return invalid(None, format!("request body is not JSON: {e}")),
+    let envelope = match serde_json::from_slice::<Envelope<'_>>(body) {
+        Ok(e) => e,
+        Err(e) => return unreadable(body, e),
     };
-    let uid = raw.pointer("/request/uid").and_then(Value::as_str).map(str::to_string);
-    let Some(uid) = uid.filter(|u| !u.is_empty()) else {
-        return invalid(None, "not an AdmissionReview: request.uid is missing".to_string());
-    };
-    let api_version = raw.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
-    let kind = raw.get("kind").and_then(Value::as_str).unwrap_or_default();
-    if api_version != ADMISSION_API_VERSION || kind != "AdmissionReview" {
+    let Some(request) = envelope.request else {
         return invalid(
-            Some(uid),
-            format!("expected kind AdmissionReview of {ADMISSION_API_VERSION}, got kind {kind:?} of {api_version:?}; configure admissionReviewVersions: [v1]"),
+            None,
+            "not an AdmissionReview: request.uid is missing (there is no request)".to_string(),
+        );
+    };
+    if request.uid.is_empty() {
+        return invalid(None, "not an AdmissionReview: request.uid is empty".to_string());
+    }
+    let (api_version, review_kind) = (envelope.api_version.unwrap_or_default(), envelope.kind.unwrap_or_default());
+    if api_version != ADMISSION_API_VERSION || review_kind != REVIEW_KIND {
+        return invalid(
+            Some(&request.uid),
+            format!("expected kind AdmissionReview of {ADMISSION_API_VERSION}, got kind {review_kind:?} of {api_version:?}; configure admissionReviewVersions: [v1]"),
         );
     }
-    let request: AdmissionRequest<DynamicObject> = match serde_json::from_value::<AdmissionReview<DynamicObject>>(raw.clone())
-        .map_err(|e| e.to_string())
-        .and_then(|r| r.try_into().map_err(|_| "request is missing".to_string()))
-    {
-        Ok(r) => r,
-        Err(e) => return invalid(Some(uid), format!("malformed AdmissionReview: {e}")),
+    let operation = match request.operation {
+        "CREATE" => "CREATE",
+        "UPDATE" => "UPDATE",
+        "DELETE" => "DELETE",
+        "CONNECT" => "CONNECT",
+        other => {
+            return invalid(
+                Some(&request.uid),
+                format!("malformed AdmissionReview: unknown operation {other:?}"),
+            )
+        }
     };
-    let operation = operation_label(&request.operation);
-    let name = request.name.clone();
-    let response = AdmissionResponse::from(&request);
-    let gvk = &request.kind;
-    let Some(kind) = Kind::from_gvk(&gvk.group, &gvk.version, &gvk.kind) else {
+    let mut outcome = Outcome {
+        body: Vec::new(),
+        http_status: 200,
+        kind: "unknown",
+        operation,
+        result: result::ALLOWED,
+        name: request.name.clone(),
+        reason: None,
+    };
+    let Some(kind) = Kind::from_gvk(&request.kind) else {
+        let gvk = &request.kind;
         let message = format!(
             "karpenter-rs does not serve {}/{}, Kind={}; it serves Provisioner (karpenter.sh/v1alpha5) and AWSNodeTemplate (karpenter.k8s.aws/v1alpha1)",
             gvk.group, gvk.version, gvk.kind
         );
-        return finish(deny(response, &message), "unknown", operation, name, Some(message));
+        return respond(outcome, &request.uid, Decision::Deny(message));
     };
-    if !matches!(request.operation, Operation::Create | Operation::Update) {
-        return finish(response, kind.as_str(), operation, name, None);
+    outcome.kind = kind.as_str();
+    if !matches!(operation, "CREATE" | "UPDATE") {
+        return respond(outcome, &request.uid, Decision::Allow { warnings: Vec::new() });
     }
-    let Some(object) = raw.pointer("/request/object").filter(|o| o.is_object()) else {
-        let message = format!("{} request carries no object", operation);
-        return finish(deny(response, &message), kind.as_str(), operation, name, Some(message));
+    let Some(object) = request.object.filter(|o| o.get().starts_with('{')) else {
+        return respond(
+            outcome,
+            &request.uid,
+            Decision::Deny(format!("{operation} request carries no object")),
+        );
     };
-    let name = object.pointer("/metadata/name").and_then(Value::as_str).map(str::to_string).unwrap_or(name);
     let decision = match (endpoint, kind) {
-        (Endpoint::Mutate, Kind::Provisioner) => mutate::<Provisioner>(object, |p| v1alpha5::defaults::set_defaults(&mut p.spec, settings)),
-        (Endpoint::Mutate, Kind::AwsNodeTemplate) => {
-            mutate::<AwsNodeTemplate>(object, |t| v1alpha1::defaults::set_defaults(&mut t.spec, &settings.cluster_name))
-        }
+        (Endpoint::Mutate, Kind::Provisioner) => mutate::<Provisioner>(object, &mut outcome.name, |p| {
+            v1alpha5::defaults::set_defaults(&mut p.spec, settings)
+        }),
+        (Endpoint::Mutate, Kind::AwsNodeTemplate) => mutate::<AwsNodeTemplate>(object, &mut outcome.name, |t| {
+            v1alpha1::defaults::set_defaults(&mut t.spec, &settings.cluster_name)
+        }),
         (Endpoint::Validate, Kind::Provisioner) => decode_object::<Provisioner>(object).and_then(|p| {
+            outcome.name = p.metadata.name.clone().unwrap_or_default();
             v1alpha5::validation::validate(&p, settings)?;
-            Ok(Decision::Allow { warnings: v1alpha5::validation::warnings(&p.spec) })
+            Ok(Decision::Allow {
+                warnings: v1alpha5::validation::warnings(&p.spec),
+            })
         }),
         (Endpoint::Validate, Kind::AwsNodeTemplate) => decode_object::<AwsNodeTemplate>(object).and_then(|t| {
+            outcome.name = t.metadata.name.clone().unwrap_or_default();
             v1alpha1::validation::validate(&t)?;
             Ok(Decision::Allow { warnings: Vec::new() })
         }),
     };
-    match decision {
-        Ok(Decision::Allow { warnings }) => {
-            let mut response = response;
-            if !warnings.is_empty() {
-                response.warnings = Some(warnings);
-            }
-            finish(response, kind.as_str(), operation, name, None)
-        }
-        Ok(Decision::Patch(patch)) => match response.with_patch(patch) {
-            Ok(r) => {
-                let mut outcome = finish(r, kind.as_str(), operation, name, None);
-                outcome.result = result::PATCHED;
-                outcome
-            }
-            Err(e) => {
-                let message = format!("encoding the defaults patch: {e}");
-                finish(deny(AdmissionResponse::from(&request), &message), kind.as_str(), operation, name, Some(message))
-            }
-        },
-        Err(errors) => {
-            let message = format!("{} {:?} is invalid: {}", kind.as_str(), name, errors);
-            finish(deny(response, &message), kind.as_str(), operation, name, Some(message))
-        }
-    }
+    let decision = decision.unwrap_or_else(|errors| Decision::Deny(format!("{} {:?} is invalid: {}", kind.as_str(), outcome.name, errors)));
+    respond(outcome, &request.uid, decision)
 }
 
-enum Decision {
-    Allow { warnings: Vec<String> },
-    Patch(Patch),
-}
-
-fn decode_object<T: DeserializeOwned>(object: &Value) -> Result<T, FieldErrors> {
-    decode::<T>(object, &Path::default()).map_err(FieldErrors::from)
+/// Decodes the object; on failure reads it again as JSON to name the field and value at fault.
+fn decode_object<T: DeserializeOwned>(object: &RawValue) -> Result<T, FieldErrors> {
+    serde_json::from_str(object.get()).or_else(|_| {
+        let value: Value = serde_json::from_str(object.get()).expect("a RawValue holds valid JSON");
+        decode::<T>(&value, &Path::default()).map_err(FieldErrors::from)
+    })
 }
 
 /// Decodes, applies `set_defaults`, and answers with the difference as a JSON patch (or a plain
 /// allow when nothing changed). The patch is computed between the decoded object re-encoded and
 /// the defaulted one, so it carries only the defaults, never re-encoding noise.
-fn mutate<T: DeserializeOwned + Serialize + Clone>(object: &Value, set_defaults: impl FnOnce(&mut T)) -> Result<Decision, FieldErrors> {
+fn mutate<T: Resource + DeserializeOwned + Serialize + Clone>(
+    object: &RawValue,
+    name: &mut String,
+    set_defaults: impl FnOnce(&mut T),
+) -> Result<Decision, FieldErrors> {
     let original: T = decode_object(object)?;
+    if let Some(n) = &original.meta().name {
+        name.clone_from(n);
+    }
     let mut defaulted = original.clone();
     set_defaults(&mut defaulted);
     let before = serde_json::to_value(&original).expect("API types always serialize");
     let after = serde_json::to_value(&defaulted).expect("API types always serialize");
     let patch = json_patch::diff(&before, &after);
-    if patch.0.is_empty() {
-        Ok(Decision::Allow { warnings: Vec::new() })
+    Ok(if patch.0.is_empty() {
+        Decision::Allow { warnings: Vec::new() }
     } else {
-        Ok(Decision::Patch(patch))
+        Decision::Patch(patch)
+    })
+}
+
+/// Writes the AdmissionReview for `decision` into `outcome`.
+fn respond(mut outcome: Outcome, uid: &str, decision: Decision) -> Outcome {
+    let mut response = Response {
+        uid,
+        allowed: true,
+        status: None,
+        patch: None,
+        patch_type: None,
+        warnings: &[],
+    };
+    let warnings;
+    match &decision {
+        Decision::Allow { warnings: w } => {
+            warnings = w.clone();
+            response.warnings = &warnings;
+        }
+        Decision::Patch(patch) => {
+            let bytes = serde_json::to_vec(patch).expect("a JSON patch always serializes");
+            response.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+            response.patch_type = Some("JSONPatch");
+            outcome.result = result::PATCHED;
+        }
+        Decision::Deny(message) => {
+            response.allowed = false;
+            response.status = Some(Status {
+                status: "Failure",
+                code: 400,
+                reason: "BadRequest",
+                message,
+            });
+            outcome.result = result::DENIED;
+            outcome.reason = Some(message.clone());
+        }
+    }
+    outcome.body = serde_json::to_vec(&ReviewOut {
+        api_version: ADMISSION_API_VERSION,
+        kind: REVIEW_KIND,
+        response,
+    })
+    .expect("an AdmissionReview always serializes");
+    outcome
+}
+
+/// The body did not fit the envelope: find the uid if there is one, and say what is wrong.
+fn unreadable(body: &[u8], error: serde_json::Error) -> Outcome {
+    match serde_json::from_slice::<Value>(body) {
+        Err(e) => invalid(None, format!("request body is not JSON: {e}")),
+        Ok(value) => match value.pointer("/request/uid").and_then(Value::as_str).filter(|u| !u.is_empty()) {
+            Some(uid) => invalid(Some(uid), format!("malformed AdmissionReview: {error}")),
+            None => invalid(None, "not an AdmissionReview: request.uid is missing".to_string()),
+        },
     }
 }
 
-fn deny(mut response: AdmissionResponse, message: &str) -> AdmissionResponse {
-    response = response.deny(message);
-    response.result = Status::failure(message, "BadRequest").with_code(400);
-    response
-}
-
-fn operation_label(op: &Operation) -> &'static str {
-    match op {
-        Operation::Create => "CREATE",
-        Operation::Update => "UPDATE",
-        Operation::Delete => "DELETE",
-        Operation::Connect => "CONNECT",
-    }
-}
-
-fn v1_types() -> TypeMeta {
-    TypeMeta { api_version: ADMISSION_API_VERSION.to_string(), kind: "AdmissionReview".to_string() }
-}
-
-fn finish(mut response: AdmissionResponse, kind: &'static str, operation: &'static str, name: String, reason: Option<String>) -> Outcome {
-    response.types = v1_types();
-    let allowed = response.allowed;
-    let mut review = serde_json::to_value(response.into_review()).expect("AdmissionReview always serializes");
-    encode_patch(&mut review);
-    Outcome {
-        review,
-        http_status: 200,
-        kind,
-        operation,
-        result: if allowed { result::ALLOWED } else { result::DENIED },
-        name,
-        reason,
-    }
-}
-
-/// The API server expects `patch` as a base64 string (Go's encoding of []byte); kube's type
-/// serializes the bytes as a list of numbers.
-fn encode_patch(review: &mut Value) {
-    use base64::Engine;
-    let Some(patch) = review.pointer_mut("/response/patch") else { return };
-    if let Some(bytes) = patch.as_array().map(|a| a.iter().filter_map(|b| b.as_u64().map(|b| b as u8)).collect::<Vec<u8>>()) {
-        *patch = Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
-    }
-}
-
-/// The review could not be read. With a uid, an AdmissionReview the API server can match;
+/// The review itself could not be read. With a uid, an AdmissionReview the API server can match;
 /// without one, HTTP 400 with the same body for a human or a test to read.
-fn invalid(uid: Option<String>, message: String) -> Outcome {
-    let mut response = AdmissionResponse::invalid(&message);
-    response.result = Status::failure(&message, "BadRequest").with_code(400);
-    let http_status = if uid.is_some() { 200 } else { 400 };
-    response.uid = uid.unwrap_or_default();
-    let mut outcome = finish(response, "unknown", "unknown", String::new(), Some(message));
-    outcome.http_status = http_status;
+fn invalid(uid: Option<&str>, message: String) -> Outcome {
+    let outcome = Outcome {
+        body: Vec::new(),
+        http_status: if uid.is_some() { 200 } else { 400 },
+        kind: "unknown",
+        operation: "unknown",
+        result: result::INVALID,
+        name: String::new(),
+        reason: None,
+    };
+    let mut outcome = respond(outcome, uid.unwrap_or_default(), Decision::Deny(message));
     outcome.result = result::INVALID;
     outcome
 }

@@ -59,10 +59,20 @@ struct AppState {
 
 /// The routes, without TLS: usable on any listener (the benchmark uses it directly too).
 pub fn router(settings: ApiSettings, metrics: Metrics, client_timeout: Duration) -> Router {
-    let state = AppState { settings: Arc::new(settings), metrics, client_timeout };
+    let state = AppState {
+        settings: Arc::new(settings),
+        metrics,
+        client_timeout,
+    };
     Router::new()
-        .route("/mutate", post(|s: State<AppState>, h: HeaderMap, b: Body| handle(Endpoint::Mutate, s, h, b)))
-        .route("/validate", post(|s: State<AppState>, h: HeaderMap, b: Body| handle(Endpoint::Validate, s, h, b)))
+        .route(
+            "/mutate",
+            post(|s: State<AppState>, h: HeaderMap, b: Body| handle(Endpoint::Mutate, s, h, b)),
+        )
+        .route(
+            "/validate",
+            post(|s: State<AppState>, h: HeaderMap, b: Body| handle(Endpoint::Validate, s, h, b)),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .with_state(state)
 }
@@ -75,21 +85,32 @@ async fn handle(endpoint: Endpoint, State(state): State<AppState>, headers: Head
         .and_then(|v| v.parse::<usize>().ok())
         .is_some_and(|n| n > MAX_BODY_BYTES);
     let bytes = if too_large {
-        Err(refusal(StatusCode::PAYLOAD_TOO_LARGE, format!("request body is larger than {MAX_BODY_BYTES} bytes")))
+        Err(refusal(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body is larger than {MAX_BODY_BYTES} bytes"),
+        ))
     } else {
         match tokio::time::timeout(state.client_timeout, Limited::new(body, MAX_BODY_BYTES).collect()).await {
             Ok(Ok(collected)) => Ok(collected.to_bytes()),
-            Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
-                Err(refusal(StatusCode::PAYLOAD_TOO_LARGE, format!("request body is larger than {MAX_BODY_BYTES} bytes")))
-            }
+            Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err(refusal(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body is larger than {MAX_BODY_BYTES} bytes"),
+            )),
             Ok(Err(e)) => Err(refusal(StatusCode::BAD_REQUEST, format!("reading request body: {e}"))),
-            Err(_) => Err(refusal(StatusCode::REQUEST_TIMEOUT, format!("request body not received within {:?}", state.client_timeout))),
+            Err(_) => Err(refusal(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("request body not received within {:?}", state.client_timeout),
+            )),
         }
     };
     let bytes = match bytes {
         Ok(b) => b,
         Err(response) => {
-            state.metrics.webhook_requests.with_label_values(&[endpoint.path(), "unknown", "unknown", crate::metrics::result::INVALID]).inc();
+            state
+                .metrics
+                .webhook_requests
+                .with_label_values(&[endpoint.path(), "unknown", "unknown", crate::metrics::result::INVALID])
+                .inc();
             return response;
         }
     };
@@ -99,7 +120,11 @@ async fn handle(endpoint: Endpoint, State(state): State<AppState>, headers: Head
         .webhook_requests
         .with_label_values(&[endpoint.path(), outcome.kind, outcome.operation, outcome.result])
         .inc();
-    state.metrics.webhook_duration.with_label_values(&[endpoint.path(), outcome.kind]).observe(started.elapsed().as_secs_f64());
+    state
+        .metrics
+        .webhook_duration
+        .with_label_values(&[endpoint.path(), outcome.kind])
+        .observe(started.elapsed().as_secs_f64());
     info!(
         path = endpoint.path(),
         kind = outcome.kind,
@@ -110,7 +135,7 @@ async fn handle(endpoint: Endpoint, State(state): State<AppState>, headers: Head
         "admission"
     );
     let status = StatusCode::from_u16(outcome.http_status).unwrap_or(StatusCode::OK);
-    (status, axum::Json(outcome.review)).into_response()
+    (status, [(header::CONTENT_TYPE, "application/json")], outcome.body).into_response()
 }
 
 fn refusal(status: StatusCode, message: String) -> Response {
@@ -143,8 +168,15 @@ pub fn start(listener: TcpListener, config: WebhookConfig, metrics: Metrics, shu
 async fn accept_loop(listener: TcpListener, acceptor: TlsAcceptor, app: Router, config: WebhookConfig, shutdown: CancellationToken) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(config.client_timeout).keep_alive(true);
-    builder.http2().timer(TokioTimer::new()).keep_alive_interval(Some(Duration::from_secs(30)));
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.client_timeout)
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(Duration::from_secs(30)));
     let builder = Arc::new(builder);
     loop {
         let (stream, peer) = tokio::select! {

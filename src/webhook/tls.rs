@@ -68,7 +68,10 @@ impl CertStore {
     /// Loads `tls.crt` and `tls.key` from `dir`; fails when they are missing or unusable.
     pub fn load(dir: &Path) -> Result<Arc<CertStore>, TlsError> {
         let (files, key) = read(dir)?;
-        Ok(Arc::new(CertStore { dir: dir.to_path_buf(), current: RwLock::new(Loaded { key, files }) }))
+        Ok(Arc::new(CertStore {
+            dir: dir.to_path_buf(),
+            current: RwLock::new(Loaded { key, files }),
+        }))
     }
 
     /// Reloads the files if their contents changed. `Ok(true)` when a new certificate is in use.
@@ -81,7 +84,10 @@ impl CertStore {
             return Ok(false);
         }
         let key = certified_key(&self.dir, &cert_bytes, &key_bytes)?;
-        *self.current.write().expect("cert lock is never poisoned") = Loaded { key, files: (cert_bytes, key_bytes) };
+        *self.current.write().expect("cert lock is never poisoned") = Loaded {
+            key,
+            files: (cert_bytes, key_bytes),
+        };
         Ok(true)
     }
 
@@ -155,9 +161,11 @@ fn certified_key(dir: &Path, cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<Cert
         .ok()
         .flatten()
         .ok_or_else(|| TlsError::NoKey { path: dir.join(KEY_FILE) })?;
-    let signing_key = rustls::crypto::ring::sign::any_supported_type(&key)
-        .map_err(|source| TlsError::KeyPair { dir: dir.into(), source })?;
+    let signing_key =
+        rustls::crypto::ring::sign::any_supported_type(&key).map_err(|source| TlsError::KeyPair { dir: dir.into(), source })?;
     let certified = CertifiedKey::new(certs, signing_key);
-    certified.keys_match().map_err(|source| TlsError::KeyPair { dir: dir.into(), source })?;
+    certified
+        .keys_match()
+        .map_err(|source| TlsError::KeyPair { dir: dir.into(), source })?;
     Ok(Arc::new(certified))
 }

@@ -35,7 +35,9 @@ impl Server {
     pub async fn start_with(settings: ApiSettings, client_timeout: Duration) -> Server {
         let cert_dir = tempfile::tempdir().expect("temp dir");
         let ca = Ca::generate("test CA", Duration::from_secs(3600)).expect("CA");
-        let serving = ca.issue(&certs::serving_names(&[]), Duration::from_secs(3600)).expect("serving cert");
+        let serving = ca
+            .issue(&certs::serving_names(&[]), Duration::from_secs(3600))
+            .expect("serving cert");
         certs::write(cert_dir.path(), &ca, &serving).expect("write certs");
         let config = WebhookConfig {
             cert_dir: cert_dir.path().to_path_buf(),
@@ -50,7 +52,15 @@ impl Server {
         let webhook = webhook::start(listener, config, metrics.clone(), shutdown.clone()).expect("webhook starts");
         let url = format!("https://127.0.0.1:{}", webhook.local_addr.port());
         let client = client_trusting(&ca.cert_pem());
-        Server { webhook, url, ca, cert_dir, client, metrics, shutdown }
+        Server {
+            webhook,
+            url,
+            ca,
+            cert_dir,
+            client,
+            metrics,
+            shutdown,
+        }
     }
 
     /// POSTs a body to `path` and returns the status and the body as JSON (or as a string value).

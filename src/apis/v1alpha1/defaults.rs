@@ -82,7 +82,10 @@ mod tests {
         assert_eq!(p, once);
         let mut p = json!({"launchTemplate": "lt"});
         set_provider_defaults(&mut p, "configured");
-        assert_eq!(p, json!({"launchTemplate": "lt", "subnetSelector": {"karpenter.sh/discovery": "configured"}}));
+        assert_eq!(
+            p,
+            json!({"launchTemplate": "lt", "subnetSelector": {"karpenter.sh/discovery": "configured"}})
+        );
         let mut p = json!("not an object");
         set_provider_defaults(&mut p, "configured");
         assert_eq!(p, json!("not an object"));

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use super::{AwsNodeTemplate, AwsProvider, AwsSettings, BlockDeviceMapping, MetadataOptions};
 use crate::apis::field_error::{FieldError, FieldErrors, Path};
 use crate::apis::quantity::parse_quantity;
-use crate::apis::validate_object_name;
 use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
+use crate::apis::validate_object_name;
 
 /// The AMI families karpenter-rs knows how to bootstrap.
 pub const AMI_FAMILIES: &[&str] = &["AL2", "Bottlerocket", "Ubuntu", "Windows2019", "Windows2022", "Custom"];
@@ -47,7 +47,10 @@ pub fn validate(template: &AwsNodeTemplate) -> Result<(), FieldErrors> {
         errs.extend(validate_selector(selector, &ami_path, "ami-"));
     }
     if spec.ami_family.as_deref() == Some("Custom") && spec.ami_selector.is_none() {
-        errs.push(FieldError::required(path.child("amiSelector"), "amiFamily Custom needs an amiSelector to find its AMIs"));
+        errs.push(FieldError::required(
+            path.child("amiSelector"),
+            "amiFamily Custom needs an amiSelector to find its AMIs",
+        ));
     }
     errs.into_result()
 }
@@ -76,10 +79,8 @@ pub fn validate_provider(provider: &AwsProvider, path: &Path, cluster_name: &str
 /// A maximum spot price: a decimal string of USD per hour greater than 0.
 pub fn check_spot_price(price: &str) -> Result<f64, String> {
     const REASON: &str = "must be a decimal number of USD per hour greater than 0, written as a string (\"0.067\")";
-    let digits_ok = !price.is_empty()
-        && price.bytes().all(|b| b.is_ascii_digit() || b == b'.')
-        && price.matches('.').count() <= 1
-        && price != ".";
+    let digits_ok =
+        !price.is_empty() && price.bytes().all(|b| b.is_ascii_digit() || b == b'.') && price.matches('.').count() <= 1 && price != ".";
     match price.parse::<f64>() {
         Ok(v) if digits_ok && v > 0.0 && v.is_finite() => Ok(v),
         _ => Err(REASON.to_string()),
@@ -90,7 +91,10 @@ pub fn check_spot_price(price: &str) -> Result<f64, String> {
 pub fn validate_settings(s: &AwsSettings<'_>, path: &Path) -> FieldErrors {
     let mut errs = FieldErrors::new();
     match s.subnet_selector {
-        None => errs.push(FieldError::required(path.child("subnetSelector"), "select the subnets nodes may use, by tag or with aws-ids")),
+        None => errs.push(FieldError::required(
+            path.child("subnetSelector"),
+            "select the subnets nodes may use, by tag or with aws-ids",
+        )),
         Some(sel) => errs.extend(validate_selector(sel, &path.child("subnetSelector"), "subnet-")),
     }
     match (s.security_group_selector, s.launch_template) {
@@ -126,7 +130,11 @@ pub fn validate_settings(s: &AwsSettings<'_>, path: &Path) -> FieldErrors {
     }
     if let Some(family) = s.ami_family {
         if !AMI_FAMILIES.contains(&family) {
-            errs.push(FieldError::invalid(path.child("amiFamily"), family, format!("must be one of {}", AMI_FAMILIES.join(", "))));
+            errs.push(FieldError::invalid(
+                path.child("amiFamily"),
+                family,
+                format!("must be one of {}", AMI_FAMILIES.join(", ")),
+            ));
         }
     }
     if let Some(mappings) = s.block_device_mappings {
@@ -148,12 +156,19 @@ fn validate_selector(selector: &BTreeMap<String, String>, path: &Path, id_prefix
         }
         let entry = path.key(key);
         if value.is_empty() {
-            errs.push(FieldError::invalid(entry, value, "selector values must not be empty; use \"*\" to match any value"));
+            errs.push(FieldError::invalid(
+                entry,
+                value,
+                "selector values must not be empty; use \"*\" to match any value",
+            ));
             continue;
         }
         if ID_FILTER_KEYS.contains(&key.as_str()) {
             if selector.len() > 1 {
-                errs.push(FieldError::forbidden(entry.clone(), format!("{key} selects by id and must be the only key of the selector")));
+                errs.push(FieldError::forbidden(
+                    entry.clone(),
+                    format!("{key} selects by id and must be the only key of the selector"),
+                ));
             }
             for id in value.split(',').map(str::trim) {
                 if !is_aws_id(id, id_prefix) {
@@ -201,13 +216,21 @@ fn validate_metadata_options(o: &MetadataOptions, path: &Path) -> Vec<FieldError
     for (field, value, allowed) in enums {
         if let Some(v) = value {
             if !allowed.contains(&v.as_str()) {
-                errs.push(FieldError::invalid(path.child(field), v, format!("must be one of {}", allowed.join(", "))));
+                errs.push(FieldError::invalid(
+                    path.child(field),
+                    v,
+                    format!("must be one of {}", allowed.join(", ")),
+                ));
             }
         }
     }
     if let Some(hops) = o.http_put_response_hop_limit {
         if !(1..=64).contains(&hops) {
-            errs.push(FieldError::invalid(path.child("httpPutResponseHopLimit"), hops, "must be between 1 and 64"));
+            errs.push(FieldError::invalid(
+                path.child("httpPutResponseHopLimit"),
+                hops,
+                "must be between 1 and 64",
+            ));
         }
     }
     errs
@@ -225,11 +248,18 @@ fn validate_block_device_mapping(m: &BlockDeviceMapping, path: &Path) -> Vec<Fie
     let ebs_path = path.child("ebs");
     if let Some(t) = &ebs.volume_type {
         if !VOLUME_TYPES.contains(&t.as_str()) {
-            errs.push(FieldError::invalid(ebs_path.child("volumeType"), t, format!("must be one of {}", VOLUME_TYPES.join(", "))));
+            errs.push(FieldError::invalid(
+                ebs_path.child("volumeType"),
+                t,
+                format!("must be one of {}", VOLUME_TYPES.join(", ")),
+            ));
         }
     }
     match (&ebs.volume_size, &ebs.snapshot_id) {
-        (None, None) => errs.push(FieldError::required(ebs_path.child("volumeSize"), "give a size, or a snapshotID to size the volume from")),
+        (None, None) => errs.push(FieldError::required(
+            ebs_path.child("volumeSize"),
+            "give a size, or a snapshotID to size the volume from",
+        )),
         (Some(size), _) => match parse_quantity(&size.0) {
             Some(bytes) if (MIN_VOLUME_BYTES..=MAX_VOLUME_BYTES).contains(&bytes) => {}
             Some(_) => errs.push(FieldError::invalid(
@@ -237,7 +267,11 @@ fn validate_block_device_mapping(m: &BlockDeviceMapping, path: &Path) -> Vec<Fie
                 &size.0,
                 "must be between 1G and 64T (decimal units; a bare number is bytes)",
             )),
-            None => errs.push(FieldError::invalid(ebs_path.child("volumeSize"), &size.0, "must be a quantity such as 20Gi or 100G")),
+            None => errs.push(FieldError::invalid(
+                ebs_path.child("volumeSize"),
+                &size.0,
+                "must be a quantity such as 20Gi or 100G",
+            )),
         },
         (None, Some(_)) => {}
     }
@@ -283,33 +317,93 @@ mod tests {
         let cases: Vec<(serde_json::Value, &str)> = vec![
             (json!({"securityGroupSelector": {"a": "b"}}), "spec.subnetSelector: required value"),
             (json!({"subnetSelector": {"a": "b"}}), "spec.securityGroupSelector: required value"),
-            (with("subnetSelector", json!({"a": ""})), "spec.subnetSelector[a]: invalid value \"\""),
-            (with("subnetSelector", json!({"": "x"})), "spec.subnetSelector: invalid value \"\": selector keys must not be empty"),
+            (
+                with("subnetSelector", json!({"a": ""})),
+                "spec.subnetSelector[a]: invalid value \"\"",
+            ),
+            (
+                with("subnetSelector", json!({"": "x"})),
+                "spec.subnetSelector: invalid value \"\": selector keys must not be empty",
+            ),
             (with("subnetSelector", json!({"aws-ids": "subnet-1,"})), "\"\" is not an id"),
-            (with("subnetSelector", json!({"aws-ids": "xsubnet-1"})), "\"xsubnet-1\" is not an id"),
-            (with("subnetSelector", json!({"aws::ids": "subnet-1", "b": "c"})), "must be the only key"),
-            (with("securityGroupSelector", json!({"aws-ids": "subnet-1"})), "not an id of the form sg-"),
+            (
+                with("subnetSelector", json!({"aws-ids": "xsubnet-1"})),
+                "\"xsubnet-1\" is not an id",
+            ),
+            (
+                with("subnetSelector", json!({"aws::ids": "subnet-1", "b": "c"})),
+                "must be the only key",
+            ),
+            (
+                with("securityGroupSelector", json!({"aws-ids": "subnet-1"})),
+                "not an id of the form sg-",
+            ),
             (with("launchTemplate", json!("lt")), "spec.securityGroupSelector: forbidden"),
-            (with("metadataOptions", json!({"httpTokens": "Required"})), "spec.metadataOptions.httpTokens: invalid value \"Required\""),
-            (with("metadataOptions", json!({"httpPutResponseHopLimit": 65})), "httpPutResponseHopLimit: invalid value 65"),
+            (
+                with("metadataOptions", json!({"httpTokens": "Required"})),
+                "spec.metadataOptions.httpTokens: invalid value \"Required\"",
+            ),
+            (
+                with("metadataOptions", json!({"httpPutResponseHopLimit": 65})),
+                "httpPutResponseHopLimit: invalid value 65",
+            ),
             (with("metadataOptions", json!({"httpEndpoint": "on"})), "httpEndpoint"),
             (with("metadataOptions", json!({"httpProtocolIPv6": "yes"})), "httpProtocolIPv6"),
             (with("amiFamily", json!("al2")), "spec.amiFamily: invalid value \"al2\""),
             (with("amiFamily", json!("Custom")), "spec.amiSelector: required value"),
-            (with("blockDeviceMappings", json!([{"ebs": {"volumeSize": "20Gi"}}])), "spec.blockDeviceMappings[0].deviceName: required"),
-            (with("blockDeviceMappings", json!([{"deviceName": "/dev/xvda"}])), "spec.blockDeviceMappings[0].ebs: required"),
-            (with("blockDeviceMappings", json!([{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "953Mi"}}])), "volumeSize: invalid value \"953Mi\""),
-            (with("blockDeviceMappings", json!([{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "64Ti"}}])), "volumeSize: invalid value \"64Ti\""),
-            (with("blockDeviceMappings", json!([{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "20"}}])), "volumeSize: invalid value \"20\""),
-            (with("blockDeviceMappings", json!([{"deviceName": "/dev/xvda", "ebs": {}}])), "volumeSize: required"),
-            (with("blockDeviceMappings", json!([{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "20G", "volumeType": "gp4"}}])), "volumeType: invalid value \"gp4\""),
+            (
+                with("blockDeviceMappings", json!([{"ebs": {"volumeSize": "20Gi"}}])),
+                "spec.blockDeviceMappings[0].deviceName: required",
+            ),
+            (
+                with("blockDeviceMappings", json!([{"deviceName": "/dev/xvda"}])),
+                "spec.blockDeviceMappings[0].ebs: required",
+            ),
+            (
+                with(
+                    "blockDeviceMappings",
+                    json!([{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "953Mi"}}]),
+                ),
+                "volumeSize: invalid value \"953Mi\"",
+            ),
+            (
+                with(
+                    "blockDeviceMappings",
+                    json!([{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "64Ti"}}]),
+                ),
+                "volumeSize: invalid value \"64Ti\"",
+            ),
+            (
+                with(
+                    "blockDeviceMappings",
+                    json!([{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "20"}}]),
+                ),
+                "volumeSize: invalid value \"20\"",
+            ),
+            (
+                with("blockDeviceMappings", json!([{"deviceName": "/dev/xvda", "ebs": {}}])),
+                "volumeSize: required",
+            ),
+            (
+                with(
+                    "blockDeviceMappings",
+                    json!([{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "20G", "volumeType": "gp4"}}]),
+                ),
+                "volumeType: invalid value \"gp4\"",
+            ),
             (with("tags", json!({"": "x"})), "spec.tags: invalid value \"\""),
-            (with("tags", json!({"kubernetes.io/cluster/ssungz-cluster": "owned"})), "spec.tags[kubernetes.io/cluster/ssungz-cluster]: forbidden"),
+            (
+                with("tags", json!({"kubernetes.io/cluster/ssungz-cluster": "owned"})),
+                "spec.tags[kubernetes.io/cluster/ssungz-cluster]: forbidden",
+            ),
             (with("tags", json!({"kubernetes.io/cluster/my.cluster": "owned"})), "forbidden"),
             (with("tags", json!({"karpenter.sh/provisioner-name": "x"})), "forbidden"),
             (with("tags", json!({"karpenter.sh/managed-by": "x"})), "forbidden"),
             (with("amiSelector", json!({"aws-ids": "ami-1,xami-2"})), "\"xami-2\" is not an id"),
-            (with("amiSelector", json!({"name": ""})), "spec.amiSelector[name]: invalid value \"\""),
+            (
+                with("amiSelector", json!({"name": ""})),
+                "spec.amiSelector[name]: invalid value \"\"",
+            ),
         ];
         for (spec, want) in cases {
             let got = errors(spec.clone());
@@ -328,12 +422,27 @@ mod tests {
     #[test]
     fn accepts_edge_values() {
         for spec in [
-            with("blockDeviceMappings", json!([{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "1G"}}])),
-            with("blockDeviceMappings", json!([{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "64T"}}])),
-            with("blockDeviceMappings", json!([{"deviceName": "/dev/xvda", "ebs": {"snapshotID": "snap-1"}}])),
-            with("metadataOptions", json!({"httpPutResponseHopLimit": 1, "httpTokens": "required", "httpEndpoint": "enabled", "httpProtocolIPv6": "disabled"})),
+            with(
+                "blockDeviceMappings",
+                json!([{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "1G"}}]),
+            ),
+            with(
+                "blockDeviceMappings",
+                json!([{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "64T"}}]),
+            ),
+            with(
+                "blockDeviceMappings",
+                json!([{"deviceName": "/dev/xvda", "ebs": {"snapshotID": "snap-1"}}]),
+            ),
+            with(
+                "metadataOptions",
+                json!({"httpPutResponseHopLimit": 1, "httpTokens": "required", "httpEndpoint": "enabled", "httpProtocolIPv6": "disabled"}),
+            ),
             with("amiSelector", json!({"aws::ids": "ami-123, ami-456"})),
-            with("tags", json!({"kubernetes.io/role/internal-elb": "1", "karpenter.sh/anything": "x"})),
+            with(
+                "tags",
+                json!({"kubernetes.io/role/internal-elb": "1", "karpenter.sh/anything": "x"}),
+            ),
             json!({"subnetSelector": {"aws-ids": "subnet-0abc,subnet-1"}, "launchTemplate": "lt"}),
         ] {
             assert_eq!(errors(spec.clone()), "", "{spec}");
@@ -356,7 +465,10 @@ mod tests {
             "clusterName": "other", "spotPrice": "0"
         }))
         .unwrap();
-        let got = validate_provider(&p, &Path::new("spec.provider"), "ssungz-cluster").into_result().unwrap_err().to_string();
+        let got = validate_provider(&p, &Path::new("spec.provider"), "ssungz-cluster")
+            .into_result()
+            .unwrap_err()
+            .to_string();
         assert!(got.contains("spec.provider.clusterName: invalid value \"other\""), "{got}");
         assert!(got.contains("ssungz-cluster"), "{got}");
         assert!(got.contains("spec.provider.spotPrice: invalid value \"0\""), "{got}");

@@ -14,7 +14,12 @@ use crate::apis::v1alpha1::defaults::set_provider_defaults;
 use crate::apis::ApiSettings;
 
 /// Keys whose presence suppresses the instance category/generation defaults.
-const INSTANCE_SHAPE_KEYS: &[&str] = &[INSTANCE_TYPE_LABEL, INSTANCE_FAMILY_LABEL, INSTANCE_CATEGORY_LABEL, INSTANCE_GENERATION_LABEL];
+const INSTANCE_SHAPE_KEYS: &[&str] = &[
+    INSTANCE_TYPE_LABEL,
+    INSTANCE_FAMILY_LABEL,
+    INSTANCE_CATEGORY_LABEL,
+    INSTANCE_GENERATION_LABEL,
+];
 
 /// Applies every Provisioner default.
 pub fn set_defaults(spec: &mut ProvisionerSpec, settings: &ApiSettings) {
@@ -39,7 +44,11 @@ pub fn set_requirement_defaults(spec: &mut ProvisionerSpec) {
     let existing = spec.requirements.clone().unwrap_or_default();
     let is_set = |key: &str| constrains(&existing, key) || label_keys.contains(&key);
     let mut added = Vec::new();
-    for (key, value) in [(OS_LABEL, "linux"), (ARCH_LABEL, "amd64"), (CAPACITY_TYPE_LABEL, CAPACITY_TYPE_ON_DEMAND)] {
+    for (key, value) in [
+        (OS_LABEL, "linux"),
+        (ARCH_LABEL, "amd64"),
+        (CAPACITY_TYPE_LABEL, CAPACITY_TYPE_ON_DEMAND),
+    ] {
         if !is_set(key) {
             added.push(requirement(key, "In", &[value]));
         }
@@ -71,7 +80,11 @@ mod tests {
     }
 
     fn keys(s: &ProvisionerSpec) -> Vec<String> {
-        s.requirements.iter().flatten().map(|r| format!("{} {} {}", r.key, r.operator, r.values.clone().unwrap_or_default().join(","))).collect()
+        s.requirements
+            .iter()
+            .flatten()
+            .map(|r| format!("{} {} {}", r.key, r.operator, r.values.clone().unwrap_or_default().join(",")))
+            .collect()
     }
 
     fn defaulted(v: serde_json::Value) -> ProvisionerSpec {
@@ -90,7 +103,10 @@ mod tests {
             ],
             "providerRef": {"name": "service-lt"}, "ttlSecondsAfterEmpty": 30, "ttlSecondsUntilExpired": 1209600
         }));
-        assert_eq!(keys(&s)[3..], ["kubernetes.io/os In linux".to_string(), "kubernetes.io/arch In amd64".to_string()]);
+        assert_eq!(
+            keys(&s)[3..],
+            ["kubernetes.io/os In linux".to_string(), "kubernetes.io/arch In amd64".to_string()]
+        );
         assert_eq!(s.ttl_seconds_after_empty, Some(30));
         assert_eq!(s.ttl_seconds_until_expired, Some(1209600));
     }
@@ -136,7 +152,8 @@ mod tests {
             ]
         }));
         assert_eq!(keys(&s).len(), 2, "{:?}", keys(&s));
-        let s = defaulted(json!({"requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "NotIn", "values": ["t2.micro"]}]}));
+        let s =
+            defaulted(json!({"requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "NotIn", "values": ["t2.micro"]}]}));
         assert!(!keys(&s).iter().any(|k| k.contains("instance-category")));
     }
 
@@ -148,7 +165,11 @@ mod tests {
         let mut s = spec(json!({"ttlSecondsAfterEmpty": 0, "ttlSecondsUntilExpired": 0}));
         set_defaults(&mut s, &ApiSettings::new("c"));
         assert_eq!((s.ttl_seconds_after_empty, s.ttl_seconds_until_expired), (Some(0), Some(0)));
-        let off = ApiSettings { default_ttl_seconds_after_empty: None, default_ttl_seconds_until_expired: None, ..ApiSettings::new("c") };
+        let off = ApiSettings {
+            default_ttl_seconds_after_empty: None,
+            default_ttl_seconds_until_expired: None,
+            ..ApiSettings::new("c")
+        };
         let mut s = spec(json!({}));
         set_defaults(&mut s, &off);
         assert_eq!((s.ttl_seconds_after_empty, s.ttl_seconds_until_expired), (None, None));

@@ -87,7 +87,11 @@ pub const NORMALIZED_LABELS: &[(&str, &str)] = &[
 
 /// The stable spelling of a label key (deprecated beta keys are mapped to their successors).
 pub fn normalize(key: &str) -> &str {
-    NORMALIZED_LABELS.iter().find(|(old, _)| *old == key).map(|(_, new)| *new).unwrap_or(key)
+    NORMALIZED_LABELS
+        .iter()
+        .find(|(old, _)| *old == key)
+        .map(|(_, new)| *new)
+        .unwrap_or(key)
 }
 
 /// True when `key` is a deprecated beta key that `normalize` rewrites.

@@ -17,7 +17,10 @@ pub fn validate_requirement(r: &NodeSelectorRequirement, path: &Path) -> Vec<Fie
     let key = labels::normalize(&r.key);
     let key_path = path.child("key");
     if key == PROVISIONER_NAME_LABEL {
-        errs.push(FieldError::forbidden(key_path, format!("{PROVISIONER_NAME_LABEL} is set by karpenter-rs on every node it launches")));
+        errs.push(FieldError::forbidden(
+            key_path,
+            format!("{PROVISIONER_NAME_LABEL} is set by karpenter-rs on every node it launches"),
+        ));
     } else if let Err(reason) = check_qualified_name(key) {
         errs.push(FieldError::invalid(key_path, &r.key, reason));
     } else if let Some(reason) = labels::restriction(key) {
@@ -31,9 +34,10 @@ pub fn validate_requirement(r: &NodeSelectorRequirement, path: &Path) -> Vec<Fie
     }
     let values_path = path.child("values");
     match r.operator.as_str() {
-        "In" if values.is_empty() => {
-            errs.push(FieldError::required(values_path, format!("operator In needs at least one value for {:?}", r.key)))
-        }
+        "In" if values.is_empty() => errs.push(FieldError::required(
+            values_path,
+            format!("operator In needs at least one value for {:?}", r.key),
+        )),
         "Exists" | "DoesNotExist" if !values.is_empty() => errs.push(FieldError::invalid(
             values_path,
             Raw(serde_json::to_string(values).expect("strings serialize")),
@@ -133,17 +137,35 @@ mod tests {
     #[test]
     fn denies_invalid_requirements_naming_the_field() {
         let cases = [
-            (req("karpenter.sh/provisioner-name", "In", &["a"]), "spec.requirements[0].key: forbidden"),
-            (req("team", "within", &["a"]), "spec.requirements[0].operator: invalid value \"within\""),
+            (
+                req("karpenter.sh/provisioner-name", "In", &["a"]),
+                "spec.requirements[0].key: forbidden",
+            ),
+            (
+                req("team", "within", &["a"]),
+                "spec.requirements[0].operator: invalid value \"within\"",
+            ),
             (req("team", "In", &[]), "spec.requirements[0].values: required value"),
-            (req("kubernetes.io/custom", "In", &["a"]), "spec.requirements[0].key: invalid value \"kubernetes.io/custom\""),
+            (
+                req("kubernetes.io/custom", "In", &["a"]),
+                "spec.requirements[0].key: invalid value \"kubernetes.io/custom\"",
+            ),
             (req("", "In", &["a"]), "spec.requirements[0].key: invalid value \"\""),
             (req("team", "In", &["a/b"]), "spec.requirements[0].values[0]: invalid value \"a/b\""),
-            (req("karpenter.k8s.aws/instance-cpu", "Gt", &[]), "spec.requirements[0].values: invalid value []"),
+            (
+                req("karpenter.k8s.aws/instance-cpu", "Gt", &[]),
+                "spec.requirements[0].values: invalid value []",
+            ),
             (req("karpenter.k8s.aws/instance-cpu", "Gt", &["1", "2"]), "needs exactly one value"),
-            (req("karpenter.k8s.aws/instance-cpu", "Lt", &["-1"]), "spec.requirements[0].values[0]: invalid value \"-1\""),
+            (
+                req("karpenter.k8s.aws/instance-cpu", "Lt", &["-1"]),
+                "spec.requirements[0].values[0]: invalid value \"-1\"",
+            ),
             (req("karpenter.k8s.aws/instance-cpu", "Lt", &["1.5"]), "invalid value \"1.5\""),
-            (req("karpenter.k8s.aws/instance-cpu", "Lt", &["99999999999999999999"]), "non-negative integer"),
+            (
+                req("karpenter.k8s.aws/instance-cpu", "Lt", &["99999999999999999999"]),
+                "non-negative integer",
+            ),
             (req("team", "Exists", &["a"]), "takes no values"),
         ];
         for (r, want) in cases {
@@ -154,7 +176,11 @@ mod tests {
 
     #[test]
     fn gt_without_values_never_panics() {
-        let r = NodeSelectorRequirement { key: "karpenter.k8s.aws/instance-cpu".into(), operator: "Gt".into(), values: None };
+        let r = NodeSelectorRequirement {
+            key: "karpenter.k8s.aws/instance-cpu".into(),
+            operator: "Gt".into(),
+            values: None,
+        };
         assert!(!admits(&r, Some("4")));
         assert!(!problems(r).is_empty());
     }

@@ -21,8 +21,14 @@ use crate::apis::{validate_object_name, ApiSettings};
 /// Taint effects a node accepts.
 pub const TAINT_EFFECTS: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecute"];
 /// Eviction signals the kubelet supports in evictionHard / evictionSoft.
-pub const EVICTION_SIGNALS: &[&str] =
-    &["memory.available", "nodefs.available", "nodefs.inodesFree", "imagefs.available", "imagefs.inodesFree", "pid.available"];
+pub const EVICTION_SIGNALS: &[&str] = &[
+    "memory.available",
+    "nodefs.available",
+    "nodefs.inodesFree",
+    "imagefs.available",
+    "imagefs.inodesFree",
+    "pid.available",
+];
 /// Resources that kubeReserved / systemReserved may reserve.
 pub const RESERVED_RESOURCES: &[&str] = &["cpu", "memory", "ephemeral-storage", "pid"];
 
@@ -40,7 +46,10 @@ pub fn validate_spec(spec: &ProvisionerSpec, settings: &ApiSettings) -> Vec<Fiel
     let mut errs = Vec::new();
 
     // TTLs and consolidation.
-    for (field, ttl) in [("ttlSecondsAfterEmpty", spec.ttl_seconds_after_empty), ("ttlSecondsUntilExpired", spec.ttl_seconds_until_expired)] {
+    for (field, ttl) in [
+        ("ttlSecondsAfterEmpty", spec.ttl_seconds_after_empty),
+        ("ttlSecondsUntilExpired", spec.ttl_seconds_until_expired),
+    ] {
         if let Some(ttl) = ttl.filter(|t| *t < 0) {
             errs.push(FieldError::invalid(path.child(field), ttl, "must be 0 or greater"));
         }
@@ -69,20 +78,32 @@ pub fn validate_spec(spec: &ProvisionerSpec, settings: &ApiSettings) -> Vec<Fiel
         (Some(raw), None) => {
             let provider_path = path.child("provider");
             match decode::<AwsProvider>(raw, &provider_path) {
-                Ok(provider) => errs.extend(validate_provider(&provider, &provider_path, &settings.cluster_name).errors().iter().cloned()),
+                Ok(provider) => errs.extend(
+                    validate_provider(&provider, &provider_path, &settings.cluster_name)
+                        .errors()
+                        .iter()
+                        .cloned(),
+                ),
                 Err(e) => errs.push(e),
             }
         }
         (None, Some(reference)) => {
             let ref_path = path.child("providerRef");
             if reference.name.is_empty() {
-                errs.push(FieldError::required(ref_path.child("name"), "name the AWSNodeTemplate holding this Provisioner's AWS settings"));
+                errs.push(FieldError::required(
+                    ref_path.child("name"),
+                    "name the AWSNodeTemplate holding this Provisioner's AWS settings",
+                ));
             }
             if let Some(kind) = reference.kind.as_deref().filter(|k| *k != "AWSNodeTemplate") {
                 errs.push(FieldError::invalid(ref_path.child("kind"), kind, "must be AWSNodeTemplate"));
             }
             if let Some(v) = reference.api_version.as_deref().filter(|v| *v != "karpenter.k8s.aws/v1alpha1") {
-                errs.push(FieldError::invalid(ref_path.child("apiVersion"), v, "must be karpenter.k8s.aws/v1alpha1"));
+                errs.push(FieldError::invalid(
+                    ref_path.child("apiVersion"),
+                    v,
+                    "must be karpenter.k8s.aws/v1alpha1",
+                ));
             }
         }
     }
@@ -108,7 +129,11 @@ pub fn validate_spec(spec: &ProvisionerSpec, settings: &ApiSettings) -> Vec<Fiel
             match parse_quantity(&q.0) {
                 Some(v) if v >= 0.0 => {}
                 Some(_) => errs.push(FieldError::invalid(limits_path.key(name), &q.0, "must not be negative")),
-                None => errs.push(FieldError::invalid(limits_path.key(name), &q.0, "must be a quantity such as 100, 500m or 1000Gi")),
+                None => errs.push(FieldError::invalid(
+                    limits_path.key(name),
+                    &q.0,
+                    "must be a quantity such as 100, 500m or 1000Gi",
+                )),
             }
         }
     }
@@ -121,7 +146,10 @@ fn validate_labels(node_labels: &BTreeMap<String, String>, path: &Path) -> Vec<F
     for (key, value) in node_labels {
         let entry = path.key(key);
         if key == PROVISIONER_NAME_LABEL {
-            errs.push(FieldError::forbidden(entry.clone(), format!("{PROVISIONER_NAME_LABEL} is set by karpenter-rs on every node it launches")));
+            errs.push(FieldError::forbidden(
+                entry.clone(),
+                format!("{PROVISIONER_NAME_LABEL} is set by karpenter-rs on every node it launches"),
+            ));
         } else if let Err(reason) = check_qualified_name(key) {
             errs.push(FieldError::invalid(path.clone(), key, format!("invalid label key: {reason}")));
             continue;
@@ -137,7 +165,9 @@ fn validate_labels(node_labels: &BTreeMap<String, String>, path: &Path) -> Vec<F
 
 /// A label whose value the Provisioner's own requirements exclude can never produce a node.
 fn contradictions(spec: &ProvisionerSpec, path: &Path) -> Vec<FieldError> {
-    let (Some(node_labels), Some(reqs)) = (&spec.labels, &spec.requirements) else { return Vec::new() };
+    let (Some(node_labels), Some(reqs)) = (&spec.labels, &spec.requirements) else {
+        return Vec::new();
+    };
     let mut errs = Vec::new();
     for (key, value) in node_labels {
         for (i, r) in reqs.iter().enumerate() {
@@ -178,9 +208,16 @@ fn validate_taints(spec: &ProvisionerSpec, path: &Path) -> Vec<FieldError> {
                 }
             }
             if t.effect.is_empty() {
-                errs.push(FieldError::required(taint_path.child("effect"), format!("must be one of {}", TAINT_EFFECTS.join(", "))));
+                errs.push(FieldError::required(
+                    taint_path.child("effect"),
+                    format!("must be one of {}", TAINT_EFFECTS.join(", ")),
+                ));
             } else if !TAINT_EFFECTS.contains(&t.effect.as_str()) {
-                errs.push(FieldError::invalid(taint_path.child("effect"), &t.effect, format!("must be one of {}", TAINT_EFFECTS.join(", "))));
+                errs.push(FieldError::invalid(
+                    taint_path.child("effect"),
+                    &t.effect,
+                    format!("must be one of {}", TAINT_EFFECTS.join(", ")),
+                ));
             }
             match seen.get(&(t.key.clone(), t.effect.clone())) {
                 Some(first) => errs.push(FieldError::invalid(
@@ -210,7 +247,11 @@ fn validate_kubelet(k: &KubeletConfiguration, path: &Path) -> Vec<FieldError> {
         for (signal, threshold) in map.iter().flatten() {
             let entry = path.child(field).key(signal);
             if !EVICTION_SIGNALS.contains(&signal.as_str()) {
-                errs.push(FieldError::invalid(path.child(field), signal, format!("unsupported eviction signal; use one of {}", EVICTION_SIGNALS.join(", "))));
+                errs.push(FieldError::invalid(
+                    path.child(field),
+                    signal,
+                    format!("unsupported eviction signal; use one of {}", EVICTION_SIGNALS.join(", ")),
+                ));
             } else if let Err(reason) = check_threshold(threshold) {
                 errs.push(FieldError::invalid(entry, threshold, reason));
             }
@@ -229,9 +270,17 @@ fn validate_kubelet(k: &KubeletConfiguration, path: &Path) -> Vec<FieldError> {
     for (signal, period) in grace.into_iter().flatten() {
         let entry = path.child("evictionSoftGracePeriod").key(signal);
         if !EVICTION_SIGNALS.contains(&signal.as_str()) {
-            errs.push(FieldError::invalid(path.child("evictionSoftGracePeriod"), signal, format!("unsupported eviction signal; use one of {}", EVICTION_SIGNALS.join(", "))));
+            errs.push(FieldError::invalid(
+                path.child("evictionSoftGracePeriod"),
+                signal,
+                format!("unsupported eviction signal; use one of {}", EVICTION_SIGNALS.join(", ")),
+            ));
         } else if !soft.contains(signal) {
-            errs.push(FieldError::invalid(entry.clone(), period, format!("has no matching evictionSoft threshold for {signal:?}")));
+            errs.push(FieldError::invalid(
+                entry.clone(),
+                period,
+                format!("has no matching evictionSoft threshold for {signal:?}"),
+            ));
         }
         match parse_go_duration(period) {
             Some(s) if s >= 0.0 => {}
@@ -239,18 +288,30 @@ fn validate_kubelet(k: &KubeletConfiguration, path: &Path) -> Vec<FieldError> {
         }
     }
     if let Some(g) = k.eviction_max_pod_grace_period.filter(|g| *g < 0) {
-        errs.push(FieldError::invalid(path.child("evictionMaxPodGracePeriod"), g, "must be 0 or greater"));
+        errs.push(FieldError::invalid(
+            path.child("evictionMaxPodGracePeriod"),
+            g,
+            "must be 0 or greater",
+        ));
     }
     for (field, map) in [("kubeReserved", &k.kube_reserved), ("systemReserved", &k.system_reserved)] {
         for (resource, q) in map.iter().flatten() {
             if !RESERVED_RESOURCES.contains(&resource.as_str()) {
-                errs.push(FieldError::invalid(path.child(field), resource, format!("unsupported resource; use one of {}", RESERVED_RESOURCES.join(", "))));
+                errs.push(FieldError::invalid(
+                    path.child(field),
+                    resource,
+                    format!("unsupported resource; use one of {}", RESERVED_RESOURCES.join(", ")),
+                ));
                 continue;
             }
             match parse_quantity(&q.0) {
                 Some(v) if v >= 0.0 => {}
                 Some(_) => errs.push(FieldError::invalid(path.child(field).key(resource), &q.0, "must not be negative")),
-                None => errs.push(FieldError::invalid(path.child(field).key(resource), &q.0, "must be a quantity such as 100m or 1Gi")),
+                None => errs.push(FieldError::invalid(
+                    path.child(field).key(resource),
+                    &q.0,
+                    "must be a quantity such as 100m or 1Gi",
+                )),
             }
         }
     }
@@ -297,7 +358,10 @@ fn check_threshold(threshold: &str) -> Result<(), String> {
 const KNOWN_VALUES: &[(&str, &[&str])] = &[
     (labels::ARCH_LABEL, &["amd64", "arm64"]),
     (labels::OS_LABEL, &["linux", "windows"]),
-    (labels::CAPACITY_TYPE_LABEL, &[labels::CAPACITY_TYPE_ON_DEMAND, labels::CAPACITY_TYPE_SPOT]),
+    (
+        labels::CAPACITY_TYPE_LABEL,
+        &[labels::CAPACITY_TYPE_ON_DEMAND, labels::CAPACITY_TYPE_SPOT],
+    ),
 ];
 
 /// Things that are accepted but probably not meant, shown by kubectl as warnings.
@@ -359,7 +423,10 @@ mod tests {
     }
 
     fn errors(spec: serde_json::Value) -> String {
-        validate(&provisioner(spec), &settings()).err().map(|e| e.to_string()).unwrap_or_default()
+        validate(&provisioner(spec), &settings())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
     }
 
     /// The first write-up's Provisioner, as intended (indent glyphs removed).
@@ -467,11 +534,17 @@ mod tests {
             errors(spec)
         };
         let got = inline(json!({"subnetSelector": {"a": "b"}, "securityGroupSelecter": {"a": "b"}}));
-        assert!(got.contains("spec.provider.securityGroupSelecter: forbidden: unknown field, did you mean \"securityGroupSelector\"?"), "{got}");
+        assert!(
+            got.contains("spec.provider.securityGroupSelecter: forbidden: unknown field, did you mean \"securityGroupSelector\"?"),
+            "{got}"
+        );
         let got = inline(json!({"subnetSelector": {"a": "b"}, "securityGroupSelector": {"a": "b"}, "spotPrice": 0.067}));
         assert!(got.contains("spec.provider.spotPrice: invalid value 0.067"), "{got}");
         let got = inline(json!({"subnetSelector": {"a": "b"}, "securityGroupSelector": {"a": "b"}, "clusterName": "your-cluster-name"}));
-        assert!(got.contains("spec.provider.clusterName: invalid value \"your-cluster-name\""), "{got}");
+        assert!(
+            got.contains("spec.provider.clusterName: invalid value \"your-cluster-name\""),
+            "{got}"
+        );
         let got = inline(json!({"subnetSelector": {"a": ""}, "securityGroupSelector": {"a": "b"}}));
         assert!(got.contains("spec.provider.subnetSelector[a]: invalid value \"\""), "{got}");
         let got = inline(json!("a string"));
@@ -499,15 +572,24 @@ mod tests {
 
     #[test]
     fn warns_about_suspicious_specs() {
-        let spec = with("requirements", json!([{"key": "beta.kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]));
+        let spec = with(
+            "requirements",
+            json!([{"key": "beta.kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]),
+        );
         let w = warnings(&provisioner(spec).spec);
         assert!(w.iter().any(|w| w.contains("deprecated")), "{w:?}");
-        let spec = with("requirements", json!([{"key": "kubernetes.io/arch", "operator": "In", "values": ["x86"]}]));
+        let spec = with(
+            "requirements",
+            json!([{"key": "kubernetes.io/arch", "operator": "In", "values": ["x86"]}]),
+        );
         assert!(warnings(&provisioner(spec).spec).iter().any(|w| w.contains("can never launch")));
-        let spec = with("requirements", json!([
-            {"key": "team", "operator": "In", "values": ["a"]},
-            {"key": "team", "operator": "NotIn", "values": ["a"]}
-        ]));
+        let spec = with(
+            "requirements",
+            json!([
+                {"key": "team", "operator": "In", "values": ["a"]},
+                {"key": "team", "operator": "NotIn", "values": ["a"]}
+            ]),
+        );
         assert!(warnings(&provisioner(spec).spec).iter().any(|w| w.contains("\"team\"")));
     }
 }

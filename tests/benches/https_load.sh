@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Scripted HTTPS load benchmark of the admission webhook, side by side with a bare rustls server
+# that returns a fixed AdmissionReview (tests/benches/load_server.rs), in the same run, on the
+# same machine, with the same certificate and keep-alive connections. Load generator: wrk
+# (Debian package). Traffic goes to 127.0.0.1 only; every run is bounded by --duration.
+#
+#   bash tests/benches/https_load.sh            # writes tests/benches/results/https-load.md
+#
+# Runs: for each server, (a) paced at about 2,000 requests/s for the latency figures, and
+# (b) unpaced for the highest throughput. The first write-up's Provisioner is the request body.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DURATION="${DURATION:-15s}"
+CONNECTIONS="${CONNECTIONS:-8}"
+RATE="${RATE:-2000}"
+OUT="${OUT:-tests/benches/results/https-load.md}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/karpenter-rs/target}"
+
+command -v wrk >/dev/null || { apt-get install -y -qq wrk >/dev/null || { echo "wrk is needed: apt-get install wrk" >&2; exit 1; }; }
+
+work=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+cargo build --release --quiet --bin karpenter-rs
+bare=$(cargo bench --no-run --bench load_server --message-format=json 2>/dev/null \
+  | python3 -c 'import json,sys; [print(m["executable"]) for m in map(json.loads, sys.stdin) if m.get("executable") and m["target"]["name"]=="load_server"]' | tail -1)
+bin="$CARGO_TARGET_DIR/release/karpenter-rs"
+"$bin" certs --out-dir "$work/certs" 2>/dev/null
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 1 200); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; return 1; }
+
+real_port=$(free_port); bare_port=$(free_port)
+"$bin" webhook --cluster-name ssungz-cluster --bind-address 127.0.0.1 --webhook-port "$real_port" \
+  --metrics-port "$(free_port)" --health-probe-port "$(free_port)" --cert-dir "$work/certs" \
+  --log-level info >"$work/webhook.log" 2>&1 &
+pids+=($!)
+"$bare" --port "$bare_port" --cert-dir "$work/certs" >/dev/null 2>&1 &
+pids+=($!)
+wait_port "$real_port"; wait_port "$bare_port"
+
+python3 - "$work/body.json" <<'PY'
+import json, sys
+provisioner = {
+  "apiVersion": "karpenter.sh/v1alpha5", "kind": "Provisioner", "metadata": {"name": "service"},
+  "spec": {
+    "taints": [{"key": "service", "value": "true", "effect": "NoSchedule"}],
+    "labels": {"nodeType": "service-2023"},
+    "requirements": [
+      {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["t3.large", "t3.xlarge"]},
+      {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["ap-northeast-2a", "ap-northeast-2c"]},
+      {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+    "providerRef": {"name": "service-lt"}, "ttlSecondsAfterEmpty": 30, "ttlSecondsUntilExpired": 1209600}}
+review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+  "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+  "kind": {"group": "karpenter.sh", "version": "v1alpha5", "kind": "Provisioner"},
+  "resource": {"group": "karpenter.sh", "version": "v1alpha5", "resource": "provisioners"},
+  "name": "service", "operation": "CREATE", "userInfo": {"username": "admin"},
+  "object": provisioner, "dryRun": False}}
+open(sys.argv[1], "w").write(json.dumps(review))
+PY
+
+cat >"$work/post.lua" <<'LUA'
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local f = io.open(os.getenv("BODY_FILE"), "r"); wrk.body = f:read("*a"); f:close()
+local pause = tonumber(os.getenv("DELAY_MS") or "0")
+if pause > 0 then function delay() return pause end end
+LUA
+
+# One wrk run; prints "rps p50_ms p99_ms errors".
+run() {
+  local url=$1 delay=$2
+  local out
+  out=$(BODY_FILE="$work/body.json" DELAY_MS="$delay" wrk -t2 -c"$CONNECTIONS" -d"$DURATION" --latency -s "$work/post.lua" "$url")
+  echo "$out" >>"$work/wrk.log"
+  python3 - "$out" <<'PY'
+import re, sys
+out = sys.argv[1]
+def ms(label):
+    m = re.search(r"^\s*%s%%\s+([\d.]+)(us|ms|s)\s*$" % label, out, re.M)
+    v, unit = float(m.group(1)), m.group(2)
+    return v / 1000 if unit == "us" else v * 1000 if unit == "s" else v
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+sock = re.search(r"Socket errors: (.*)", out)
+print(f"{rps:.0f} {ms('50'):.3f} {ms('99'):.3f} {(int(errors.group(1)) if errors else 0)}{' socket:' + sock.group(1).replace(' ', '') if sock else ''}")
+PY
+}
+
+# Per-connection pause that paces all connections together at about $RATE requests/s.
+pace=$(python3 -c "print(f'{1000*$CONNECTIONS/$RATE:.3f}')")
+declare -A result
+for name in bare real; do
+  port=$([ "$name" = bare ] && echo "$bare_port" || echo "$real_port")
+  for path in validate mutate; do
+    [ "$name" = bare ] && [ "$path" = mutate ] && continue
+    url="https://127.0.0.1:$port/$path"
+    result[$name,$path,paced]=$(run "$url" "$pace")
+    result[$name,$path,max]=$(run "$url" 0)
+  done
+done
+
+ratio() { python3 -c "print(f'{$1/$2:.2f}')"; }
+field() { echo "${result[$1]}" | cut -d' ' -f"$2"; }
+mkdir -p "$(dirname "$OUT")"
+{
+  echo "# HTTPS admission load: karpenter-rs webhook vs a bare rustls server"
+  echo
+  echo "Generated by \`bash tests/benches/https_load.sh\` on $(date -u +%Y-%m-%d) ($(nproc) cores, $(uname -m)); wrk $CONNECTIONS keep-alive connections, 2 threads, $DURATION per run,"
+  echo "loader and servers on the same machine over 127.0.0.1. Body: an AdmissionReview (CREATE) of the first write-up's Provisioner ($(wc -c <"$work/body.json") bytes)."
+  echo "The bare server (tests/benches/load_server.rs) has the same TLS configuration and certificate and answers a fixed AdmissionReview."
+  echo "Paced runs pause ${pace} ms per request on each connection (about $RATE requests/s in all)."
+  echo
+  echo "| server | path | load | requests/s | p50 ms | p99 ms | non-2xx |"
+  echo "|---|---|---|---:|---:|---:|---:|"
+  for key in "bare,validate" "real,validate" "real,mutate"; do
+    for load in paced max; do
+      r=${result[$key,$load]}
+      set -- $r
+      echo "| ${key%%,*} | /${key##*,} | $load | $1 | $2 | $3 | $4 |"
+    done
+  done
+  echo
+  echo "Ratios against the bare server measured in the same run:"
+  echo
+  echo "- throughput, /validate: $(ratio "$(field real,validate,max 1)" "$(field bare,validate,max 1)") of the bare server; /mutate: $(ratio "$(field real,mutate,max 1)" "$(field bare,validate,max 1)")"
+  echo "- p99 at ~$RATE requests/s, /validate: $(ratio "$(field real,validate,paced 3)" "$(field bare,validate,paced 3)") x the bare server's p99"
+  echo
+  echo "Targets (issue 2): p99 under 2 ms at 2,000 requests/s, and at least half the bare server's throughput."
+} >"$OUT"
+cat "$OUT"
