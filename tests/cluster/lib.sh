@@ -1,0 +1,82 @@
+# shellcheck shell=bash disable=SC2034  # variables are used by the sourcing scripts
+# Shared by up.sh and down.sh (sourced, not executed).
+# Layout of the running cluster's state, relative to the repository root:
+#   target/local-cluster/pids/<component>.pid   pid of the process we started
+#   target/local-cluster/pids/<component>.exe   the argument that identifies it in
+#                                               /proc/<pid>/cmdline (binary or script path)
+#   target/local-cluster/logs/<component>.log   its stdout+stderr
+#   target/local-cluster/env                    export lines (only while up)
+#   target/local-cluster/state.env              ports etc. used by up.sh's health checks
+
+CLUSTER_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$CLUSTER_DIR/../.." && pwd)"
+STATE="$REPO_ROOT/target/local-cluster"
+PIDS="$STATE/pids"
+LOGS="$STATE/logs"
+
+# Start order; stopped in reverse.
+COMPONENTS=(moto etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+
+# proc_has_arg PID ARG: true if ARG is one whole argument of PID's command line.
+# A zombie or a vanished process has an empty cmdline and never matches, and a
+# recycled pid running something else does not match either.
+proc_has_arg() {
+  local pid="$1" want="$2" arg
+  [[ -r "/proc/$pid/cmdline" ]] || return 1
+  while IFS= read -r -d '' arg; do
+    [[ "$arg" == "$want" ]] && return 0
+  done <"/proc/$pid/cmdline" 2>/dev/null
+  return 1
+}
+
+# component_pid NAME: prints the recorded pid of NAME and returns 0 if that
+# process is alive and still the one we started; returns 1 otherwise.
+component_pid() {
+  local name="$1" pid exe
+  [[ -f "$PIDS/$name.pid" && -f "$PIDS/$name.exe" ]] || return 1
+  pid="$(<"$PIDS/$name.pid")"
+  exe="$(<"$PIDS/$name.exe")"
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  proc_has_arg "$pid" "$exe" || return 1
+  echo "$pid"
+}
+
+# stop_components NAME...: SIGTERM every named component we started (verified
+# by component_pid), wait up to STOP_TIMEOUT seconds (default 10), SIGKILL the
+# rest, then remove their pid files. Never touches a process it cannot verify.
+stop_components() {
+  local name pid deadline
+  local -A pending=()
+  for name in "$@"; do
+    if pid="$(component_pid "$name")"; then
+      echo "stopping $name (pid $pid)" >&2
+      kill -TERM "$pid" 2>/dev/null || true
+      pending[$name]="$pid"
+    elif [[ -f "$PIDS/$name.pid" ]]; then
+      echo "$name: recorded pid $(<"$PIDS/$name.pid") is not running (or is not ours); dropping the pid file" >&2
+    fi
+  done
+  deadline=$((SECONDS + ${STOP_TIMEOUT:-10}))
+  while ((${#pending[@]} > 0 && SECONDS < deadline)); do
+    for name in "${!pending[@]}"; do
+      proc_has_arg "${pending[$name]}" "$(<"$PIDS/$name.exe")" || unset "pending[$name]"
+    done
+    ((${#pending[@]} > 0)) && sleep 0.2
+  done
+  for name in "${!pending[@]}"; do
+    if proc_has_arg "${pending[$name]}" "$(<"$PIDS/$name.exe")"; then
+      echo "$name (pid ${pending[$name]}) ignored SIGTERM; sending SIGKILL" >&2
+      kill -KILL "${pending[$name]}" 2>/dev/null || true
+    fi
+  done
+  for name in "$@"; do
+    rm -f "$PIDS/$name.pid" "$PIDS/$name.exe"
+  done
+}
+
+# stop_all: stop every component, last started first.
+stop_all() {
+  local reversed=() i
+  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do reversed+=("${COMPONENTS[i]}"); done
+  stop_components "${reversed[@]}"
+}

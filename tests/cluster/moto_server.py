@@ -1,0 +1,61 @@
+"""moto's server (`moto_server`) with one test-only change, for the local cluster.
+
+Usage (with the moto venv's python): python moto_server.py -H 127.0.0.1 -p PORT
+
+Real SSM serves the public parameters under /aws/service/ (e.g. the EKS
+optimized AMI ids) and refuses PutParameter on them; moto mimics the refusal
+("No access to reserved parameter name") but has no EKS AMI parameters of its
+own and no API to seed them. Karpenter resolves AMIs through exactly those
+parameters, so this wrapper lets PutParameter write names under /aws/service/
+(fixtures.py then writes the EKS / Bottlerocket ones with plain boto3). Every
+other name, and every other API, behaves as in stock moto.
+"""
+
+import inspect
+import sys
+
+from moto.core.utils import utcnow
+from moto.server import main as moto_main
+from moto.ssm import models as ssm_models
+from moto.ssm.exceptions import ParameterAlreadyExists
+
+SEEDABLE_PREFIX = "/aws/service/"
+
+_original_put_parameter = ssm_models.SimpleSystemManagerBackend.put_parameter
+_signature = inspect.signature(_original_put_parameter)
+
+
+def _put_parameter(self, *args, **kwargs):
+    call = _signature.bind(self, *args, **kwargs)
+    call.apply_defaults()
+    a = call.arguments
+    name = a["name"]
+    if not name.startswith(SEEDABLE_PREFIX):
+        return _original_put_parameter(self, *args, **kwargs)
+    # Same bookkeeping as moto's put_parameter, minus the reserved-name check.
+    versions = self._parameters[name]
+    if versions and not a["overwrite"]:
+        raise ParameterAlreadyExists
+    previous = versions[-1] if versions else None
+    param = ssm_models.Parameter(
+        account_id=self.account_id,
+        name=name,
+        value=a["value"],
+        parameter_type=a["parameter_type"]
+        or (previous.parameter_type if previous else "String"),
+        description=a["description"],
+        allowed_pattern=None,
+        keyid=None,
+        last_modified_date=utcnow(),
+        version=(previous.version + 1) if previous else 1,
+        data_type=a["data_type"] or "text",
+        tier=a["tier"] or self.default_parameter_tier,
+    )
+    versions.append(param)
+    return param
+
+
+ssm_models.SimpleSystemManagerBackend.put_parameter = _put_parameter
+
+if __name__ == "__main__":
+    moto_main(sys.argv[1:])

@@ -1,0 +1,496 @@
+#!/usr/bin/env bash
+# Starts a local Kubernetes control plane plus a fake AWS for karpenter-rs tests:
+#   moto (EC2/IAM/SSM... on http://127.0.0.1:<port>) seeded by fixtures.py,
+#   etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
+#   (which plays kubelet for Nodes labelled karpenter.sh/provisioner-name).
+# Everything listens on free 127.0.0.1 ports only.
+#
+# Usage: tests/cluster/up.sh [--with-karpenter]
+#   then: source target/local-cluster/env     (KUBECONFIG, AWS_ENDPOINT_URL, ...)
+#   stop: tests/cluster/down.sh
+#
+# Idempotent: if the cluster is already up and healthy it does nothing. If a
+# component fails to start, everything this run started is stopped again and
+# the script exits non-zero after printing the failing component's log tail.
+# State lives in target/local-cluster/ (see lib.sh); a fresh start wipes the
+# previous etcd data, certificates and logs, so every start is an empty cluster.
+set -euo pipefail
+
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+CLUSTER_NAME=ssungz-cluster
+AWS_REGION_NAME=ap-northeast-2
+APISERVER_TIMEOUT=90 # s; /readyz takes 10-35 s on 2 busy cores
+COMPONENT_TIMEOUT=45 # s; everything else
+PKI="$STATE/pki"
+KUBECONFIG_FILE="$STATE/kubeconfig"
+ENV_FILE="$STATE/env"
+
+WITH_KARPENTER=0
+
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+
+log() { printf '[up.sh] %s\n' "$*" >&2; }
+
+# ---- karpenter (not wired yet) ----------------------------------------------
+# TODO(karpenter-rs): start our own binary here once it exists. Expected shape:
+#   start_proc karpenter "$REPO_ROOT/target/debug/<binary>" <flags> with the
+#   env of $ENV_FILE (KUBECONFIG, CLUSTER_ENDPOINT, CLUSTER_NAME, AWS_*), then
+#   wait_ready karpenter "$COMPONENT_TIMEOUT" <health check>, add "karpenter"
+#   to COMPONENTS in lib.sh (so down.sh stops it) and make
+#   karpenter_available return 0.
+karpenter_available() { return 1; }
+start_karpenter() {
+  log "--with-karpenter: not yet available"
+  return 2
+}
+
+# ---- helpers ------------------------------------------------------------------
+STARTED=()  # components started by this run (stopped again on failure)
+UP_DONE=0
+
+on_exit() {
+  local rc=$?
+  if ((UP_DONE == 0 && ${#STARTED[@]} > 0)); then
+    local reversed=() i
+    for ((i = ${#STARTED[@]} - 1; i >= 0; i--)); do reversed+=("${STARTED[i]}"); done
+    log "start-up failed (exit $rc); stopping what this run started: ${reversed[*]}"
+    stop_components "${reversed[@]}" || true
+  fi
+  exit "$rc"
+}
+
+# fail NAME MESSAGE: print MESSAGE and the tail of NAME's log, then exit 1
+# (the EXIT trap stops everything started so far).
+fail() {
+  local name="$1"
+  shift
+  log "ERROR: $name: $*"
+  if [[ -f "$LOGS/$name.log" ]]; then
+    log "---- last 40 lines of $LOGS/$name.log ----"
+    tail -n 40 "$LOGS/$name.log" >&2 || true
+    log "----"
+  fi
+  exit 1
+}
+
+# start_proc NAME IDENT CMD...: run CMD in its own session (so it outlives this
+# script and a terminal hang-up), output to logs/NAME.log, and record its pid.
+# IDENT is the argument of CMD that down.sh looks for in /proc/PID/cmdline.
+# fd 8 (our lock) is closed for the child so it does not keep the lock.
+start_proc() {
+  local name="$1" ident="$2"
+  shift 2
+  : >"$LOGS/$name.log"
+  # In a non-interactive script the background child is not a process-group
+  # leader, so setsid calls setsid(2) and execs CMD in place: $! is CMD's pid.
+  setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null 8>&- &
+  local pid=$!
+  printf '%s\n' "$ident" >"$PIDS/$name.exe"
+  printf '%s\n' "$pid" >"$PIDS/$name.pid"
+  STARTED+=("$name")
+  log "started $name (pid $pid)"
+}
+
+# wait_ready NAME TIMEOUT CHECK...: poll CHECK until it succeeds; fail early if
+# NAME's process died, fail after TIMEOUT seconds.
+wait_ready() {
+  local name="$1" timeout="$2" start=$SECONDS
+  shift 2
+  until "$@" >/dev/null 2>&1; do
+    component_pid "$name" >/dev/null || fail "$name" "process exited during start-up"
+    ((SECONDS - start < timeout)) || fail "$name" "not ready after ${timeout}s"
+    sleep 0.25
+  done
+  log "$name ready after $((SECONDS - start))s"
+}
+
+# Health checks (also used to decide whether an existing cluster is healthy).
+curl_admin() { # curl with the admin client certificate against the apiserver
+  curl -fsS --max-time 5 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$@"
+}
+check_moto() { curl -fsS --max-time 5 -o /dev/null "http://127.0.0.1:$MOTO_PORT/moto-api/"; }
+check_etcd() { curl -fsS --max-time 5 "http://127.0.0.1:$ETCD_CLIENT_PORT/health" | grep -q '"health":"true"'; }
+check_apiserver() { [[ "$(curl_admin "https://127.0.0.1:$APISERVER_PORT/readyz")" == ok ]]; }
+check_default_ns() { curl_admin -o /dev/null "https://127.0.0.1:$APISERVER_PORT/api/v1/namespaces/default"; }
+# KCM and scheduler serve self-signed certs; /healthz is always-allowed.
+check_kcm() { [[ "$(curl -ksS --max-time 5 "https://127.0.0.1:$KCM_PORT/healthz")" == ok ]]; }
+check_scheduler() { [[ "$(curl -ksS --max-time 5 "https://127.0.0.1:$SCHEDULER_PORT/healthz")" == ok ]]; }
+check_kwok() { [[ "$(curl -fsS --max-time 5 "http://127.0.0.1:$KWOK_PORT/healthz")" == ok ]]; }
+
+# ident_of NAME: what start_proc records for NAME with the current binaries.
+ident_of() {
+  case "$1" in
+    moto) echo "$CLUSTER_DIR/moto_server.py" ;;
+    *) echo "$BIN_DIR/$1" ;;
+  esac
+}
+
+# already_up: every component runs (the current binaries) and is healthy.
+already_up() {
+  [[ -f "$STATE/state.env" && -f "$ENV_FILE" ]] || return 1
+  # shellcheck source=/dev/null
+  source "$STATE/state.env"
+  local name
+  for name in "${COMPONENTS[@]}"; do
+    component_pid "$name" >/dev/null || return 1
+    [[ "$(<"$PIDS/$name.exe")" == "$(ident_of "$name")" ]] || return 1
+  done
+  check_moto && check_etcd && check_apiserver && check_kcm && check_scheduler && check_kwok
+}
+
+any_running() {
+  local name
+  for name in "${COMPONENTS[@]}"; do
+    component_pid "$name" >/dev/null && return 0
+  done
+  return 1
+}
+
+# free_ports N: N distinct free TCP ports on 127.0.0.1 (bound together, then
+# released; the tiny race with other programs is accepted).
+free_ports() {
+  "$PYTHON" - "$1" <<'EOF'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+EOF
+}
+
+# ---- certificates and kubeconfig ---------------------------------------------
+# One CA (pki/ca.crt) signs the apiserver serving cert (SANs 127.0.0.1,
+# localhost, kubernetes.*) and the admin client cert (CN=admin,
+# O=system:masters); a front-proxy CA signs the apiserver's proxy client cert;
+# a separate RSA key pair signs/verifies service-account tokens. RSA 2048
+# everywhere: every TLS stack (rustls, openssl, Go) takes it.
+gen_pki() {
+  rm -rf "$PKI"
+  mkdir -p "$PKI"
+  (
+    cd "$PKI"
+    cat >openssl.cnf <<'EOF'
+[req]
+distinguished_name = dn
+prompt = no
+[dn]
+[v3_ca]
+basicConstraints = critical, CA:TRUE
+keyUsage = critical, keyCertSign, cRLSign, digitalSignature
+subjectKeyIdentifier = hash
+[server]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+subjectAltName = IP:127.0.0.1, DNS:localhost, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc, DNS:kubernetes.default.svc.cluster.local
+[client]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = clientAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+EOF
+    # ca NAME CN: self-signed CA
+    ca() {
+      openssl genrsa -out "$1.key" 2048 2>/dev/null
+      openssl req -x509 -new -key "$1.key" -subj "/CN=$2" -days 3650 \
+        -config openssl.cnf -extensions v3_ca -out "$1.crt"
+    }
+    # leaf NAME SUBJECT SECTION CA: key + certificate signed by CA
+    leaf() {
+      openssl genrsa -out "$1.key" 2048 2>/dev/null
+      openssl req -new -key "$1.key" -subj "$2" -config openssl.cnf -out "$1.csr"
+      openssl x509 -req -in "$1.csr" -CA "$4.crt" -CAkey "$4.key" -CAcreateserial -days 365 \
+        -extfile openssl.cnf -extensions "$3" -out "$1.crt" 2>/dev/null
+      rm -f "$1.csr"
+    }
+    ca ca karpenter-rs-local-ca
+    leaf apiserver "/CN=kube-apiserver" server ca
+    leaf admin "/O=system:masters/CN=admin" client ca
+    # Front-proxy (request-header) CA: without it KCM and the scheduler keep
+    # logging "missing content for CA bundle"; it also makes API aggregation work.
+    ca front-proxy-ca karpenter-rs-front-proxy-ca
+    leaf front-proxy-client "/CN=front-proxy-client" client front-proxy-ca
+    openssl genrsa -out sa.key 2048 2>/dev/null
+    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+    chmod 600 ./*.key
+  )
+}
+
+write_kubeconfig() {
+  local tmp="$KUBECONFIG_FILE.tmp"
+  cat >"$tmp" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: $CLUSTER_NAME
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority-data: $(base64 -w0 "$PKI/ca.crt")
+users:
+- name: admin
+  user:
+    client-certificate-data: $(base64 -w0 "$PKI/admin.crt")
+    client-key-data: $(base64 -w0 "$PKI/admin.key")
+contexts:
+- name: $CLUSTER_NAME
+  context:
+    cluster: $CLUSTER_NAME
+    user: admin
+current-context: $CLUSTER_NAME
+EOF
+  chmod 600 "$tmp"
+  mv "$tmp" "$KUBECONFIG_FILE"
+}
+
+write_env() {
+  local tmp="$ENV_FILE.tmp"
+  {
+    echo "# Written by tests/cluster/up.sh; source it: . target/local-cluster/env"
+    printf 'export %s=%q\n' \
+      KUBECONFIG "$KUBECONFIG_FILE" \
+      CLUSTER_ENDPOINT "https://127.0.0.1:$APISERVER_PORT" \
+      CLUSTER_NAME "$CLUSTER_NAME" \
+      AWS_ENDPOINT_URL "http://127.0.0.1:$MOTO_PORT" \
+      AWS_REGION "$AWS_REGION_NAME" \
+      AWS_DEFAULT_REGION "$AWS_REGION_NAME" \
+      AWS_ACCESS_KEY_ID testing \
+      AWS_SECRET_ACCESS_KEY testing \
+      AWS_EC2_METADATA_DISABLED true \
+      LOCAL_CLUSTER_CA_FILE "$PKI/ca.crt" \
+      LOCAL_CLUSTER_BIN_DIR "$BIN_DIR" \
+      LOCAL_CLUSTER_PYTHON "$PYTHON" \
+      LOCAL_CLUSTER_FIXTURES "$STATE/fixtures.json"
+  } >"$tmp"
+  mv "$tmp" "$ENV_FILE"
+}
+
+# ---- components -----------------------------------------------------------------
+start_moto() {
+  # MOTO_IAM_LOAD_MANAGED_POLICIES: know the AWS managed policies (AmazonEKS*),
+  # so fixtures.py can attach them to the node role.
+  start_proc moto "$CLUSTER_DIR/moto_server.py" \
+    env MOTO_IAM_LOAD_MANAGED_POLICIES=true \
+    "$PYTHON" "$CLUSTER_DIR/moto_server.py" -H 127.0.0.1 -p "$MOTO_PORT"
+}
+
+start_etcd() {
+  rm -rf "$STATE/etcd-data"
+  start_proc etcd "$BIN_DIR/etcd" "$BIN_DIR/etcd" \
+    --name=node0 \
+    --data-dir="$STATE/etcd-data" \
+    --listen-client-urls="http://127.0.0.1:$ETCD_CLIENT_PORT" \
+    --advertise-client-urls="http://127.0.0.1:$ETCD_CLIENT_PORT" \
+    --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster="node0=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --unsafe-no-fsync=true \
+    --auto-compaction-retention=1 \
+    --snapshot-count=10000 \
+    --logger=zap --log-level=warn
+}
+
+start_apiserver() {
+  # --disable-admission-plugins=ServiceAccount: like envtest; pods can be created
+  #   in a new namespace before KCM made its default ServiceAccount.
+  # --endpoint-reconciler-type=none: a loopback advertise address is not a valid
+  #   endpoint for the `kubernetes` Service; skip the reconciler and its noise.
+  mkdir -p "$STATE/apiserver-certs"
+  start_proc kube-apiserver "$BIN_DIR/kube-apiserver" "$BIN_DIR/kube-apiserver" \
+    --etcd-servers="http://127.0.0.1:$ETCD_CLIENT_PORT" \
+    --bind-address=127.0.0.1 \
+    --advertise-address=127.0.0.1 \
+    --secure-port="$APISERVER_PORT" \
+    --cert-dir="$STATE/apiserver-certs" \
+    --tls-cert-file="$PKI/apiserver.crt" \
+    --tls-private-key-file="$PKI/apiserver.key" \
+    --client-ca-file="$PKI/ca.crt" \
+    --requestheader-client-ca-file="$PKI/front-proxy-ca.crt" \
+    --requestheader-allowed-names=front-proxy-client \
+    --requestheader-username-headers=X-Remote-User \
+    --requestheader-group-headers=X-Remote-Group \
+    --requestheader-extra-headers-prefix=X-Remote-Extra- \
+    --proxy-client-cert-file="$PKI/front-proxy-client.crt" \
+    --proxy-client-key-file="$PKI/front-proxy-client.key" \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$PKI/sa.pub" \
+    --service-account-signing-key-file="$PKI/sa.key" \
+    --service-cluster-ip-range=10.96.0.0/16 \
+    --authorization-mode=RBAC \
+    --allow-privileged=true \
+    --disable-admission-plugins=ServiceAccount \
+    --endpoint-reconciler-type=none \
+    --profiling=false \
+    --v=1
+}
+
+start_kcm() {
+  # Needed for: removing the node.kubernetes.io/not-ready taint once kwok marks
+  # a Node Ready (node-lifecycle), Deployments/ReplicaSets, GC, namespaces, PDBs.
+  mkdir -p "$STATE/kcm-certs"
+  start_proc kube-controller-manager "$BIN_DIR/kube-controller-manager" \
+    "$BIN_DIR/kube-controller-manager" \
+    --kubeconfig="$KUBECONFIG_FILE" \
+    --authentication-kubeconfig="$KUBECONFIG_FILE" \
+    --authorization-kubeconfig="$KUBECONFIG_FILE" \
+    --bind-address=127.0.0.1 \
+    --secure-port="$KCM_PORT" \
+    --cert-dir="$STATE/kcm-certs" \
+    --leader-elect=false \
+    --cluster-name="$CLUSTER_NAME" \
+    --root-ca-file="$PKI/ca.crt" \
+    --service-account-private-key-file="$PKI/sa.key" \
+    --use-service-account-credentials=false \
+    --node-monitor-period=5s \
+    --node-monitor-grace-period=40s \
+    --kube-api-qps=100 --kube-api-burst=200 \
+    --profiling=false \
+    --v=1
+}
+
+start_scheduler() {
+  # With --config the scheduler ignores --kubeconfig/--leader-elect flags, so
+  # they go into the file.
+  mkdir -p "$STATE/scheduler-certs"
+  cat >"$STATE/kube-scheduler.yaml" <<EOF
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: $KUBECONFIG_FILE
+  qps: 100
+  burst: 200
+leaderElection:
+  leaderElect: false
+EOF
+  start_proc kube-scheduler "$BIN_DIR/kube-scheduler" "$BIN_DIR/kube-scheduler" \
+    --config="$STATE/kube-scheduler.yaml" \
+    --authentication-kubeconfig="$KUBECONFIG_FILE" \
+    --authorization-kubeconfig="$KUBECONFIG_FILE" \
+    --bind-address=127.0.0.1 \
+    --secure-port="$SCHEDULER_PORT" \
+    --cert-dir="$STATE/scheduler-certs" \
+    --v=1
+}
+
+start_kwok() {
+  # KWOK_WORKDIR keeps kwok from reading ~/.kwok/kwok.yaml.
+  # --node-lease-duration-seconds=40: keep Leases in kube-node-lease renewed
+  #   (every 10 s) and use the 20 s status heartbeat (see the spec, §4.3).
+  # --server-address: only for /healthz (plain HTTP on loopback).
+  # --cidr: pool for fake pod IPs (just strings; nothing routes to them).
+  mkdir -p "$STATE/kwok"
+  start_proc kwok "$BIN_DIR/kwok" \
+    env KWOK_WORKDIR="$STATE/kwok" \
+    "$BIN_DIR/kwok" \
+    --kubeconfig="$KUBECONFIG_FILE" \
+    --manage-all-nodes=false \
+    --manage-nodes-with-label-selector=karpenter.sh/provisioner-name \
+    --node-lease-duration-seconds=40 \
+    --server-address="127.0.0.1:$KWOK_PORT" \
+    --cidr=10.244.0.1/16
+}
+
+run_fixtures() {
+  log "seeding moto (fixtures.py)"
+  local start=$SECONDS
+  : >"$LOGS/fixtures.log"
+  if ! env AWS_ENDPOINT_URL="http://127.0.0.1:$MOTO_PORT" AWS_REGION="$AWS_REGION_NAME" \
+    AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_EC2_METADATA_DISABLED=true \
+    CLUSTER_NAME="$CLUSTER_NAME" \
+    "$PYTHON" "$CLUSTER_DIR/fixtures.py" --out "$STATE/fixtures.json" >>"$LOGS/fixtures.log" 2>&1; then
+    fail fixtures "fixtures.py failed"
+  fi
+  log "moto seeded in $((SECONDS - start))s (ids in $STATE/fixtures.json)"
+}
+
+# ---- main -------------------------------------------------------------------------
+main() {
+  while (($#)); do
+    case "$1" in
+      --with-karpenter) WITH_KARPENTER=1 ;;
+      -h | --help) usage; exit 0 ;;
+      *) log "unknown argument: $1"; usage >&2; exit 64 ;;
+    esac
+    shift
+  done
+  if ((WITH_KARPENTER)) && ! karpenter_available; then
+    start_karpenter || exit $?
+  fi
+
+  local t0=$SECONDS build_out
+  build_out="$("$CLUSTER_DIR/build.sh")"
+  BIN_DIR="$(sed -n 's/^BIN_DIR=//p' <<<"$build_out")"
+  VENV_DIR="$(sed -n 's/^VENV_DIR=//p' <<<"$build_out")"
+  PYTHON="$VENV_DIR/bin/python"
+  [[ -x "$BIN_DIR/kube-apiserver" && -x "$PYTHON" ]] || { log "build.sh gave no usable BIN_DIR/VENV_DIR"; exit 1; }
+
+  mkdir -p "$PIDS" "$LOGS"
+  # One up.sh/down.sh at a time (fd 8 is closed in every child we start).
+  exec 8>"$STATE/.lock"
+  flock 8
+
+  if already_up; then
+    log "already up and healthy; nothing to do (source $ENV_FILE)"
+    echo "$ENV_FILE"
+    return 0
+  fi
+  if any_running; then
+    log "cluster partly up or unhealthy; stopping it and starting afresh"
+    stop_all
+  fi
+  rm -f "$ENV_FILE"
+  trap on_exit EXIT
+  trap 'exit 130' INT TERM
+
+  local ports
+  read -r -a ports <<<"$(free_ports 7)"
+  MOTO_PORT=${ports[0]} ETCD_CLIENT_PORT=${ports[1]} ETCD_PEER_PORT=${ports[2]}
+  APISERVER_PORT=${ports[3]} KCM_PORT=${ports[4]} SCHEDULER_PORT=${ports[5]} KWOK_PORT=${ports[6]}
+  cat >"$STATE/state.env" <<EOF
+MOTO_PORT=$MOTO_PORT
+ETCD_CLIENT_PORT=$ETCD_CLIENT_PORT
+ETCD_PEER_PORT=$ETCD_PEER_PORT
+APISERVER_PORT=$APISERVER_PORT
+KCM_PORT=$KCM_PORT
+SCHEDULER_PORT=$SCHEDULER_PORT
+KWOK_PORT=$KWOK_PORT
+EOF
+
+  gen_pki
+  write_kubeconfig
+
+  # moto and etcd are independent: start both, then the apiserver, and seed
+  # moto while the apiserver bootstraps.
+  start_moto
+  start_etcd
+  wait_ready etcd "$COMPONENT_TIMEOUT" check_etcd
+  start_apiserver
+  wait_ready moto "$COMPONENT_TIMEOUT" check_moto
+  run_fixtures
+  wait_ready kube-apiserver "$APISERVER_TIMEOUT" check_apiserver
+  wait_ready kube-apiserver "$COMPONENT_TIMEOUT" check_default_ns
+  start_kcm
+  start_scheduler
+  start_kwok
+  wait_ready kube-controller-manager "$COMPONENT_TIMEOUT" check_kcm
+  wait_ready kube-scheduler "$COMPONENT_TIMEOUT" check_scheduler
+  wait_ready kwok "$COMPONENT_TIMEOUT" check_kwok
+
+  write_env
+  UP_DONE=1
+  log "local cluster up in $((SECONDS - t0))s: apiserver https://127.0.0.1:$APISERVER_PORT, moto http://127.0.0.1:$MOTO_PORT"
+  log "use it with: source $ENV_FILE"
+  echo "$ENV_FILE"
+
+  if ((WITH_KARPENTER)); then
+    start_karpenter
+  fi
+}
+
+main "$@"
