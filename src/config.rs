@@ -31,6 +31,28 @@ pub enum Command {
     Crds(CrdsArgs),
     /// Write a development CA and serving certificate for the webhook.
     Certs(CertsArgs),
+    /// Print the Mutating and Validating webhook configurations that route both kinds to the webhook.
+    WebhookConfig(WebhookConfigArgs),
+}
+
+/// Settings of `webhook-config`.
+#[derive(Args, Debug, Clone)]
+pub struct WebhookConfigArgs {
+    /// PEM file of the CA that signed the webhook's serving certificate (becomes caBundle).
+    #[arg(long, env = "WEBHOOK_CA_FILE")]
+    pub ca_file: PathBuf,
+    /// Base URL of the webhook (out-of-cluster), e.g. https://127.0.0.1:8443.
+    #[arg(long, env = "WEBHOOK_URL", conflicts_with = "service")]
+    pub url: Option<String>,
+    /// In-cluster Service of the webhook.
+    #[arg(long, env = "WEBHOOK_SERVICE", required_unless_present = "url")]
+    pub service: Option<String>,
+    /// Namespace of that Service.
+    #[arg(long, env = "WEBHOOK_SERVICE_NAMESPACE", default_value = "karpenter")]
+    pub namespace: String,
+    /// Port of that Service.
+    #[arg(long, env = "WEBHOOK_SERVICE_PORT", default_value_t = 443)]
+    pub port: i32,
 }
 
 /// Settings of `run` and `webhook`.

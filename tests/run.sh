@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
-# Runs every test: unit tests, the HTTPS webhook tests, CRD freshness and the binary's own tests.
-# This is the command README.md names and .ci/run executes. Ends with one summary line.
+# Runs every test: unit tests, the HTTPS webhook tests, CRD freshness, the binary's own tests and
+# the end-to-end tests on the local control plane (tests/cluster/). This is the command README.md
+# names and .ci/run executes. It brings the local cluster up (building it on first use) and, if it
+# was not already running, stops it again at the end. Ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [[ -f target/local-cluster/env ]]; then
+  echo "[run.sh] reusing the running local cluster" >&2
+else
+  trap 'bash tests/cluster/down.sh' EXIT
+fi
+bash tests/cluster/up.sh >/dev/null
+
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
 status=0
 cargo test --locked --all-targets 2>&1 | tee "$log" || status=$?
 passed=$(grep -o '^test result: [a-zA-Z]*\. [0-9]* passed' "$log" | awk '{s+=$4} END {print s+0}')
 failed=$(grep -o '; [0-9]* failed' "$log" | awk '{s+=$2} END {print s+0}')
+rm -f "$log"
 echo "cargo: ${passed} passed, ${failed} failed"
 exit "$status"

@@ -3,6 +3,7 @@
 //! decision); the decisions themselves are `admission::review`, which does no I/O.
 
 pub mod admission;
+pub mod registration;
 pub mod tls;
 
 use std::net::SocketAddr;

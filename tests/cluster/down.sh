@@ -22,5 +22,5 @@ exec 8>"$STATE/.lock"
 flock 8
 
 stop_all
-rm -f "$STATE/env"
+rm -f "$STATE/env" "$STATE/karpenter.env"
 echo "[down.sh] stopped; logs kept in $LOGS" >&2

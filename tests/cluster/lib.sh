@@ -16,6 +16,8 @@ LOGS="$STATE/logs"
 
 # Start order; stopped in reverse.
 COMPONENTS=(moto etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+# Started on request (up.sh --with-karpenter) on top of a running cluster; stopped first.
+OPTIONAL_COMPONENTS=(karpenter)
 
 # proc_has_arg PID ARG: true if ARG is one whole argument of PID's command line.
 # A zombie or a vanished process has an empty cmdline and never matches, and a
@@ -78,5 +80,5 @@ stop_components() {
 stop_all() {
   local reversed=() i
   for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do reversed+=("${COMPONENTS[i]}"); done
-  stop_components "${reversed[@]}"
+  stop_components "${OPTIONAL_COMPONENTS[@]}" "${reversed[@]}"
 }

@@ -33,17 +33,61 @@ usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
 
 log() { printf '[up.sh] %s\n' "$*" >&2; }
 
-# ---- karpenter (not wired yet) ----------------------------------------------
-# TODO(karpenter-rs): start our own binary here once it exists. Expected shape:
-#   start_proc karpenter "$REPO_ROOT/target/debug/<binary>" <flags> with the
-#   env of $ENV_FILE (KUBECONFIG, CLUSTER_ENDPOINT, CLUSTER_NAME, AWS_*), then
-#   wait_ready karpenter "$COMPONENT_TIMEOUT" <health check>, add "karpenter"
-#   to COMPONENTS in lib.sh (so down.sh stops it) and make
-#   karpenter_available return 0.
-karpenter_available() { return 1; }
+# ---- karpenter-rs (--with-karpenter) -------------------------------------------
+# Builds the binary (cargo, into CARGO_TARGET_DIR or target/), makes a CA and serving certificate
+# for 127.0.0.1, starts `karpenter-rs run` against the cluster and moto, installs the CRDs from
+# deploy/crds and registers the webhook configurations the binary prints, so kubectl apply goes
+# through our webhook exactly as in a user's cluster. Ports: target/local-cluster/karpenter.env.
+KARPENTER_ENV="$STATE/karpenter.env"
+KARPENTER_CERTS="$STATE/karpenter-certs"
+karpenter_bin() { echo "${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug/karpenter-rs"; }
+check_karpenter() { [[ "$(curl -fsS --max-time 5 "http://127.0.0.1:$KARPENTER_HEALTH_PORT/readyz")" == ok ]]; }
+
+karpenter_up() {
+  [[ -f "$KARPENTER_ENV" ]] || return 1
+  # shellcheck source=/dev/null
+  source "$KARPENTER_ENV"
+  component_pid karpenter >/dev/null && check_karpenter
+}
+
 start_karpenter() {
-  log "--with-karpenter: not yet available"
-  return 2
+  if karpenter_up; then
+    log "karpenter-rs already running (webhook https://127.0.0.1:$KARPENTER_WEBHOOK_PORT)"
+    return 0
+  fi
+  stop_components karpenter
+  UP_DONE=0 # a failure from here on stops what this run started, karpenter-rs included
+  log "building karpenter-rs"
+  (cd "$REPO_ROOT" && cargo build --quiet --bin karpenter-rs) || fail karpenter "cargo build failed"
+  local bin ports
+  bin="$(karpenter_bin)"
+  rm -rf "$KARPENTER_CERTS"
+  "$bin" certs --out-dir "$KARPENTER_CERTS" 2>>"$LOGS/karpenter-certs.log" || fail karpenter-certs "karpenter-rs certs failed"
+  read -r -a ports <<<"$(free_ports 3)"
+  KARPENTER_WEBHOOK_PORT=${ports[0]} KARPENTER_METRICS_PORT=${ports[1]} KARPENTER_HEALTH_PORT=${ports[2]}
+  cat >"$KARPENTER_ENV" <<EOF
+KARPENTER_WEBHOOK_PORT=$KARPENTER_WEBHOOK_PORT
+KARPENTER_METRICS_PORT=$KARPENTER_METRICS_PORT
+KARPENTER_HEALTH_PORT=$KARPENTER_HEALTH_PORT
+EOF
+  # shellcheck source=/dev/null
+  source "$ENV_FILE"
+  start_proc karpenter "$bin" "$bin" run \
+    --cluster-name "$CLUSTER_NAME" --bind-address 127.0.0.1 \
+    --webhook-port "$KARPENTER_WEBHOOK_PORT" --metrics-port "$KARPENTER_METRICS_PORT" \
+    --health-probe-port "$KARPENTER_HEALTH_PORT" --cert-dir "$KARPENTER_CERTS"
+  wait_ready karpenter "$COMPONENT_TIMEOUT" check_karpenter
+  local setup="$LOGS/karpenter-setup.log"
+  kubectl apply --server-side --force-conflicts -f "$REPO_ROOT/deploy/crds/" >>"$setup" 2>&1 ||
+    fail karpenter-setup "installing the CRDs failed"
+  kubectl wait --for condition=established --timeout=60s \
+    crd/provisioners.karpenter.sh crd/awsnodetemplates.karpenter.k8s.aws >>"$setup" 2>&1 ||
+    fail karpenter-setup "the CRDs were not established"
+  "$bin" webhook-config --ca-file "$KARPENTER_CERTS/ca.crt" --url "https://127.0.0.1:$KARPENTER_WEBHOOK_PORT" |
+    kubectl apply --server-side --force-conflicts -f - >>"$setup" 2>&1 ||
+    fail karpenter-setup "registering the webhook configurations failed"
+  UP_DONE=1
+  log "karpenter-rs running: webhook https://127.0.0.1:$KARPENTER_WEBHOOK_PORT, metrics http://127.0.0.1:$KARPENTER_METRICS_PORT/metrics, log $LOGS/karpenter.log"
 }
 
 # ---- helpers ------------------------------------------------------------------
@@ -419,10 +463,6 @@ main() {
     esac
     shift
   done
-  if ((WITH_KARPENTER)) && ! karpenter_available; then
-    start_karpenter || exit $?
-  fi
-
   local t0=$SECONDS build_out
   build_out="$("$CLUSTER_DIR/build.sh")"
   BIN_DIR="$(sed -n 's/^BIN_DIR=//p' <<<"$build_out")"
@@ -437,6 +477,10 @@ main() {
 
   if already_up; then
     log "already up and healthy; nothing to do (source $ENV_FILE)"
+    if ((WITH_KARPENTER)); then
+      trap on_exit EXIT
+      start_karpenter
+    fi
     echo "$ENV_FILE"
     return 0
   fi
@@ -444,7 +488,7 @@ main() {
     log "cluster partly up or unhealthy; stopping it and starting afresh"
     stop_all
   fi
-  rm -f "$ENV_FILE"
+  rm -f "$ENV_FILE" "$KARPENTER_ENV"
   trap on_exit EXIT
   trap 'exit 130' INT TERM
 
@@ -485,12 +529,11 @@ EOF
   write_env
   UP_DONE=1
   log "local cluster up in $((SECONDS - t0))s: apiserver https://127.0.0.1:$APISERVER_PORT, moto http://127.0.0.1:$MOTO_PORT"
-  log "use it with: source $ENV_FILE"
-  echo "$ENV_FILE"
-
   if ((WITH_KARPENTER)); then
     start_karpenter
   fi
+  log "use it with: source $ENV_FILE"
+  echo "$ENV_FILE"
 }
 
 main "$@"

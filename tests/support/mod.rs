@@ -1,0 +1,205 @@
+//! Support for the end-to-end tests on the real local control plane (tests/cluster/): brings the
+//! cluster up once per test binary (or reuses a running one), installs the CRDs from
+//! deploy/crds, runs the karpenter-rs webhook in this process with certificates made here,
+//! registers it with the configurations the binary ships (`webhook::registration`), and hands
+//! out `kubectl` and a `kube::Client`. Every test uses unique object names and cleans up.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use karpenter_rs::apis::ApiSettings;
+use karpenter_rs::certs::{self, Ca};
+use karpenter_rs::metrics::Metrics;
+use karpenter_rs::webhook::registration::{self, Target};
+use karpenter_rs::webhook::{self, WebhookConfig};
+use tokio_util::sync::CancellationToken;
+
+/// The cluster name the local cluster's fixtures use.
+pub const CLUSTER_NAME: &str = "ssungz-cluster";
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The running local cluster: the variables of target/local-cluster/env.
+pub struct Cluster {
+    pub env: HashMap<String, String>,
+}
+
+impl Cluster {
+    pub fn kubeconfig(&self) -> &str {
+        &self.env["KUBECONFIG"]
+    }
+}
+
+/// Starts the local cluster with tests/cluster/up.sh (a no-op when it is already up and healthy),
+/// once per test binary, and installs the CRDs.
+pub fn cluster() -> &'static Cluster {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let up = Command::new("bash")
+            .arg(repo_root().join("tests/cluster/up.sh"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("running tests/cluster/up.sh");
+        assert!(
+            up.status.success(),
+            "tests/cluster/up.sh failed:\n{}{}",
+            String::from_utf8_lossy(&up.stdout),
+            String::from_utf8_lossy(&up.stderr)
+        );
+        let env_file = repo_root().join("target/local-cluster/env");
+        let cluster = Cluster { env: read_env(&env_file) };
+        let crds = repo_root().join("deploy/crds");
+        kubectl_ok(&cluster, &["apply", "--server-side", "--force-conflicts", "-f", crds.to_str().unwrap()], None);
+        kubectl_ok(
+            &cluster,
+            &[
+                "wait",
+                "--for",
+                "condition=established",
+                "--timeout=60s",
+                "crd/provisioners.karpenter.sh",
+                "crd/awsnodetemplates.karpenter.k8s.aws",
+            ],
+            None,
+        );
+        cluster
+    })
+}
+
+/// Parses `export KEY=VALUE` lines (values as written by bash's `printf %q`).
+fn read_env(path: &Path) -> HashMap<String, String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    text.lines()
+        .filter_map(|l| l.strip_prefix("export "))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.trim_matches('\'').replace("\\ ", " ")))
+        .collect()
+}
+
+/// Runs kubectl against the local cluster, with `stdin` piped in when given.
+pub fn kubectl(cluster: &Cluster, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", cluster.kubeconfig())
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl is installed");
+    if let Some(input) = stdin {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Runs kubectl and fails the test when it fails; returns stdout.
+pub fn kubectl_ok(cluster: &Cluster, args: &[&str], stdin: Option<&str>) -> String {
+    let out = kubectl(cluster, args, stdin);
+    assert!(
+        out.status.success(),
+        "kubectl {} failed:\n{}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The karpenter-rs webhook of this test binary, running in this process on its own runtime and
+/// registered with the cluster. Tests can stop and restart it (same port, same certificate).
+pub struct AdmissionWebhook {
+    runtime: tokio::runtime::Runtime,
+    port: u16,
+    cert_dir: tempfile::TempDir,
+    ca: Ca,
+    running: Mutex<Option<CancellationToken>>,
+}
+
+impl AdmissionWebhook {
+    /// Starts the webhook and registers it for both kinds.
+    pub fn start(cluster: &Cluster) -> AdmissionWebhook {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let cert_dir = tempfile::tempdir().unwrap();
+        let ca = Ca::generate("karpenter-rs e2e CA", Duration::from_secs(24 * 3600)).unwrap();
+        let serving = ca.issue(&certs::serving_names(&[]), Duration::from_secs(24 * 3600)).unwrap();
+        certs::write(cert_dir.path(), &ca, &serving).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let hook = AdmissionWebhook { runtime, port, cert_dir, ca, running: Mutex::new(None) };
+        hook.resume();
+        let yaml = registration::to_yaml(&Target::Url(hook.url()), hook.ca.cert_pem().as_bytes());
+        kubectl_ok(cluster, &["apply", "--server-side", "--force-conflicts", "-f", "-"], Some(&yaml));
+        hook
+    }
+
+    /// `https://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    /// Stops serving: the port closes, as when the process is gone.
+    pub fn stop(&self) {
+        if let Some(token) = self.running.lock().unwrap().take() {
+            token.cancel();
+        }
+        // Wait until the port is really closed.
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("webhook port {} still open after stop", self.port);
+    }
+
+    /// Serves again on the same port.
+    pub fn resume(&self) {
+        let mut running = self.running.lock().unwrap();
+        if running.is_some() {
+            return;
+        }
+        let token = CancellationToken::new();
+        let _enter = self.runtime.enter();
+        let config = WebhookConfig {
+            cert_dir: self.cert_dir.path().to_path_buf(),
+            cert_reload_interval: Duration::from_secs(1),
+            client_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(1),
+            settings: ApiSettings::new(CLUSTER_NAME),
+        };
+        let std_listener = std::net::TcpListener::bind(("127.0.0.1", self.port)).expect("webhook port is free");
+        std_listener.set_nonblocking(true).unwrap();
+        let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
+        webhook::start(listener, config, Metrics::new(), token.clone()).expect("webhook starts");
+        *running = Some(token);
+    }
+}
+
+/// A kube client for the local cluster (admin credentials).
+pub async fn client(cluster: &Cluster) -> kube::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let kubeconfig = kube::config::Kubeconfig::read_from(cluster.kubeconfig()).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await.expect("kube config");
+    kube::Client::try_from(config).expect("kube client")
+}
+
+/// A name no other test run uses: `base-<pid>-<n>`.
+pub fn unique(base: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!("{base}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A YAML manifest under tests/fixtures, as JSON.
+pub fn fixture(path: &str) -> serde_json::Value {
+    let full = repo_root().join("tests/fixtures").join(path);
+    let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("reading {}: {e}", full.display()));
+    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", full.display()))
+}
