@@ -10,35 +10,17 @@ use karpenter_rs::apis::ApiSettings;
 use karpenter_rs::webhook::admission::{review, Endpoint};
 use serde_json::{json, Value};
 
+fn fixture(path: &str) -> Value {
+    let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(path);
+    serde_yaml::from_str(&std::fs::read_to_string(full).expect("fixture exists")).expect("fixture parses")
+}
+
 fn provisioner() -> Value {
-    json!({
-        "apiVersion": "karpenter.sh/v1alpha5", "kind": "Provisioner",
-        "metadata": {"name": "service"},
-        "spec": {
-            "taints": [{"key": "service", "value": "true", "effect": "NoSchedule"}],
-            "labels": {"nodeType": "service-2023"},
-            "requirements": [
-                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["t3.large", "t3.xlarge"]},
-                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["ap-northeast-2a", "ap-northeast-2c"]},
-                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
-            ],
-            "providerRef": {"name": "service-lt"},
-            "ttlSecondsAfterEmpty": 30,
-            "ttlSecondsUntilExpired": 1209600
-        }
-    })
+    fixture("first-writeup/provisioner.yaml")
 }
 
 fn template() -> Value {
-    json!({
-        "apiVersion": "karpenter.k8s.aws/v1alpha1", "kind": "AWSNodeTemplate",
-        "metadata": {"name": "service-lt"},
-        "spec": {
-            "subnetSelector": {"karpenter.sh/discovery/ssungz-cluster": "*"},
-            "securityGroupSelector": {"aws:eks:cluster-name": "ssungz-cluster"},
-            "tags": {"karpenter.sh/discovery": "ssungz-cluster"}
-        }
-    })
+    fixture("first-writeup/awsnodetemplate.yaml")
 }
 
 /// The AdmissionReview bytes for a CREATE of `object`.

@@ -41,26 +41,7 @@ pids+=($!)
 pids+=($!)
 wait_port "$real_port"; wait_port "$bare_port"
 
-python3 - "$work/body.json" <<'PY'
-import json, sys
-provisioner = {
-  "apiVersion": "karpenter.sh/v1alpha5", "kind": "Provisioner", "metadata": {"name": "service"},
-  "spec": {
-    "taints": [{"key": "service", "value": "true", "effect": "NoSchedule"}],
-    "labels": {"nodeType": "service-2023"},
-    "requirements": [
-      {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["t3.large", "t3.xlarge"]},
-      {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["ap-northeast-2a", "ap-northeast-2c"]},
-      {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
-    "providerRef": {"name": "service-lt"}, "ttlSecondsAfterEmpty": 30, "ttlSecondsUntilExpired": 1209600}}
-review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-  "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-  "kind": {"group": "karpenter.sh", "version": "v1alpha5", "kind": "Provisioner"},
-  "resource": {"group": "karpenter.sh", "version": "v1alpha5", "resource": "provisioners"},
-  "name": "service", "operation": "CREATE", "userInfo": {"username": "admin"},
-  "object": provisioner, "dryRun": False}}
-open(sys.argv[1], "w").write(json.dumps(review))
-PY
+"$bare" --print-body >"$work/body.json"
 
 cat >"$work/post.lua" <<'LUA'
 wrk.method = "POST"

@@ -4,7 +4,9 @@
 //! top of it (routing, body limits, decoding, rules, patches, metrics, logs) is what the load
 //! benchmark measures.
 //!
-//! Usage: `cargo bench --bench load_server -- --port 9443 --cert-dir DIR` (runs until killed).
+//! Usage: `cargo bench --bench load_server -- --port 9443 --cert-dir DIR` (runs until killed);
+//! `-- --print-body` prints the request body the load uses: an AdmissionReview (CREATE) of the
+//! first write-up's Provisioner, read from tests/fixtures.
 //! Under `cargo test --all-targets` (no `--port`) it only checks that it can start and exits.
 
 use std::path::PathBuf;
@@ -24,6 +26,10 @@ const FIXED: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionRevi
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
+    if args.iter().any(|a| a == "--print-body") {
+        println!("{}", request_body());
+        return;
+    }
     let Some(port) = value("--port") else {
         println!("load_server: baseline server for tests/benches/https_load.sh; pass --port and --cert-dir to run it");
         return;
@@ -56,4 +62,21 @@ fn main() {
             });
         }
     });
+}
+
+/// The AdmissionReview the load sends.
+fn request_body() -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/first-writeup/provisioner.yaml");
+    let object: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(path).expect("fixture exists")).expect("fixture parses");
+    serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": "karpenter.sh", "version": "v1alpha5", "kind": "Provisioner"},
+            "resource": {"group": "karpenter.sh", "version": "v1alpha5", "resource": "provisioners"},
+            "name": object["metadata"]["name"], "operation": "CREATE", "userInfo": {"username": "admin"},
+            "object": object, "dryRun": false
+        }
+    })
+    .to_string()
 }

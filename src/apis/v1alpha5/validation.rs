@@ -429,20 +429,11 @@ mod tests {
             .unwrap_or_default()
     }
 
-    /// The first write-up's Provisioner, as intended (indent glyphs removed).
+    /// The first write-up's Provisioner spec, as intended (indent glyphs removed).
     fn service() -> serde_json::Value {
-        json!({
-            "taints": [{"key": "service", "value": "true", "effect": "NoSchedule"}],
-            "labels": {"nodeType": "service-2023"},
-            "requirements": [
-                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["t3.large", "t3.xlarge"]},
-                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["ap-northeast-2a", "ap-northeast-2c"]},
-                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
-            ],
-            "providerRef": {"name": "service-lt"},
-            "ttlSecondsAfterEmpty": 30,
-            "ttlSecondsUntilExpired": 1209600
-        })
+        let manifest: serde_json::Value =
+            serde_yaml::from_str(include_str!("../../../tests/fixtures/first-writeup/provisioner.yaml")).expect("fixture parses");
+        manifest["spec"].clone()
     }
 
     fn with(field: &str, value: serde_json::Value) -> serde_json::Value {
