@@ -11,9 +11,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
 use karpenter_rs::config::{CertsArgs, Cli, Command, CrdsArgs, RunArgs, WebhookConfigArgs};
-use karpenter_rs::webhook::registration::{self, Target};
 use karpenter_rs::metrics::Metrics;
 use karpenter_rs::probes::{self, Readiness};
+use karpenter_rs::webhook::registration::{self, Target};
 use karpenter_rs::{certs, crds, telemetry, webhook};
 
 fn main() -> anyhow::Result<()> {
@@ -132,11 +132,17 @@ fn print_webhook_config(args: &WebhookConfigArgs) -> anyhow::Result<()> {
     let ca = std::fs::read(&args.ca_file).with_context(|| format!("reading {}", args.ca_file.display()))?;
     let target = match (&args.url, &args.service) {
         (Some(url), _) => Target::Url(url.clone()),
-        (None, Some(service)) => Target::Service { namespace: args.namespace.clone(), name: service.clone(), port: args.port },
+        (None, Some(service)) => Target::Service {
+            namespace: args.namespace.clone(),
+            name: service.clone(),
+            port: args.port,
+        },
         (None, None) => anyhow::bail!("give --url or --service"),
     };
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    let _ = out.write_all(registration::to_yaml(&target, &ca).as_bytes()).and_then(|_| out.flush());
+    let _ = out
+        .write_all(registration::to_yaml(&target, &ca).as_bytes())
+        .and_then(|_| out.flush());
     Ok(())
 }

@@ -21,7 +21,10 @@ fn setup() -> &'static Cluster {
 /// `kubectl apply -f -` of `object`; returns (success, stdout + stderr).
 fn apply(cluster: &Cluster, object: &Value) -> (bool, String) {
     let out = kubectl(cluster, &["apply", "-f", "-"], Some(&object.to_string()));
-    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    (
+        out.status.success(),
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+    )
 }
 
 fn get(cluster: &Cluster, kind: &str, name: &str) -> Value {
@@ -38,7 +41,12 @@ fn named(mut object: Value, name: &str) -> Value {
 }
 
 fn requirement_keys(object: &Value) -> Vec<String> {
-    object["spec"]["requirements"].as_array().unwrap().iter().map(|r| r["key"].as_str().unwrap().to_string()).collect()
+    object["spec"]["requirements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap().to_string())
+        .collect()
 }
 
 #[test]
@@ -89,8 +97,14 @@ fn applies_the_second_write_up_with_selectors_and_ttls_defaulted() {
     let (ok, out) = apply(cluster, &with_cluster_name);
     assert!(ok, "{out}");
     let stored = get(cluster, "provisioner", &name);
-    assert_eq!(stored["spec"]["provider"]["subnetSelector"], json!({"karpenter.sh/discovery": "ssungz-cluster"}));
-    assert_eq!(stored["spec"]["provider"]["securityGroupSelector"], json!({"karpenter.sh/discovery": "ssungz-cluster"}));
+    assert_eq!(
+        stored["spec"]["provider"]["subnetSelector"],
+        json!({"karpenter.sh/discovery": "ssungz-cluster"})
+    );
+    assert_eq!(
+        stored["spec"]["provider"]["securityGroupSelector"],
+        json!({"karpenter.sh/discovery": "ssungz-cluster"})
+    );
     assert_eq!(stored["spec"]["ttlSecondsAfterEmpty"], 30);
     assert_eq!(stored["spec"]["ttlSecondsUntilExpired"], 2592000);
     assert!(requirement_keys(&stored).contains(&"karpenter.k8s.aws/instance-generation".to_string()));
@@ -100,10 +114,17 @@ fn applies_the_second_write_up_with_selectors_and_ttls_defaulted() {
     let name = unique("default");
     let (ok, out) = apply(cluster, &named(fixture("second-writeup/provisioner-cluster-name.yaml"), &name));
     assert!(!ok);
-    assert!(out.contains("spec.provider.clusterName: invalid value \"your-cluster-name\""), "{out}");
+    assert!(
+        out.contains("spec.provider.clusterName: invalid value \"your-cluster-name\""),
+        "{out}"
+    );
     assert!(out.contains("ssungz-cluster"), "{out}");
 
-    for file in ["provisioner-selectors.yaml", "provisioner-spot-price.yaml", "provisioner-instance-types.yaml"] {
+    for file in [
+        "provisioner-selectors.yaml",
+        "provisioner-spot-price.yaml",
+        "provisioner-instance-types.yaml",
+    ] {
         let name = unique("second");
         let (ok, out) = apply(cluster, &named(fixture(&format!("second-writeup/{file}")), &name));
         assert!(ok, "{file}: {out}");
@@ -124,23 +145,76 @@ fn refuses_invalid_specs_with_a_message_naming_the_field() {
     };
     let template = |spec: Value| json!({"apiVersion": "karpenter.k8s.aws/v1alpha1", "kind": "AWSNodeTemplate", "metadata": {"name": unique("invalid-lt")}, "spec": spec});
     let cases: Vec<(Value, &str)> = vec![
-        (provisioner(&|p| p["spec"]["ttlSecondsAfterEmpty"] = json!(-1)), "spec.ttlSecondsAfterEmpty: invalid value -1"),
-        (provisioner(&|p| p["spec"]["ttlSecondsUntilExpired"] = json!(-30)), "spec.ttlSecondsUntilExpired: invalid value -30"),
-        (provisioner(&|p| p["spec"]["consolidation"] = json!({"enabled": true})), "spec.ttlSecondsAfterEmpty: forbidden"),
-        (provisioner(&|p| p["spec"]["provider"] = json!({"subnetSelector": {"a": "b"}, "securityGroupSelector": {"a": "b"}})), "spec.provider: forbidden"),
-        (provisioner(&|p| p["spec"]["labels"] = json!({"karpenter.sh/provisioner-name": "x"})), "spec.labels[karpenter.sh/provisioner-name]: forbidden"),
-        (provisioner(&|p| p["spec"]["labels"] = json!({"kubernetes.io/team": "x"})), "spec.labels: invalid value \"kubernetes.io/team\""),
-        (provisioner(&|p| p["spec"]["labels"] = json!({"node.kubernetes.io/instance-type": "m5.large"})), "contradicts spec.requirements[0]"),
-        (provisioner(&|p| p["spec"]["taints"][0]["effect"] = json!("NoEvict")), "spec.taints[0].effect: invalid value \"NoEvict\""),
-        (provisioner(&|p| p["spec"]["requirements"][0]["operator"] = json!("within")), "spec.requirements[0].operator: invalid value \"within\""),
-        (provisioner(&|p| p["spec"]["requirements"][0] = json!({"key": "karpenter.k8s.aws/instance-cpu", "operator": "Gt"})), "spec.requirements[0].values"),
-        (provisioner(&|p| p["spec"]["requirements"][0]["values"] = json!([])), "spec.requirements[0].values: required value"),
-        (provisioner(&|p| p["spec"]["kubeletConfiguration"] = json!({"evictionHard": {"memory.available": "110%"}})), "spec.kubeletConfiguration.evictionHard[memory.available]"),
-        (provisioner(&|p| p["metadata"]["name"] = json!(unique("team.gpu"))), "metadata.name: invalid value"),
-        (template(json!({"securityGroupSelector": {"a": "b"}, "subnetSelector": {"aws-ids": "subnet-1,"}})), "spec.subnetSelector[aws-ids]"),
-        (template(json!({"subnetSelector": {"a": "b"}, "securityGroupSelector": {"a": "b"}, "amiFamily": "Custom"})), "spec.amiSelector: required value"),
-        (template(json!({"subnetSelector": {"a": "b"}, "securityGroupSelector": {"a": "b"}, "tags": {"karpenter.sh/managed-by": "x"}})), "spec.tags[karpenter.sh/managed-by]: forbidden"),
-        (template(json!({"subnetSelector": {"a": "b"}, "securityGroupSelector": {"a": "b"}, "metadataOptions": {"httpPutResponseHopLimit": 65}})), "spec.metadataOptions.httpPutResponseHopLimit: invalid value 65"),
+        (
+            provisioner(&|p| p["spec"]["ttlSecondsAfterEmpty"] = json!(-1)),
+            "spec.ttlSecondsAfterEmpty: invalid value -1",
+        ),
+        (
+            provisioner(&|p| p["spec"]["ttlSecondsUntilExpired"] = json!(-30)),
+            "spec.ttlSecondsUntilExpired: invalid value -30",
+        ),
+        (
+            provisioner(&|p| p["spec"]["consolidation"] = json!({"enabled": true})),
+            "spec.ttlSecondsAfterEmpty: forbidden",
+        ),
+        (
+            provisioner(&|p| p["spec"]["provider"] = json!({"subnetSelector": {"a": "b"}, "securityGroupSelector": {"a": "b"}})),
+            "spec.provider: forbidden",
+        ),
+        (
+            provisioner(&|p| p["spec"]["labels"] = json!({"karpenter.sh/provisioner-name": "x"})),
+            "spec.labels[karpenter.sh/provisioner-name]: forbidden",
+        ),
+        (
+            provisioner(&|p| p["spec"]["labels"] = json!({"kubernetes.io/team": "x"})),
+            "spec.labels: invalid value \"kubernetes.io/team\"",
+        ),
+        (
+            provisioner(&|p| p["spec"]["labels"] = json!({"node.kubernetes.io/instance-type": "m5.large"})),
+            "contradicts spec.requirements[0]",
+        ),
+        (
+            provisioner(&|p| p["spec"]["taints"][0]["effect"] = json!("NoEvict")),
+            "spec.taints[0].effect: invalid value \"NoEvict\"",
+        ),
+        (
+            provisioner(&|p| p["spec"]["requirements"][0]["operator"] = json!("within")),
+            "spec.requirements[0].operator: invalid value \"within\"",
+        ),
+        (
+            provisioner(&|p| p["spec"]["requirements"][0] = json!({"key": "karpenter.k8s.aws/instance-cpu", "operator": "Gt"})),
+            "spec.requirements[0].values",
+        ),
+        (
+            provisioner(&|p| p["spec"]["requirements"][0]["values"] = json!([])),
+            "spec.requirements[0].values: required value",
+        ),
+        (
+            provisioner(&|p| p["spec"]["kubeletConfiguration"] = json!({"evictionHard": {"memory.available": "110%"}})),
+            "spec.kubeletConfiguration.evictionHard[memory.available]",
+        ),
+        (
+            provisioner(&|p| p["metadata"]["name"] = json!(unique("team.gpu"))),
+            "metadata.name: invalid value",
+        ),
+        (
+            template(json!({"securityGroupSelector": {"a": "b"}, "subnetSelector": {"aws-ids": "subnet-1,"}})),
+            "spec.subnetSelector[aws-ids]",
+        ),
+        (
+            template(json!({"subnetSelector": {"a": "b"}, "securityGroupSelector": {"a": "b"}, "amiFamily": "Custom"})),
+            "spec.amiSelector: required value",
+        ),
+        (
+            template(json!({"subnetSelector": {"a": "b"}, "securityGroupSelector": {"a": "b"}, "tags": {"karpenter.sh/managed-by": "x"}})),
+            "spec.tags[karpenter.sh/managed-by]: forbidden",
+        ),
+        (
+            template(
+                json!({"subnetSelector": {"a": "b"}, "securityGroupSelector": {"a": "b"}, "metadataOptions": {"httpPutResponseHopLimit": 65}}),
+            ),
+            "spec.metadataOptions.httpPutResponseHopLimit: invalid value 65",
+        ),
     ];
     assert!(cases.len() >= 10);
     for (object, want) in cases {
@@ -166,15 +240,47 @@ fn an_update_that_removes_a_ttl_gets_it_defaulted_again() {
     assert!(ok, "{out}");
     kubectl_ok(
         cluster,
-        &["patch", "provisioner", &name, "--type", "json", "-p", r#"[{"op":"remove","path":"/spec/ttlSecondsUntilExpired"}]"#],
+        &[
+            "patch",
+            "provisioner",
+            &name,
+            "--type",
+            "json",
+            "-p",
+            r#"[{"op":"remove","path":"/spec/ttlSecondsUntilExpired"}]"#,
+        ],
         None,
     );
     assert_eq!(get(cluster, "provisioner", &name)["spec"]["ttlSecondsUntilExpired"], 2592000);
     // Removing the defaulted requirements re-adds them too.
-    kubectl_ok(cluster, &["patch", "provisioner", &name, "--type", "json", "-p", r#"[{"op":"remove","path":"/spec/requirements/4"}]"#], None);
+    kubectl_ok(
+        cluster,
+        &[
+            "patch",
+            "provisioner",
+            &name,
+            "--type",
+            "json",
+            "-p",
+            r#"[{"op":"remove","path":"/spec/requirements/4"}]"#,
+        ],
+        None,
+    );
     assert!(requirement_keys(&get(cluster, "provisioner", &name)).contains(&"kubernetes.io/arch".to_string()));
     // An invalid UPDATE is refused like a CREATE.
-    let out = kubectl(cluster, &["patch", "provisioner", &name, "--type", "merge", "-p", r#"{"spec":{"ttlSecondsAfterEmpty":-5}}"#], None);
+    let out = kubectl(
+        cluster,
+        &[
+            "patch",
+            "provisioner",
+            &name,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"ttlSecondsAfterEmpty":-5}}"#,
+        ],
+        None,
+    );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("spec.ttlSecondsAfterEmpty: invalid value -5"));
     delete(cluster, "provisioner", &name);

@@ -20,8 +20,14 @@ fn apply_fails_closed_while_the_webhook_is_down_and_works_when_it_is_back() {
     let out = kubectl(cluster, &["apply", "-f", "-"], Some(&manifest));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "applied with the webhook down: {stderr}");
-    assert!(stderr.contains("failed calling webhook") && stderr.contains("defaulting.webhook.karpenter.sh"), "{stderr}");
-    assert!(kubectl(cluster, &["get", "provisioner", &name], None).status.code() != Some(0), "nothing was stored");
+    assert!(
+        stderr.contains("failed calling webhook") && stderr.contains("defaulting.webhook.karpenter.sh"),
+        "{stderr}"
+    );
+    assert!(
+        kubectl(cluster, &["get", "provisioner", &name], None).status.code() != Some(0),
+        "nothing was stored"
+    );
 
     webhook.resume();
     let out = kubectl(cluster, &["apply", "-f", "-"], Some(&manifest));

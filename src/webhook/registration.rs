@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference, ValidatingWebhook,
-    ValidatingWebhookConfiguration, WebhookClientConfig,
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration,
+    WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ByteString;
@@ -87,7 +87,10 @@ pub fn to_yaml(target: &Target, ca_bundle_pem: &[u8]) -> String {
         serde_yaml::to_string(&object).expect("a configuration serializes to YAML")
     };
     let m = with_type("MutatingWebhookConfiguration", serde_json::to_value(&mutating).expect("serializes"));
-    let v = with_type("ValidatingWebhookConfiguration", serde_json::to_value(&validating).expect("serializes"));
+    let v = with_type(
+        "ValidatingWebhookConfiguration",
+        serde_json::to_value(&validating).expect("serializes"),
+    );
     format!("{m}---\n{v}")
 }
 
@@ -102,27 +105,39 @@ fn metadata(name: &str) -> ObjectMeta {
 fn client_config(target: &Target, path: &str, ca_bundle_pem: &[u8]) -> WebhookClientConfig {
     let ca_bundle = Some(ByteString(ca_bundle_pem.to_vec()));
     match target {
-        Target::Url(base) => WebhookClientConfig { url: Some(format!("{}{path}", base.trim_end_matches('/'))), ca_bundle, service: None },
+        Target::Url(base) => WebhookClientConfig {
+            url: Some(format!("{}{path}", base.trim_end_matches('/'))),
+            ca_bundle,
+            service: None,
+        },
         Target::Service { namespace, name, port } => WebhookClientConfig {
             url: None,
             ca_bundle,
-            service: Some(ServiceReference { namespace: namespace.clone(), name: name.clone(), path: Some(path.into()), port: Some(*port) }),
+            service: Some(ServiceReference {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                path: Some(path.into()),
+                port: Some(*port),
+            }),
         },
     }
 }
 
 /// CREATE and UPDATE of both kinds, cluster-scoped.
 fn rules() -> Vec<RuleWithOperations> {
-    [("karpenter.sh", "v1alpha5", "provisioners"), ("karpenter.k8s.aws", "v1alpha1", "awsnodetemplates")]
-        .into_iter()
-        .map(|(group, version, resource)| RuleWithOperations {
-            api_groups: Some(vec![group.into()]),
-            api_versions: Some(vec![version.into()]),
-            resources: Some(vec![resource.into()]),
-            operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
-            scope: Some("Cluster".into()),
-        })
-        .collect()
+    [
+        ("karpenter.sh", "v1alpha5", "provisioners"),
+        ("karpenter.k8s.aws", "v1alpha1", "awsnodetemplates"),
+    ]
+    .into_iter()
+    .map(|(group, version, resource)| RuleWithOperations {
+        api_groups: Some(vec![group.into()]),
+        api_versions: Some(vec![version.into()]),
+        resources: Some(vec![resource.into()]),
+        operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+        scope: Some("Cluster".into()),
+    })
+    .collect()
 }
 
 #[cfg(test)]
@@ -144,7 +159,14 @@ mod tests {
 
     #[test]
     fn yaml_carries_kinds_and_base64_ca_bundle() {
-        let yaml = to_yaml(&Target::Service { namespace: "karpenter".into(), name: "karpenter-rs".into(), port: 443 }, b"PEM");
+        let yaml = to_yaml(
+            &Target::Service {
+                namespace: "karpenter".into(),
+                name: "karpenter-rs".into(),
+                port: 443,
+            },
+            b"PEM",
+        );
         assert!(yaml.contains("kind: MutatingWebhookConfiguration"));
         assert!(yaml.contains("kind: ValidatingWebhookConfiguration"));
         assert!(yaml.contains("caBundle: UEVN"), "{yaml}");

@@ -56,7 +56,11 @@ pub fn cluster() -> &'static Cluster {
         let env_file = repo_root().join("target/local-cluster/env");
         let cluster = Cluster { env: read_env(&env_file) };
         let crds = repo_root().join("deploy/crds");
-        kubectl_ok(&cluster, &["apply", "--server-side", "--force-conflicts", "-f", crds.to_str().unwrap()], None);
+        kubectl_ok(
+            &cluster,
+            &["apply", "--server-side", "--force-conflicts", "-f", crds.to_str().unwrap()],
+            None,
+        );
         kubectl_ok(
             &cluster,
             &[
@@ -126,13 +130,23 @@ pub struct AdmissionWebhook {
 impl AdmissionWebhook {
     /// Starts the webhook and registers it for both kinds.
     pub fn start(cluster: &Cluster) -> AdmissionWebhook {
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
         let cert_dir = tempfile::tempdir().unwrap();
         let ca = Ca::generate("karpenter-rs e2e CA", Duration::from_secs(24 * 3600)).unwrap();
         let serving = ca.issue(&certs::serving_names(&[]), Duration::from_secs(24 * 3600)).unwrap();
         certs::write(cert_dir.path(), &ca, &serving).unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let hook = AdmissionWebhook { runtime, port, cert_dir, ca, running: Mutex::new(None) };
+        let hook = AdmissionWebhook {
+            runtime,
+            port,
+            cert_dir,
+            ca,
+            running: Mutex::new(None),
+        };
         hook.resume();
         let yaml = registration::to_yaml(&Target::Url(hook.url()), hook.ca.cert_pem().as_bytes());
         kubectl_ok(cluster, &["apply", "--server-side", "--force-conflicts", "-f", "-"], Some(&yaml));
@@ -186,7 +200,9 @@ impl AdmissionWebhook {
 pub async fn client(cluster: &Cluster) -> kube::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let kubeconfig = kube::config::Kubeconfig::read_from(cluster.kubeconfig()).expect("kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await.expect("kube config");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+        .await
+        .expect("kube config");
     kube::Client::try_from(config).expect("kube client")
 }
 
