@@ -5,6 +5,7 @@
 pub mod apis;
 pub mod certs;
 pub mod config;
+pub mod controllers;
 pub mod crds;
 pub mod metrics;
 pub mod probes;

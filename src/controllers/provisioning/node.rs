@@ -1,0 +1,168 @@
+//! The Node object karpenter-rs creates right after an instance is launched (differences.md
+//! item 11, Karpenter v0.27's model): named after the instance, with its provider ID, labels,
+//! taints, startup taints and the termination finalizer, so in-flight capacity is visible at
+//! once and survives restarts. Pure; no I/O here.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, PROVISIONER_NAME_LABEL, REGION_LABEL, TERMINATION_FINALIZER, ZONE_LABEL};
+use crate::apis::v1alpha5::Provisioner;
+
+/// What the cloud reported about a launched instance, and what its instance type offers.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LaunchedInstance {
+    /// EC2 instance id.
+    pub id: String,
+    /// Availability zone it runs in.
+    pub zone: String,
+    /// Region.
+    pub region: String,
+    /// `on-demand` or `spot`.
+    pub capacity_type: String,
+    /// Private DNS name (`ip-10-0-1-23.ap-northeast-2.compute.internal`), empty if unknown.
+    pub private_dns_name: String,
+    /// Single-valued labels of its instance type (instance type, arch, os, category, ...).
+    pub instance_type_labels: BTreeMap<String, String>,
+    /// Capacity of the instance type.
+    pub capacity: BTreeMap<String, Quantity>,
+    /// Allocatable after reservations and overhead.
+    pub allocatable: BTreeMap<String, Quantity>,
+}
+
+impl LaunchedInstance {
+    /// `aws:///<zone>/<instance-id>`.
+    pub fn provider_id(&self) -> String {
+        format!("aws:///{}/{}", self.zone, self.id)
+    }
+
+    /// The node name: the lowercased private DNS name, or the instance id when there is none.
+    pub fn node_name(&self) -> String {
+        if self.private_dns_name.is_empty() {
+            self.id.clone()
+        } else {
+            self.private_dns_name.to_lowercase()
+        }
+    }
+}
+
+/// The Node for `instance`, launched for `provisioner`. `requirement_labels` are the labels the
+/// planned node takes from custom requirement keys (one value each).
+pub fn node_for(provisioner: &Provisioner, instance: &LaunchedInstance, requirement_labels: &BTreeMap<String, String>) -> Node {
+    let provisioner_name = provisioner.metadata.name.clone().unwrap_or_default();
+    let spec = &provisioner.spec;
+    // Later entries win: requirement-derived labels, then the Provisioner's labels, then what
+    // the cloud knows for certain about the instance.
+    let mut labels = requirement_labels.clone();
+    labels.extend(spec.labels.clone().unwrap_or_default());
+    labels.extend(instance.instance_type_labels.clone());
+    labels.insert(ZONE_LABEL.into(), instance.zone.clone());
+    if !instance.region.is_empty() {
+        labels.insert(REGION_LABEL.into(), instance.region.clone());
+    }
+    labels.insert(CAPACITY_TYPE_LABEL.into(), instance.capacity_type.clone());
+    labels.insert(PROVISIONER_NAME_LABEL.into(), provisioner_name.clone());
+    labels.insert("kubernetes.io/hostname".into(), instance.node_name());
+
+    let mut taints: Vec<Taint> = spec.taints.clone().unwrap_or_default();
+    for t in spec.startup_taints.iter().flatten() {
+        if !taints.iter().any(|x| x.key == t.key && x.effect == t.effect) {
+            taints.push(t.clone());
+        }
+    }
+    let owner = provisioner.metadata.uid.as_ref().map(|uid| OwnerReference {
+        api_version: "karpenter.sh/v1alpha5".into(),
+        kind: "Provisioner".into(),
+        name: provisioner_name.clone(),
+        uid: uid.clone(),
+        block_owner_deletion: Some(true),
+        controller: None,
+    });
+    Node {
+        metadata: ObjectMeta {
+            name: Some(instance.node_name()),
+            labels: Some(labels),
+            annotations: spec.annotations.clone().filter(|a| !a.is_empty()),
+            finalizers: Some(vec![TERMINATION_FINALIZER.into()]),
+            owner_references: owner.map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            provider_id: Some(instance.provider_id()),
+            taints: (!taints.is_empty()).then_some(taints),
+            ..Default::default()
+        }),
+        // The kubelet overwrites these when it registers; until then the scheduler and the
+        // next provisioning pass see what the node will offer.
+        status: Some(NodeStatus {
+            capacity: Some(instance.capacity.clone()),
+            allocatable: Some(instance.allocatable.clone()),
+            ..Default::default()
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn service() -> Provisioner {
+        let mut p: Provisioner =
+            serde_yaml::from_str(include_str!("../../../tests/fixtures/first-writeup/provisioner.yaml")).expect("fixture parses");
+        p.metadata.uid = Some("uid-1".into());
+        p.spec.startup_taints = Some(vec![Taint { key: "cni".into(), effect: "NoSchedule".into(), ..Default::default() }]);
+        p
+    }
+
+    fn instance() -> LaunchedInstance {
+        LaunchedInstance {
+            id: "i-0abc".into(),
+            zone: "ap-northeast-2a".into(),
+            region: "ap-northeast-2".into(),
+            capacity_type: "on-demand".into(),
+            private_dns_name: "IP-10-0-1-23.ap-northeast-2.compute.internal".into(),
+            instance_type_labels: BTreeMap::from([("node.kubernetes.io/instance-type".into(), "t3.large".into())]),
+            capacity: BTreeMap::from([("cpu".into(), Quantity("2".into()))]),
+            allocatable: BTreeMap::from([("cpu".into(), Quantity("1930m".into()))]),
+        }
+    }
+
+    #[test]
+    fn node_carries_identity_labels_taints_and_finalizer() {
+        let node = node_for(&service(), &instance(), &BTreeMap::new());
+        let v = serde_json::to_value(&node).unwrap();
+        assert_eq!(v["metadata"]["name"], "ip-10-0-1-23.ap-northeast-2.compute.internal");
+        assert_eq!(v["spec"]["providerID"], "aws:///ap-northeast-2a/i-0abc");
+        let labels = &v["metadata"]["labels"];
+        assert_eq!(labels["nodeType"], "service-2023");
+        assert_eq!(labels["karpenter.sh/provisioner-name"], "service");
+        assert_eq!(labels["karpenter.sh/capacity-type"], "on-demand");
+        assert_eq!(labels["topology.kubernetes.io/zone"], "ap-northeast-2a");
+        assert_eq!(labels["node.kubernetes.io/instance-type"], "t3.large");
+        assert_eq!(v["spec"]["taints"], json!([{"key": "service", "value": "true", "effect": "NoSchedule"}, {"key": "cni", "effect": "NoSchedule"}]));
+        assert_eq!(v["metadata"]["finalizers"], json!(["karpenter.sh/termination"]));
+        assert_eq!(v["metadata"]["ownerReferences"][0]["kind"], "Provisioner");
+        assert_eq!(v["status"]["allocatable"]["cpu"], "1930m");
+    }
+
+    #[test]
+    fn falls_back_to_the_instance_id_for_the_name() {
+        let mut i = instance();
+        i.private_dns_name.clear();
+        assert_eq!(node_for(&service(), &i, &BTreeMap::new()).metadata.name.as_deref(), Some("i-0abc"));
+    }
+
+    #[test]
+    fn the_cloud_wins_over_user_labels_for_what_it_knows() {
+        let mut p = service();
+        p.spec.labels.get_or_insert_with(Default::default).insert("topology.kubernetes.io/zone".into(), "elsewhere".into());
+        let node = node_for(&p, &instance(), &BTreeMap::from([("team".to_string(), "a".to_string())]));
+        let labels = node.metadata.labels.unwrap();
+        assert_eq!(labels["topology.kubernetes.io/zone"], "ap-northeast-2a");
+        assert_eq!(labels["team"], "a");
+    }
+}

@@ -1,0 +1,67 @@
+//! Which pending pods the provisioner considers (Karpenter's `IsProvisionable`), and the
+//! resources a pod requests. Pure functions; no I/O here.
+
+use k8s_openapi::api::core::v1::Pod;
+
+/// A pod karpenter-rs may launch capacity for: not bound, not nominated, marked unschedulable by
+/// kube-scheduler (a pod the scheduler has not tried yet is left to it), and neither a DaemonSet
+/// pod nor a static/mirror pod (owned by a Node).
+pub fn is_provisionable(pod: &Pod) -> bool {
+    let spec_bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
+    let status = pod.status.as_ref();
+    let nominated = status.and_then(|s| s.nominated_node_name.as_deref()).is_some_and(|n| !n.is_empty());
+    let unschedulable = status
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable")));
+    let terminating = pod.metadata.deletion_timestamp.is_some();
+    !spec_bound && !nominated && unschedulable && !terminating && !is_daemon_or_mirror(pod)
+}
+
+/// True for DaemonSet pods and static (mirror) pods, which never need a node of their own.
+pub fn is_daemon_or_mirror(pod: &Pod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| (o.kind == "DaemonSet" && o.api_version == "apps/v1") || (o.kind == "Node" && o.api_version == "v1"))
+}
+
+/// `namespace/name`, as pods are named in logs and events.
+pub fn pod_key(pod: &Pod) -> String {
+    format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or("default"), pod.metadata.name.as_deref().unwrap_or(""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn unschedulable() -> serde_json::Value {
+        json!({"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]})
+    }
+
+    #[test]
+    fn considers_pods_the_scheduler_marked_unschedulable() {
+        assert!(is_provisionable(&pod(json!({"metadata": {"name": "a"}, "spec": {"containers": []}, "status": unschedulable()}))));
+    }
+
+    #[test]
+    fn leaves_other_pods_alone() {
+        let cases = [
+            json!({"metadata": {"name": "fresh"}, "spec": {"containers": []}}),
+            json!({"metadata": {"name": "bound"}, "spec": {"containers": [], "nodeName": "n"}, "status": unschedulable()}),
+            json!({"metadata": {"name": "nominated"}, "spec": {"containers": []}, "status": {"nominatedNodeName": "n", "conditions": unschedulable()["conditions"]}}),
+            json!({"metadata": {"name": "ds", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u"}]}, "spec": {"containers": []}, "status": unschedulable()}),
+            json!({"metadata": {"name": "mirror", "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "u"}]}, "spec": {"containers": []}, "status": unschedulable()}),
+            json!({"metadata": {"name": "deleting", "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"containers": []}, "status": unschedulable()}),
+            json!({"metadata": {"name": "other"}, "spec": {"containers": []}, "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulerError"}]}}),
+        ];
+        for case in cases {
+            assert!(!is_provisionable(&pod(case.clone())), "{case}");
+        }
+    }
+}
