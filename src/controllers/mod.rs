@@ -8,4 +8,5 @@
 //!   → node Ready → provisioning::bind
 //! ```
 
+pub mod leader;
 pub mod provisioning;

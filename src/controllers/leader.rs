@@ -1,0 +1,189 @@
+//! Leader election on a `coordination.k8s.io` Lease, so that with several replicas exactly one
+//! runs the controllers while every replica serves the webhook. The decision (create, renew,
+//! take over an expired lease, or follow) is a pure function of the Lease and the time; the loop
+//! around it reads and writes the Lease with optimistic concurrency (resourceVersion), so two
+//! replicas can never both believe they hold it for longer than one lease duration.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::chrono::{DateTime, Utc};
+use kube::api::PostParams;
+use kube::Api;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+/// Lease settings (controller-runtime's defaults).
+#[derive(Clone, Debug)]
+pub struct LeaderConfig {
+    /// Namespace of the Lease.
+    pub namespace: String,
+    /// Name of the Lease.
+    pub name: String,
+    /// Who this replica is (pod name, or host name plus a random suffix).
+    pub identity: String,
+    /// How long a lease is valid without renewal.
+    pub lease_duration: Duration,
+    /// How often the Lease is read and renewed.
+    pub retry_period: Duration,
+}
+
+/// What to do with the Lease as it is now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// No Lease exists: create it, holding it.
+    Create,
+    /// We hold it: renew it.
+    Renew,
+    /// Someone else held it but it expired (or was released): take it over.
+    TakeOver,
+    /// Someone else holds a valid lease: follow.
+    Follow {
+        /// The holder.
+        holder: String,
+    },
+}
+
+/// The pure decision.
+pub fn decide(lease: Option<&Lease>, identity: &str, now: DateTime<Utc>, lease_duration: Duration) -> Action {
+    let Some(spec) = lease.map(|l| l.spec.clone().unwrap_or_default()) else { return Action::Create };
+    let holder = spec.holder_identity.clone().unwrap_or_default();
+    if holder == identity {
+        return Action::Renew;
+    }
+    let duration = spec
+        .lease_duration_seconds
+        .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0)))
+        .unwrap_or(lease_duration);
+    let renewed = spec.renew_time.map(|t| t.0).or(spec.acquire_time.map(|t| t.0));
+    let expired = match renewed {
+        None => true,
+        Some(t) => now.signed_duration_since(t).to_std().is_ok_and(|age| age > duration),
+    };
+    if holder.is_empty() || expired {
+        Action::TakeOver
+    } else {
+        Action::Follow { holder }
+    }
+}
+
+/// Runs the election until `shutdown`, publishing whether this replica leads on `leading`. On
+/// shutdown a held lease is released so that another replica takes over at once.
+pub async fn run(api: Api<Lease>, config: LeaderConfig, leading: watch::Sender<bool>, shutdown: CancellationToken) {
+    let mut ticker = tokio::time::interval(config.retry_period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_renewal: Option<tokio::time::Instant> = None;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = ticker.tick() => {}
+        }
+        let held = match try_acquire_or_renew(&api, &config).await {
+            Ok(held) => held,
+            Err(e) => {
+                warn!(lease = %config.name, error = %e, "reading or writing the leader lease");
+                // Keep leading only while the last renewal is still within the lease.
+                last_renewal.is_some_and(|t| t.elapsed() < config.lease_duration.mul_f32(0.66))
+            }
+        };
+        if held {
+            last_renewal = Some(tokio::time::Instant::now());
+        }
+        if *leading.borrow() != held {
+            info!(identity = %config.identity, lease = %config.name, leading = held, "leader election");
+            leading.send_replace(held);
+        }
+    }
+    if *leading.borrow() {
+        release(&api, &config).await;
+        leading.send_replace(false);
+    }
+}
+
+async fn try_acquire_or_renew(api: &Api<Lease>, config: &LeaderConfig) -> Result<bool, kube::Error> {
+    let current = api.get_opt(&config.name).await?;
+    let now = Utc::now();
+    let action = decide(current.as_ref(), &config.identity, now, config.lease_duration);
+    let seconds = i32::try_from(config.lease_duration.as_secs()).unwrap_or(i32::MAX);
+    let result = match (action, current) {
+        (Action::Follow { .. }, _) => return Ok(false),
+        (Action::Create, _) => {
+            let lease = Lease {
+                metadata: ObjectMeta { name: Some(config.name.clone()), namespace: Some(config.namespace.clone()), ..Default::default() },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(config.identity.clone()),
+                    lease_duration_seconds: Some(seconds),
+                    acquire_time: Some(MicroTime(now)),
+                    renew_time: Some(MicroTime(now)),
+                    lease_transitions: Some(0),
+                    ..Default::default()
+                }),
+            };
+            api.create(&PostParams::default(), &lease).await.map(|_| ())
+        }
+        (action, Some(mut lease)) => {
+            let spec = lease.spec.get_or_insert_with(Default::default);
+            if action == Action::TakeOver {
+                spec.holder_identity = Some(config.identity.clone());
+                spec.acquire_time = Some(MicroTime(now));
+                spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+            }
+            spec.lease_duration_seconds = Some(seconds);
+            spec.renew_time = Some(MicroTime(now));
+            // replace carries the resourceVersion we read: a concurrent writer makes it fail with 409.
+            api.replace(&config.name, &PostParams::default(), &lease).await.map(|_| ())
+        }
+        (_, None) => return Ok(false),
+    };
+    match result {
+        Ok(()) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+async fn release(api: &Api<Lease>, config: &LeaderConfig) {
+    let Ok(Some(mut lease)) = api.get_opt(&config.name).await else { return };
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    if spec.holder_identity.as_deref() != Some(config.identity.as_str()) {
+        return;
+    }
+    spec.holder_identity = None;
+    spec.renew_time = None;
+    match api.replace(&config.name, &PostParams::default(), &lease).await {
+        Ok(_) => info!(lease = %config.name, "released the leader lease"),
+        Err(e) => warn!(lease = %config.name, error = %e, "releasing the leader lease"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::chrono::TimeZone;
+
+    fn lease(holder: Option<&str>, renewed_secs: Option<i64>) -> Lease {
+        Lease {
+            metadata: ObjectMeta::default(),
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_string),
+                lease_duration_seconds: Some(15),
+                renew_time: renewed_secs.map(|s| MicroTime(Utc.timestamp_opt(s, 0).unwrap())),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn decides_by_holder_and_expiry() {
+        let now = Utc.timestamp_opt(1_000, 0).unwrap();
+        let d = Duration::from_secs(15);
+        assert_eq!(decide(None, "a", now, d), Action::Create);
+        assert_eq!(decide(Some(&lease(Some("a"), Some(999))), "a", now, d), Action::Renew);
+        assert_eq!(decide(Some(&lease(Some("b"), Some(990))), "a", now, d), Action::Follow { holder: "b".into() });
+        assert_eq!(decide(Some(&lease(Some("b"), Some(980))), "a", now, d), Action::TakeOver, "expired 5 s ago");
+        assert_eq!(decide(Some(&lease(None, None)), "a", now, d), Action::TakeOver, "released");
+        assert_eq!(decide(Some(&lease(Some("b"), None)), "a", now, d), Action::TakeOver, "never renewed");
+    }
+}
