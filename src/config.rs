@@ -92,6 +92,39 @@ pub struct RunArgs {
     /// ttlSecondsUntilExpired given to Provisioners that set none; `none` turns the default off.
     #[arg(long, env = "DEFAULT_TTL_SECONDS_UNTIL_EXPIRED", default_value_t = TtlDefault(Some(DEFAULT_TTL_SECONDS_UNTIL_EXPIRED)), value_parser = parse_ttl_default)]
     pub default_ttl_seconds_until_expired: TtlDefault,
+    /// URL of the cluster's API server, written into the nodes' bootstrap (`run` only).
+    #[arg(long, env = "CLUSTER_ENDPOINT", default_value = "")]
+    pub cluster_endpoint: String,
+    /// AWS region; empty: the SDK's default chain (`run` only).
+    #[arg(long, env = "AWS_REGION", default_value = "")]
+    pub aws_region: String,
+    /// Endpoint of every AWS API call, e.g. an emulator; empty: the real AWS endpoints (`run` only).
+    #[arg(long, env = "AWS_ENDPOINT_URL", default_value = "")]
+    pub aws_endpoint_url: String,
+    /// Kubernetes `major.minor` whose EKS-optimized AMIs nodes boot (`run` only).
+    #[arg(long, env = "KUBERNETES_VERSION", default_value = crate::cloudprovider::DEFAULT_KUBERNETES_VERSION)]
+    pub kubernetes_version: String,
+    /// Instance profile of nodes whose template names none (`run` only).
+    #[arg(long, env = "DEFAULT_INSTANCE_PROFILE")]
+    pub default_instance_profile: Option<String>,
+    /// YAML or JSON file of instance type → USD per hour, overriding prices (`run` only).
+    #[arg(long, env = "PRICE_OVERRIDES")]
+    pub price_overrides: Option<PathBuf>,
+    /// A batch of pending pods closes when no new one arrived for this long (`run` only).
+    #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub batch_idle_duration: Duration,
+    /// A batch of pending pods closes at the latest after this long (`run` only).
+    #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub batch_max_duration: Duration,
+    /// Bind planned pods to their new node once it is ready, instead of waiting for the scheduler (`run` only).
+    #[arg(long, env = "BIND_PODS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub bind_pods: bool,
+    /// Run the controllers only on the replica holding the leader Lease (`run` only).
+    #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Namespace of the leader Lease (`run` only).
+    #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "kube-system")]
+    pub leader_election_namespace: String,
     /// Log filter: a level (error, warn, info, debug, trace) or tracing directives.
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -107,6 +140,27 @@ impl RunArgs {
             cluster_name: self.cluster_name.clone(),
             default_ttl_seconds_after_empty: self.default_ttl_seconds_after_empty.0,
             default_ttl_seconds_until_expired: self.default_ttl_seconds_until_expired.0,
+        }
+    }
+
+    /// The cloud provider's settings.
+    pub fn cloud(&self) -> crate::cloudprovider::CloudConfig {
+        let mut c = crate::cloudprovider::CloudConfig::new(self.cluster_name.clone(), self.cluster_endpoint.clone());
+        c.region = Some(self.aws_region.clone()).filter(|r| !r.is_empty());
+        c.endpoint_url = Some(self.aws_endpoint_url.clone()).filter(|u| !u.is_empty());
+        c.kubernetes_version = self.kubernetes_version.clone();
+        c.default_instance_profile = self.default_instance_profile.clone();
+        c.price_overrides = self.price_overrides.clone();
+        c
+    }
+
+    /// The provisioning controller's settings.
+    pub fn provisioning(&self) -> crate::controllers::provisioning::ProvisioningConfig {
+        crate::controllers::provisioning::ProvisioningConfig {
+            cluster_name: self.cluster_name.clone(),
+            region: self.aws_region.clone(),
+            windows: crate::controllers::provisioning::batcher::BatchWindows { idle: self.batch_idle_duration, max: self.batch_max_duration },
+            bind_pods: self.bind_pods,
         }
     }
 

@@ -4,10 +4,12 @@
 
 pub mod apis;
 pub mod certs;
+pub mod cloudprovider;
 pub mod config;
 pub mod controllers;
 pub mod crds;
 pub mod metrics;
 pub mod probes;
+pub mod scheduling;
 pub mod telemetry;
 pub mod webhook;

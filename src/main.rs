@@ -13,24 +13,32 @@ use tracing::{error, info};
 use karpenter_rs::config::{CertsArgs, Cli, Command, CrdsArgs, RunArgs, WebhookConfigArgs};
 use karpenter_rs::metrics::Metrics;
 use karpenter_rs::probes::{self, Readiness};
+use karpenter_rs::cloudprovider::aws::AwsCloudProvider;
+use karpenter_rs::controllers::{leader, provisioning};
 use karpenter_rs::webhook::registration::{self, Target};
 use karpenter_rs::{certs, crds, telemetry, webhook};
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run(args) | Command::Webhook(args) => {
-            let _flush_logs_on_exit = telemetry::init(&args.log_level, args.log_format)?;
-            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-            runtime.block_on(run(args))
-        }
+        Command::Run(args) => serve(args, true),
+        Command::Webhook(args) => serve(args, false),
         Command::Crds(args) => write_crds(&args),
         Command::Certs(args) => write_certs(&args),
         Command::WebhookConfig(args) => print_webhook_config(&args),
     }
 }
 
-async fn run(args: RunArgs) -> anyhow::Result<()> {
+fn serve(args: RunArgs, with_controllers: bool) -> anyhow::Result<()> {
+    let _flush_logs_on_exit = telemetry::init(&args.log_level, args.log_format)?;
+    // Several TLS backends are linked in (ring for our servers, the AWS SDK's own); pick one
+    // for every client that asks for the process default.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(run(args, with_controllers))
+}
+
+async fn run(args: RunArgs, with_controllers: bool) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let metrics = Metrics::new();
     let readiness = Readiness::default();
@@ -51,6 +59,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let webhook = webhook::start(webhook_listener, args.webhook(), metrics.clone(), shutdown.clone())
         .with_context(|| format!("loading the serving certificate from {}", args.cert_dir.display()))?;
     readiness.set(true);
+    // The controllers need the Kubernetes API and AWS; the webhook needs neither and keeps
+    // serving whatever happens to them.
+    let controllers = with_controllers.then(|| tokio::spawn(run_controllers(args.clone(), metrics.clone(), shutdown.clone())));
     info!(
         cluster = %args.cluster_name,
         webhook = %webhook.local_addr,
@@ -66,6 +77,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Err(e) = webhook.task.await {
         error!(error = %e, "webhook task failed");
     }
+    if let Some(task) = controllers {
+        if let Err(e) = task.await {
+            error!(error = %e, "controller task failed");
+        }
+    }
     for task in [metrics_task, health_task] {
         match task.await {
             Ok(Err(e)) => error!(error = %e, "side listener failed"),
@@ -74,6 +90,50 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Connects to Kubernetes and AWS (retrying until both answer), then runs leader election and
+/// the provisioning controller until shutdown.
+async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: CancellationToken) {
+    let mut backoff = std::time::Duration::from_secs(1);
+    let (client, cloud) = loop {
+        let connected = async {
+            let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
+            let cloud = AwsCloudProvider::new(args.cloud()).await.context("setting up the AWS cloud provider")?;
+            anyhow::Ok((client, cloud))
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            result = connected => match result {
+                Ok(pair) => break pair,
+                Err(e) => error!(error = format!("{e:#}"), retry_in = ?backoff, "controllers cannot start"),
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(std::time::Duration::from_secs(60));
+    };
+    let (leading_tx, leading_rx) = tokio::sync::watch::channel(!args.leader_elect);
+    let election = args.leader_elect.then(|| {
+        let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("karpenter-rs-{}", std::process::id()));
+        let config = leader::LeaderConfig {
+            namespace: args.leader_election_namespace.clone(),
+            name: "karpenter-rs-leader-election".into(),
+            identity,
+            lease_duration: std::time::Duration::from_secs(15),
+            retry_period: std::time::Duration::from_secs(2),
+        };
+        let api = kube::Api::namespaced(client.clone(), &args.leader_election_namespace);
+        tokio::spawn(leader::run(api, config, leading_tx, shutdown.clone()))
+    });
+    let ctx = provisioning::Context::new(client, std::sync::Arc::new(cloud), metrics, args.provisioning());
+    info!(leader_elect = args.leader_elect, "controllers started");
+    provisioning::run(ctx, leading_rx, shutdown).await;
+    if let Some(task) = election {
+        let _ = task.await;
+    }
 }
 
 async fn wait_for_signal() {

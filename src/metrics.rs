@@ -1,10 +1,16 @@
 //! Every Prometheus metric karpenter-rs exports: names, help texts, labels and label values live
 //! here and nowhere else. `Metrics::new` registers them in a registry of their own.
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
 /// Latency buckets of admission requests, in seconds (1 ms .. 10 s).
 const WEBHOOK_BUCKETS: &[f64] = &[0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// Buckets of controller and cloud durations, in seconds (Karpenter's `DurationBuckets`).
+const DURATION_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5,
+    5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0, 120.0, 150.0, 300.0, 450.0, 600.0,
+];
 
 /// `result` label values of admission requests.
 pub mod result {
@@ -29,6 +35,16 @@ pub struct Metrics {
     pub webhook_duration: HistogramVec,
     /// `karpenter_webhook_certificate_reloads_total{result}` (`success` or `error`).
     pub certificate_reloads: IntCounterVec,
+    /// `karpenter_nodes_created{provisioner, zone, instance_type, capacity_type}`.
+    pub nodes_created: IntCounterVec,
+    /// `karpenter_provisioner_scheduling_duration_seconds`: one provisioning pass.
+    pub scheduling_duration: Histogram,
+    /// `karpenter_cloudprovider_duration_seconds{method}`.
+    pub cloudprovider_duration: HistogramVec,
+    /// `karpenter_cloudprovider_errors_total{method, error}`.
+    pub cloudprovider_errors: IntCounterVec,
+    /// `karpenter_pods_bound_total{result}` (`bound`, `already_bound`, `gone`).
+    pub pods_bound: IntCounterVec,
 }
 
 impl Metrics {
@@ -60,10 +76,40 @@ impl Metrics {
             &["result"],
         )
         .expect("metric options are valid");
+        let nodes_created = IntCounterVec::new(
+            Opts::new("karpenter_nodes_created", "Nodes launched, by provisioner, zone, instance type and capacity type."),
+            &["provisioner", "zone", "instance_type", "capacity_type"],
+        )
+        .expect("metric options are valid");
+        let scheduling_duration = Histogram::with_opts(
+            HistogramOpts::new("karpenter_provisioner_scheduling_duration_seconds", "Duration of a provisioning pass: snapshot, simulation and launches.")
+                .buckets(DURATION_BUCKETS.to_vec()),
+        )
+        .expect("metric options are valid");
+        let cloudprovider_duration = HistogramVec::new(
+            HistogramOpts::new("karpenter_cloudprovider_duration_seconds", "Duration of cloud provider calls, by method.").buckets(DURATION_BUCKETS.to_vec()),
+            &["method"],
+        )
+        .expect("metric options are valid");
+        let cloudprovider_errors = IntCounterVec::new(
+            Opts::new("karpenter_cloudprovider_errors_total", "Failed cloud provider calls, by method and error kind."),
+            &["method", "error"],
+        )
+        .expect("metric options are valid");
+        let pods_bound = IntCounterVec::new(
+            Opts::new("karpenter_pods_bound_total", "Planned pods bound to their new node, by result."),
+            &["result"],
+        )
+        .expect("metric options are valid");
         for collector in [
             Box::new(webhook_requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(webhook_duration.clone()),
             Box::new(certificate_reloads.clone()),
+            Box::new(nodes_created.clone()),
+            Box::new(scheduling_duration.clone()),
+            Box::new(cloudprovider_duration.clone()),
+            Box::new(cloudprovider_errors.clone()),
+            Box::new(pods_bound.clone()),
         ] {
             registry.register(collector).expect("metric names are unique");
         }
@@ -76,6 +122,11 @@ impl Metrics {
             webhook_requests,
             webhook_duration,
             certificate_reloads,
+            nodes_created,
+            scheduling_duration,
+            cloudprovider_duration,
+            cloudprovider_errors,
+            pods_bound,
         }
     }
 

@@ -219,3 +219,61 @@ pub fn fixture(path: &str) -> serde_json::Value {
     let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("reading {}: {e}", full.display()));
     serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", full.display()))
 }
+
+/// The cloud provider settings for the local cluster's moto emulator.
+pub fn cloud_config(cluster: &Cluster) -> karpenter_rs::cloudprovider::CloudConfig {
+    let env = &cluster.env;
+    let mut config = karpenter_rs::cloudprovider::CloudConfig::new(CLUSTER_NAME, env["CLUSTER_ENDPOINT"].clone());
+    config.region = Some(env["AWS_REGION"].clone());
+    config.endpoint_url = Some(env["AWS_ENDPOINT_URL"].clone());
+    config.credentials = Some(karpenter_rs::cloudprovider::StaticCredentials {
+        access_key_id: env["AWS_ACCESS_KEY_ID"].clone(),
+        secret_access_key: env["AWS_SECRET_ACCESS_KEY"].clone(),
+    });
+    config.default_instance_profile = Some("KarpenterNodeInstanceProfile".into());
+    config
+}
+
+/// The provisioning controller of this test binary, running in this process on its own runtime
+/// against the local cluster and moto, leading from the start (one replica).
+pub struct Controller {
+    runtime: tokio::runtime::Runtime,
+    shutdown: CancellationToken,
+    pub metrics: Metrics,
+}
+
+impl Controller {
+    /// Starts the controller.
+    pub fn start(cluster: &Cluster) -> Controller {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let shutdown = CancellationToken::new();
+        let metrics = Metrics::new();
+        let config = karpenter_rs::controllers::provisioning::ProvisioningConfig {
+            cluster_name: CLUSTER_NAME.into(),
+            region: cluster.env["AWS_REGION"].clone(),
+            windows: Default::default(),
+            bind_pods: true,
+        };
+        let cloud_config = cloud_config(cluster);
+        let (token, m) = (shutdown.clone(), metrics.clone());
+        let kube_client = runtime.block_on(client(cluster));
+        runtime.spawn(async move {
+            let cloud = karpenter_rs::cloudprovider::aws::AwsCloudProvider::new(cloud_config).await.expect("cloud provider");
+            let ctx = karpenter_rs::controllers::provisioning::Context::new(kube_client, std::sync::Arc::new(cloud), m, config);
+            let (_leading_tx, leading) = tokio::sync::watch::channel(true);
+            karpenter_rs::controllers::provisioning::run(ctx, leading, token).await;
+        });
+        Controller { runtime, shutdown, metrics }
+    }
+
+    /// Runs a future on the controller's runtime.
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.runtime.block_on(f)
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}

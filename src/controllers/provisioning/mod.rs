@@ -1,10 +1,494 @@
 //! Provisioning: pods the scheduler cannot place → a batch → a scheduling simulation → EC2
 //! instances → Nodes → pods bound once their node is ready.
 //!
-//! `pods.rs` decides which pods count, `batcher.rs` owns the batching window, `node.rs` builds
-//! the Node for a launched instance and `bind.rs` decides when planned pods may be bound.
+//! `pods.rs` decides which pods count, `batcher.rs` owns the batching window, `catalogue.rs`
+//! translates between the cloud's and the simulation's views, `node.rs` builds the Node for a
+//! launched instance and `bind.rs` decides when planned pods may be bound. This file is the I/O
+//! around them: watches, one pass at a time (read → `scheduling::simulate` → act), the binder.
 
 pub mod batcher;
 pub mod bind;
+pub mod catalogue;
 pub mod node;
 pub mod pods;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use kube::api::PostParams;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Resource, ResourceExt};
+use tokio::sync::{watch, Mutex};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, instrument, warn};
+
+use crate::apis::v1alpha1::{AwsNodeTemplate, AwsProvider};
+use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
+use crate::apis::v1alpha5::Provisioner;
+use crate::cloudprovider::{self, CloudProvider, NodeTemplate};
+use crate::metrics::Metrics;
+use crate::scheduling::{self, ExistingNode, PodKey, ProvisionerInput, SimulationInput};
+use crate::telemetry;
+use batcher::{BatchWindows, Batcher};
+
+/// Settings of the provisioning controller.
+#[derive(Clone, Debug)]
+pub struct ProvisioningConfig {
+    /// The cluster's name.
+    pub cluster_name: String,
+    /// AWS region, for node labels.
+    pub region: String,
+    /// Batching windows.
+    pub windows: BatchWindows,
+    /// Whether planned pods are bound once their node is ready (differences.md item 10).
+    pub bind_pods: bool,
+}
+
+/// What a pass and the binder share.
+pub struct Context {
+    /// Kubernetes client.
+    pub client: kube::Client,
+    /// The cloud.
+    pub cloud: Arc<dyn CloudProvider>,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Settings.
+    pub config: ProvisioningConfig,
+    recorder: Recorder,
+    batcher: Batcher,
+    /// Node name → pods planned onto it and what they request, until bound.
+    planned: Mutex<HashMap<String, PlannedNode>>,
+}
+
+struct PlannedNode {
+    pods: Vec<PodKey>,
+    startup_taints: Vec<Taint>,
+    requested: BTreeMap<String, f64>,
+    since: Instant,
+}
+
+/// The informer caches a pass reads.
+#[derive(Clone)]
+struct Stores {
+    pods: Store<Pod>,
+    nodes: Store<Node>,
+    provisioners: Store<Provisioner>,
+    templates: Store<AwsNodeTemplate>,
+    daemonsets: Store<DaemonSet>,
+}
+
+impl Context {
+    /// A context for the controller.
+    pub fn new(client: kube::Client, cloud: Arc<dyn CloudProvider>, metrics: Metrics, config: ProvisioningConfig) -> Arc<Context> {
+        let reporter = Reporter { controller: "karpenter-rs".into(), instance: std::env::var("POD_NAME").ok() };
+        Arc::new(Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            cloud,
+            metrics,
+            config,
+            batcher: Batcher::default(),
+            planned: Mutex::new(HashMap::new()),
+        })
+    }
+}
+
+/// Runs the provisioning controller until `shutdown`; passes only run while `leading` is true.
+pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
+    let stores = start_watches(&ctx, &shutdown);
+    let binder = tokio::spawn(bind_loop(ctx.clone(), stores.clone(), shutdown.clone()));
+    let mut leading = leading;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = ctx.batcher.wait(ctx.config.windows) => {}
+        }
+        if !*leading.borrow_and_update() {
+            continue;
+        }
+        let started = Instant::now();
+        if let Err(e) = pass(&ctx, &stores).await {
+            warn!(error = %telemetry::chain(e.as_ref()), "provisioning pass failed; retrying with the next batch");
+            ctx.batcher.trigger();
+        }
+        ctx.metrics.scheduling_duration.observe(started.elapsed().as_secs_f64());
+    }
+    let _ = binder.await;
+}
+
+/// Starts the reflectors; every change to a provisionable pod triggers the batcher, and a
+/// ticker re-triggers every 10 s while such pods remain (they may need a later pass).
+fn start_watches(ctx: &Arc<Context>, shutdown: &CancellationToken) -> Stores {
+    fn reflect<K>(api: Api<K>, shutdown: &CancellationToken, on_apply: impl Fn(&K) + Send + 'static) -> Store<K>
+    where
+        K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+    {
+        let (reader, writer) = reflector::store();
+        let stream = watcher(api, watcher::Config::default()).default_backoff().reflect(writer).applied_objects();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    next = stream.next() => match next {
+                        Some(Ok(object)) => on_apply(&object),
+                        Some(Err(e)) => debug!(error = %e, "watch error; retrying with back-off"),
+                        None => return,
+                    }
+                }
+            }
+        });
+        reader
+    }
+    let client = ctx.client.clone();
+    let trigger_ctx = ctx.clone();
+    let stores = Stores {
+        pods: reflect(Api::<Pod>::all(client.clone()), shutdown, move |pod| {
+            if pods::is_provisionable(pod) {
+                trigger_ctx.batcher.trigger();
+            }
+        }),
+        nodes: reflect(Api::<Node>::all(client.clone()), shutdown, |_| {}),
+        provisioners: reflect(Api::<Provisioner>::all(client.clone()), shutdown, |_| {}),
+        templates: reflect(Api::<AwsNodeTemplate>::all(client.clone()), shutdown, |_| {}),
+        daemonsets: reflect(Api::<DaemonSet>::all(client), shutdown, |_| {}),
+    };
+    let (ticker_ctx, pods_store, token) = (ctx.clone(), stores.pods.clone(), shutdown.clone());
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(Duration::from_secs(10));
+        loop {
+            tokio::select! {
+                _ = token.cancelled() => return,
+                _ = ticker.tick() => {
+                    if pods_store.state().iter().any(|p| pods::is_provisionable(p)) {
+                        ticker_ctx.batcher.trigger();
+                    }
+                }
+            }
+        }
+    });
+    stores
+}
+
+type PassError = Box<dyn std::error::Error + Send + Sync>;
+
+/// One provisioning pass: read (nodes before pods), simulate, launch.
+#[instrument(skip_all)]
+async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
+    for ready in [
+        stores.nodes.wait_until_ready().await,
+        stores.pods.wait_until_ready().await,
+        stores.provisioners.wait_until_ready().await,
+        stores.templates.wait_until_ready().await,
+        stores.daemonsets.wait_until_ready().await,
+    ] {
+        ready?;
+    }
+    // Nodes first: a pod that binds between the two reads is then seen on its node, never as
+    // pending with no node, so it cannot get a second one.
+    let nodes = stores.nodes.state();
+    let all_pods = stores.pods.state();
+    let pending: Vec<Pod> = all_pods.iter().filter(|p| pods::is_provisionable(p)).map(|p| (**p).clone()).collect();
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let provisioners: Vec<Arc<Provisioner>> = stores.provisioners.state();
+    let mut templates: HashMap<String, (NodeTemplate, Option<f64>)> = HashMap::new();
+    for p in &provisioners {
+        match node_template(ctx, stores, p) {
+            Ok(t) => {
+                templates.insert(p.name_any(), t);
+            }
+            Err(reason) => {
+                warn!(provisioner = %p.name_any(), %reason, "provisioner cannot launch nodes");
+                publish(ctx, p.as_ref(), EventType::Warning, "InvalidNodeTemplate", &reason).await;
+            }
+        }
+    }
+    let catalogue = {
+        let _timer = ctx.metrics.cloudprovider_duration.with_label_values(&["instance_types"]).start_timer();
+        ctx.cloud.instance_types().await.inspect_err(|e| {
+            ctx.metrics.cloudprovider_errors.with_label_values(&["instance_types", e.kind()]).inc();
+        })?
+    };
+    let input = SimulationInput {
+        pods: pending.clone(),
+        provisioners: provisioners
+            .iter()
+            .filter_map(|p| {
+                let (template, _) = templates.get(&p.name_any())?;
+                Some(ProvisionerInput {
+                    provisioner: (**p).clone(),
+                    instance_types: catalogue::instance_types(&catalogue, p, template, &ctx.config.region),
+                })
+            })
+            .collect(),
+        nodes: existing_nodes(&nodes, &all_pods, &provisioners),
+        daemonset_pods: daemonset_pods(&stores.daemonsets.state()),
+        namespace_labels: BTreeMap::new(),
+    };
+    let plan = scheduling::simulate(&input);
+    info!(
+        pending = pending.len(),
+        new_nodes = plan.new_nodes.len(),
+        on_existing = plan.existing_assignments.len(),
+        unschedulable = plan.unschedulable.len(),
+        "scheduling simulated"
+    );
+    for (key, reason) in &plan.unschedulable {
+        if let Some(pod) = pending.iter().find(|p| PodKey::of(p) == *key) {
+            debug!(pod = %pods::pod_key(pod), %reason, "pod cannot be provisioned for");
+            publish(ctx, pod, EventType::Warning, "FailedProvisioning", &format!("Failed to provision new node: {reason}")).await;
+        }
+    }
+    let (provisioners, templates, pending) = (&provisioners, &templates, &pending);
+    let launches = plan.new_nodes.iter().map(|request| async move {
+        let Some(provisioner) = provisioners.iter().find(|p| p.name_any() == request.provisioner) else { return };
+        let Some((template, spot_max)) = templates.get(&request.provisioner) else { return };
+        match launch(ctx, request, provisioner, template.clone(), *spot_max).await {
+            Ok(node_name) => {
+                for key in &request.pods {
+                    if let Some(pod) = pending.iter().find(|p| PodKey::of(p) == *key) {
+                        publish(ctx, pod, EventType::Normal, "Nominated", &format!("Pod should schedule on node {node_name}")).await;
+                    }
+                }
+            }
+            Err(e) => {
+                warn!(provisioner = %request.provisioner, error = %telemetry::chain(&e), "launch failed");
+                publish(ctx, provisioner.as_ref(), EventType::Warning, "LaunchFailed", &telemetry::chain(&e)).await;
+            }
+        }
+    });
+    futures::future::join_all(launches).await;
+    // The next pass must see the Nodes just created, or it would launch for the same pods again.
+    let planned: Vec<String> = ctx.planned.lock().await.keys().cloned().collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline && !planned.iter().all(|n| stores.nodes.state().iter().any(|x| x.name_any() == *n)) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// The AWS settings of a Provisioner: its AWSNodeTemplate, or its inline provider.
+fn node_template(ctx: &Context, stores: &Stores, provisioner: &Provisioner) -> Result<(NodeTemplate, Option<f64>), String> {
+    let cluster = &ctx.config.cluster_name;
+    if let Some(reference) = &provisioner.spec.provider_ref {
+        let template = stores
+            .templates
+            .state()
+            .into_iter()
+            .find(|t| t.name_any() == reference.name)
+            .ok_or_else(|| format!("AWSNodeTemplate {:?} (spec.providerRef) does not exist", reference.name))?;
+        let node_template = NodeTemplate::from_node_template(&template.spec, cluster).map_err(|e| e.to_string())?;
+        return Ok((node_template, None));
+    }
+    let raw = provisioner.spec.provider.clone().ok_or("neither spec.provider nor spec.providerRef is set")?;
+    let provider: AwsProvider = serde_json::from_value(raw).map_err(|e| format!("spec.provider: {e}"))?;
+    let node_template = NodeTemplate::from_provider(&provider, cluster).map_err(|e| e.to_string())?;
+    Ok((node_template, cloudprovider::spot_max_price(&provider)))
+}
+
+/// Launches one planned node: the instance, then its Node. An instance whose Node cannot be
+/// created is terminated before the error is returned, so nothing leaks.
+#[instrument(skip_all, fields(provisioner = %request.provisioner))]
+async fn launch(
+    ctx: &Context,
+    request: &scheduling::NodeRequest,
+    provisioner: &Provisioner,
+    template: NodeTemplate,
+    spot_max_price: Option<f64>,
+) -> Result<String, LaunchError> {
+    let launch_request = catalogue::launch_request(request, provisioner, template, spot_max_price);
+    if launch_request.instance_options.is_empty() {
+        return Err(LaunchError::NoOffering { provisioner: request.provisioner.clone() });
+    }
+    let instance = {
+        let _timer = ctx.metrics.cloudprovider_duration.with_label_values(&["create"]).start_timer();
+        ctx.cloud.create(&launch_request).await.map_err(|source| {
+            ctx.metrics.cloudprovider_errors.with_label_values(&["create", source.kind()]).inc();
+            LaunchError::Create { provisioner: request.provisioner.clone(), source }
+        })?
+    };
+    let instance_type = request.instance_type_options.iter().find(|t| t.name == instance.instance_type);
+    let launched = catalogue::launched(&instance, instance_type.map(|t| t.as_ref()), &ctx.config.region);
+    let node = node::node_for(provisioner, &launched, &request.labels);
+    let node_name = launched.node_name();
+    let price = launch_request
+        .instance_options
+        .iter()
+        .find(|o| o.instance_type == instance.instance_type && o.zone == instance.zone)
+        .map(|o| o.price)
+        .unwrap_or_default();
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    match nodes.create(&PostParams::default(), &node).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(source) => {
+            if let Err(e) = ctx.cloud.delete(&instance.id).await {
+                warn!(instance_id = %instance.id, error = %e, "terminating the instance whose node could not be created; the garbage collector will retry");
+            }
+            return Err(LaunchError::RegisterNode { node: node_name, instance_id: instance.id, source });
+        }
+    }
+    ctx.metrics
+        .nodes_created
+        .with_label_values(&[&request.provisioner, &instance.zone, &instance.instance_type, &instance.capacity_type])
+        .inc();
+    info!(
+        provisioner = %request.provisioner,
+        instance_id = %instance.id,
+        instance_type = %instance.instance_type,
+        zone = %instance.zone,
+        capacity_type = %instance.capacity_type,
+        price,
+        node = %node_name,
+        pods = request.pods.len(),
+        "launched node"
+    );
+    ctx.planned.lock().await.insert(
+        node_name.clone(),
+        PlannedNode {
+            pods: request.pods.clone(),
+            startup_taints: request.startup_taints.clone(),
+            requested: catalogue::requested(&request.requests),
+            since: Instant::now(),
+        },
+    );
+    Ok(node_name)
+}
+
+/// What can go wrong launching a node.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// The requirements leave no offering to launch.
+    #[error("no instance type offering left for provisioner {provisioner}")]
+    NoOffering {
+        /// The Provisioner.
+        provisioner: String,
+    },
+    /// The cloud refused or failed the launch.
+    #[error("launching instance for provisioner {provisioner}")]
+    Create {
+        /// The Provisioner.
+        provisioner: String,
+        /// Why.
+        #[source]
+        source: cloudprovider::Error,
+    },
+    /// The Node could not be created (the instance was terminated).
+    #[error("creating node {node} for instance {instance_id} (instance terminated)")]
+    RegisterNode {
+        /// The node name.
+        node: String,
+        /// The instance.
+        instance_id: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Existing and in-flight nodes with their pods, for the simulation.
+fn existing_nodes(nodes: &[Arc<Node>], all_pods: &[Arc<Pod>], provisioners: &[Arc<Provisioner>]) -> Vec<ExistingNode> {
+    let mut by_node: HashMap<&str, Vec<Pod>> = HashMap::new();
+    for pod in all_pods {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, Some("Succeeded") | Some("Failed")) {
+            continue;
+        }
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            by_node.entry(node).or_default().push((**pod).clone());
+        }
+    }
+    nodes
+        .iter()
+        .map(|node| {
+            let mut existing = ExistingNode::from_node(node, by_node.remove(node.name_any().as_str()).unwrap_or_default());
+            if let Some(owner) = node.labels().get(PROVISIONER_NAME_LABEL) {
+                if let Some(p) = provisioners.iter().find(|p| p.name_any() == *owner) {
+                    existing.startup_taints = p.spec.startup_taints.clone().unwrap_or_default();
+                }
+            }
+            existing
+        })
+        .collect()
+}
+
+/// One pod per DaemonSet, from its template, for the overhead of new nodes.
+fn daemonset_pods(daemonsets: &[Arc<DaemonSet>]) -> Vec<Pod> {
+    daemonsets
+        .iter()
+        .filter_map(|ds| {
+            let template = ds.spec.as_ref()?.template.clone();
+            Some(Pod { metadata: template.metadata.unwrap_or_default(), spec: template.spec, status: None })
+        })
+        .collect()
+}
+
+/// Binds planned pods to their node once it is ready; forgets plans older than 15 minutes.
+async fn bind_loop(ctx: Arc<Context>, stores: Stores, shutdown: CancellationToken) {
+    let mut ticker = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        let mut planned = ctx.planned.lock().await;
+        let mut done = Vec::new();
+        for (node_name, plan) in planned.iter() {
+            if plan.since.elapsed() > Duration::from_secs(15 * 60) {
+                done.push(node_name.clone());
+                continue;
+            }
+            let Some(node) = stores.nodes.state().into_iter().find(|n| n.name_any() == *node_name) else { continue };
+            if !bind::is_ready_for_pods(&node, &plan.startup_taints, &plan.requested) {
+                continue;
+            }
+            if ctx.config.bind_pods {
+                for key in &plan.pods {
+                    let unbound = stores.pods.state().into_iter().find(|p| PodKey::of(p) == *key).filter(|p| {
+                        p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_none_or(str::is_empty) && p.metadata.deletion_timestamp.is_none()
+                    });
+                    let Some(pod) = unbound else { continue };
+                    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
+                    match bind::bind(&api, &pod.name_any(), node_name).await {
+                        Ok(outcome) => {
+                            ctx.metrics.pods_bound.with_label_values(&[bind_label(&outcome)]).inc();
+                            if outcome == bind::BindOutcome::Bound {
+                                info!(pod = %pods::pod_key(&pod), node = %node_name, "bound pod");
+                            }
+                        }
+                        Err(e) => warn!(pod = %pods::pod_key(&pod), node = %node_name, error = %e, "binding pod; the scheduler will place it"),
+                    }
+                }
+            }
+            done.push(node_name.clone());
+        }
+        for n in done {
+            planned.remove(&n);
+        }
+    }
+}
+
+fn bind_label(outcome: &bind::BindOutcome) -> &'static str {
+    match outcome {
+        bind::BindOutcome::Bound => "bound",
+        bind::BindOutcome::AlreadyBound => "already_bound",
+        bind::BindOutcome::Gone => "gone",
+    }
+}
+
+async fn publish<K: Resource<DynamicType = ()>>(ctx: &Context, object: &K, type_: EventType, reason: &str, note: &str) {
+    let event = Event { type_, reason: reason.into(), note: Some(note.chars().take(1024).collect()), action: "Provisioning".into(), secondary: None };
+    if let Err(e) = ctx.recorder.publish(&event, &object.object_ref(&())).await {
+        debug!(error = %e, reason, "publishing event");
+    }
+}

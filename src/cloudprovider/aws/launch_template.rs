@@ -1,0 +1,684 @@
+//! Launch templates: one per distinct configuration (AMI, user data with its labels and taints,
+//! instance profile, security groups, block devices, metadata options, monitoring, tags), named
+//! `karpenter-rs/<cluster>/<hash of the configuration>`, created when missing and reused.
+//!
+//! Rendering the bootstrap user data (AL2/Ubuntu EKS bootstrap script in MIME multipart,
+//! Bottlerocket TOML), the family defaults and the name are pure; `ensure` calls EC2.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_ec2::types::{
+    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
+    LaunchTemplateIamInstanceProfileSpecificationRequest, LaunchTemplateInstanceMetadataEndpointState,
+    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateInstanceMetadataProtocolIpv6, LaunchTemplateTagSpecificationRequest,
+    LaunchTemplatesMonitoringRequest, RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, VolumeType,
+};
+use aws_sdk_ec2::Client;
+use base64::Engine;
+use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::errors;
+use crate::apis::quantity::parse_quantity;
+use crate::apis::v1alpha1::{BlockDevice, BlockDeviceMapping, MetadataOptions};
+use crate::apis::v1alpha5::KubeletConfiguration;
+use crate::cloudprovider::{AmiFamily, Error};
+
+/// Tag on every launch template karpenter-rs creates, valued with the cluster name.
+pub const LAUNCH_TEMPLATE_CLUSTER_TAG: &str = "karpenter.k8s.aws/cluster";
+
+/// MIME boundary of generated user data (Karpenter's).
+const BOUNDARY: &str = "//";
+
+/// What the node bootstrap needs to know.
+#[derive(Clone, Debug)]
+pub struct Bootstrap<'a> {
+    /// Cluster name.
+    pub cluster_name: &'a str,
+    /// API server URL.
+    pub cluster_endpoint: &'a str,
+    /// Base64 CA bundle of the API server.
+    pub ca_bundle: Option<&'a str>,
+    /// Cluster DNS IP (`clusterDNS` of the kubelet settings wins).
+    pub cluster_dns: Option<&'a str>,
+    /// Node labels, capacity type included.
+    pub labels: &'a BTreeMap<String, String>,
+    /// Taints and startup taints.
+    pub taints: &'a [Taint],
+    /// Kubelet settings.
+    pub kubelet: &'a KubeletConfiguration,
+    /// The template's own user data, merged in.
+    pub custom_user_data: Option<&'a str>,
+}
+
+/// The user data of a family, not yet base64-encoded. Custom AMIs get the template's user data only.
+pub fn user_data(family: AmiFamily, b: &Bootstrap<'_>) -> Result<String, Error> {
+    match family {
+        AmiFamily::Al2 | AmiFamily::Ubuntu => Ok(eks_user_data(b)),
+        AmiFamily::Bottlerocket => bottlerocket_user_data(b),
+        AmiFamily::Custom => Ok(b.custom_user_data.unwrap_or_default().to_string()),
+    }
+}
+
+fn taint_arg(t: &Taint) -> String {
+    match t.value.as_deref().filter(|v| !v.is_empty()) {
+        Some(v) => format!("{}={}:{}", t.key, v, t.effect),
+        None => format!("{}:{}", t.key, t.effect),
+    }
+}
+
+fn joined<V: AsRef<str>>(map: &BTreeMap<String, V>, sep: &str) -> String {
+    map.iter()
+        .map(|(k, v)| format!("{k}{sep}{}", v.as_ref()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn quantities(map: &BTreeMap<String, Quantity>) -> BTreeMap<String, String> {
+    map.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect()
+}
+
+/// `--kubelet-extra-args` of the EKS bootstrap, in Karpenter's order.
+pub fn kubelet_extra_args(b: &Bootstrap<'_>) -> Vec<String> {
+    let mut args = Vec::new();
+    if !b.labels.is_empty() {
+        args.push(format!("--node-labels={}", joined(b.labels, "=")));
+    }
+    if !b.taints.is_empty() {
+        let taints: Vec<String> = b.taints.iter().map(taint_arg).collect();
+        args.push(format!("--register-with-taints={}", taints.join(",")));
+    }
+    let k = b.kubelet;
+    if let Some(n) = k.max_pods {
+        args.push(format!("--max-pods={n}"));
+    }
+    if let Some(n) = k.pods_per_core {
+        args.push(format!("--pods-per-core={n}"));
+    }
+    if let Some(m) = k.system_reserved.as_ref().filter(|m| !m.is_empty()) {
+        args.push(format!("--system-reserved={}", joined(&quantities(m), "=")));
+    }
+    if let Some(m) = k.kube_reserved.as_ref().filter(|m| !m.is_empty()) {
+        args.push(format!("--kube-reserved={}", joined(&quantities(m), "=")));
+    }
+    if let Some(m) = k.eviction_hard.as_ref().filter(|m| !m.is_empty()) {
+        args.push(format!("--eviction-hard={}", joined(m, "<")));
+    }
+    if let Some(m) = k.eviction_soft.as_ref().filter(|m| !m.is_empty()) {
+        args.push(format!("--eviction-soft={}", joined(m, "<")));
+    }
+    if let Some(m) = k.eviction_soft_grace_period.as_ref().filter(|m| !m.is_empty()) {
+        args.push(format!("--eviction-soft-grace-period={}", joined(m, "=")));
+    }
+    if let Some(n) = k.eviction_max_pod_grace_period {
+        args.push(format!("--eviction-max-pod-grace-period={n}"));
+    }
+    if let Some(n) = k.image_gc_high_threshold_percent {
+        args.push(format!("--image-gc-high-threshold={n}"));
+    }
+    if let Some(n) = k.image_gc_low_threshold_percent {
+        args.push(format!("--image-gc-low-threshold={n}"));
+    }
+    if let Some(q) = k.cpu_cfs_quota {
+        args.push(format!("--cpu-cfs-quota={q}"));
+    }
+    args
+}
+
+fn cluster_dns<'a>(b: &'a Bootstrap<'_>) -> Option<&'a str> {
+    b.kubelet
+        .cluster_dns
+        .as_ref()
+        .and_then(|d| d.first())
+        .map(String::as_str)
+        .or(b.cluster_dns)
+}
+
+/// The EKS bootstrap script (AL2, Ubuntu).
+pub fn eks_bootstrap_script(b: &Bootstrap<'_>) -> String {
+    let mut s = String::from("#!/bin/bash -xe\n");
+    s.push_str("exec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\n");
+    // bootstrap.sh takes its options as separate words, never `--opt=value`.
+    s.push_str(&format!(
+        "/etc/eks/bootstrap.sh '{}' --apiserver-endpoint '{}'",
+        b.cluster_name, b.cluster_endpoint
+    ));
+    if let Some(ca) = b.ca_bundle {
+        s.push_str(&format!(" --b64-cluster-ca '{ca}'"));
+    }
+    let runtime = b.kubelet.container_runtime.as_deref().unwrap_or("containerd");
+    s.push_str(&format!(" \\\n--container-runtime {runtime}"));
+    if let Some(dns) = cluster_dns(b) {
+        s.push_str(&format!(" \\\n--dns-cluster-ip '{dns}'"));
+    }
+    if b.kubelet.max_pods.is_some() {
+        s.push_str(" \\\n--use-max-pods false");
+    }
+    let args = kubelet_extra_args(b);
+    if !args.is_empty() {
+        s.push_str(&format!(" \\\n--kubelet-extra-args '{}'", args.join(" ")));
+    }
+    s.push('\n');
+    s
+}
+
+/// The parts of a MIME multipart document (raw, headers included), or `None` when `text` is not one.
+fn mime_parts(text: &str) -> Option<Vec<String>> {
+    let header_end = text.find("\n\n")?;
+    let headers = &text[..header_end];
+    if !headers.lines().any(|l| l.to_ascii_lowercase().starts_with("mime-version:")) {
+        return None;
+    }
+    let boundary = headers
+        .split("boundary=")
+        .nth(1)?
+        .trim()
+        .trim_matches('"')
+        .split(['"', ';', '\n'])
+        .next()?;
+    let delimiter = format!("--{boundary}");
+    let body = &text[header_end + 2..];
+    let mut parts = Vec::new();
+    for chunk in body.split(delimiter.as_str()).skip(1) {
+        if chunk.starts_with("--") {
+            break;
+        }
+        let part = chunk.trim_start_matches('\n').trim_end_matches('\n');
+        if !part.is_empty() {
+            parts.push(part.to_string());
+        }
+    }
+    Some(parts)
+}
+
+/// AL2/Ubuntu user data: the template's user data parts (a plain script becomes one part), then
+/// the bootstrap script, in one MIME multipart document with boundary `//`, without carriage
+/// returns.
+pub fn eks_user_data(b: &Bootstrap<'_>) -> String {
+    let shell_part = |script: &str| format!("Content-Type: text/x-shellscript; charset=\"us-ascii\"\n\n{script}");
+    let mut parts = Vec::new();
+    if let Some(custom) = b.custom_user_data.map(|c| c.replace('\r', "")).filter(|c| !c.trim().is_empty()) {
+        match mime_parts(&custom) {
+            Some(custom_parts) => parts.extend(custom_parts),
+            None => parts.push(shell_part(&custom)),
+        }
+    }
+    parts.push(shell_part(&eks_bootstrap_script(b)));
+    let mut out = format!("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"{BOUNDARY}\"\n\n");
+    for part in parts {
+        out.push_str(&format!("--{BOUNDARY}\n{}\n", part.trim_end_matches('\n')));
+    }
+    out.push_str(&format!("--{BOUNDARY}--\n"));
+    out
+}
+
+/// Bottlerocket user data: the template's TOML with `settings.kubernetes` cluster, labels, taints
+/// and kubelet settings overwritten.
+pub fn bottlerocket_user_data(b: &Bootstrap<'_>) -> Result<String, Error> {
+    use toml::{Table, Value};
+    let mut doc: Table = match b.custom_user_data.filter(|c| !c.trim().is_empty()) {
+        Some(custom) => {
+            toml::from_str(custom).map_err(|e| Error::InvalidConfiguration(format!("userData is not valid Bottlerocket TOML: {e}")))?
+        }
+        None => Table::new(),
+    };
+    let settings = table_entry(&mut doc, "settings")?;
+    let k8s = table_entry(settings, "kubernetes")?;
+    let string_table = |m: &BTreeMap<String, String>| Value::Table(m.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect());
+    k8s.insert("cluster-name".into(), Value::String(b.cluster_name.into()));
+    k8s.insert("api-server".into(), Value::String(b.cluster_endpoint.into()));
+    if let Some(ca) = b.ca_bundle {
+        k8s.insert("cluster-certificate".into(), Value::String(ca.into()));
+    }
+    if let Some(dns) = cluster_dns(b) {
+        k8s.insert("cluster-dns-ip".into(), Value::String(dns.into()));
+    }
+    if let Some(n) = b.kubelet.max_pods {
+        k8s.insert("max-pods".into(), Value::Integer(n.into()));
+    }
+    k8s.insert("node-labels".into(), string_table(b.labels));
+    let mut taints: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for t in b.taints {
+        let value = format!("{}:{}", t.value.as_deref().unwrap_or_default(), t.effect);
+        taints.entry(t.key.clone()).or_default().push(value);
+    }
+    k8s.insert(
+        "node-taints".into(),
+        Value::Table(
+            taints
+                .into_iter()
+                .map(|(k, v)| (k, Value::Array(v.into_iter().map(Value::String).collect())))
+                .collect(),
+        ),
+    );
+    let k = b.kubelet;
+    if let Some(m) = &k.system_reserved {
+        k8s.insert("system-reserved".into(), string_table(&quantities(m)));
+    }
+    if let Some(m) = &k.kube_reserved {
+        k8s.insert("kube-reserved".into(), string_table(&quantities(m)));
+    }
+    if let Some(m) = &k.eviction_hard {
+        k8s.insert("eviction-hard".into(), string_table(m));
+    }
+    if let Some(n) = k.image_gc_high_threshold_percent {
+        k8s.insert("image-gc-high-threshold-percent".into(), Value::Integer(n.into()));
+    }
+    if let Some(n) = k.image_gc_low_threshold_percent {
+        k8s.insert("image-gc-low-threshold-percent".into(), Value::Integer(n.into()));
+    }
+    if let Some(q) = k.cpu_cfs_quota {
+        k8s.insert("cpu-cfs-quota-enforced".into(), Value::Boolean(q));
+    }
+    toml::to_string(&doc).map_err(|e| Error::InvalidConfiguration(format!("rendering Bottlerocket user data: {e}")))
+}
+
+fn table_entry<'t>(table: &'t mut toml::Table, key: &str) -> Result<&'t mut toml::Table, Error> {
+    table
+        .entry(key)
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+        .as_table_mut()
+        .ok_or_else(|| Error::InvalidConfiguration(format!("userData: `{key}` must be a TOML table")))
+}
+
+/// Block devices of a family when the template names none.
+pub fn default_block_devices(family: AmiFamily) -> Vec<BlockDeviceMapping> {
+    let gp3 = |device: &str, size: &str| BlockDeviceMapping {
+        device_name: Some(device.to_string()),
+        ebs: Some(BlockDevice {
+            encrypted: Some(true),
+            volume_size: Some(Quantity(size.to_string())),
+            volume_type: Some("gp3".to_string()),
+            ..Default::default()
+        }),
+    };
+    match family {
+        AmiFamily::Al2 => vec![gp3("/dev/xvda", "20Gi")],
+        AmiFamily::Ubuntu => vec![gp3("/dev/sda1", "20Gi")],
+        AmiFamily::Bottlerocket => vec![gp3("/dev/xvda", "4Gi"), gp3("/dev/xvdb", "20Gi")],
+        AmiFamily::Custom => vec![],
+    }
+}
+
+/// Metadata options with Karpenter's defaults filled in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Metadata {
+    /// `enabled` / `disabled`.
+    pub http_endpoint: String,
+    /// `enabled` / `disabled`.
+    pub http_protocol_ipv6: String,
+    /// 1 to 64.
+    pub http_put_response_hop_limit: i64,
+    /// `required` / `optional`.
+    pub http_tokens: String,
+}
+
+impl Metadata {
+    /// Defaults: endpoint enabled, IPv6 disabled, hop limit 2, tokens required.
+    pub fn resolve(options: Option<&MetadataOptions>) -> Metadata {
+        let o = options.cloned().unwrap_or_default();
+        Metadata {
+            http_endpoint: o.http_endpoint.unwrap_or_else(|| "enabled".into()),
+            http_protocol_ipv6: o.http_protocol_ipv6.unwrap_or_else(|| "disabled".into()),
+            http_put_response_hop_limit: o.http_put_response_hop_limit.unwrap_or(2),
+            http_tokens: o.http_tokens.unwrap_or_else(|| "required".into()),
+        }
+    }
+}
+
+/// Everything a generated launch template holds; its hash names the template.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LaunchTemplateConfig {
+    /// Cluster name (also part of the name).
+    pub cluster_name: String,
+    /// AMI id.
+    pub image_id: String,
+    /// Instance profile name.
+    pub instance_profile: String,
+    /// Security group ids, sorted.
+    pub security_group_ids: Vec<String>,
+    /// User data, not yet base64-encoded.
+    pub user_data: String,
+    /// Block devices (family defaults already applied).
+    pub block_device_mappings: Vec<BlockDeviceMapping>,
+    /// Instance metadata options.
+    pub metadata: Metadata,
+    /// Detailed monitoring.
+    pub detailed_monitoring: bool,
+    /// Tags of the template and of the network interfaces it creates.
+    pub tags: BTreeMap<String, String>,
+}
+
+impl LaunchTemplateConfig {
+    /// `karpenter-rs/<cluster>/<first 16 hex digits of the SHA-256 of the configuration>`.
+    pub fn name(&self) -> String {
+        let json = serde_json::to_vec(self).expect("plain data always serializes");
+        let digest = Sha256::digest(&json);
+        let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+        format!("karpenter-rs/{}/{hex}", self.cluster_name)
+    }
+}
+
+/// GiB, rounded up, of a volume size quantity.
+pub fn volume_gib(size: &Quantity) -> Result<i32, Error> {
+    let bytes = parse_quantity(&size.0)
+        .filter(|b| *b > 0.0)
+        .ok_or_else(|| Error::InvalidConfiguration(format!("volumeSize {:?} is not a positive quantity", size.0)))?;
+    Ok((bytes / 1024f64.powi(3)).ceil() as i32)
+}
+
+fn tags(map: &BTreeMap<String, String>) -> Vec<Tag> {
+    map.iter().map(|(k, v)| Tag::builder().key(k).value(v).build()).collect()
+}
+
+/// The CreateLaunchTemplate data of a configuration.
+pub fn template_data(config: &LaunchTemplateConfig) -> Result<RequestLaunchTemplateData, Error> {
+    let mut devices = Vec::new();
+    for m in &config.block_device_mappings {
+        let ebs = match &m.ebs {
+            Some(e) => Some(
+                LaunchTemplateEbsBlockDeviceRequest::builder()
+                    .set_delete_on_termination(e.delete_on_termination)
+                    .set_encrypted(e.encrypted)
+                    .set_iops(e.iops.map(|i| i as i32))
+                    .set_kms_key_id(e.kms_key_id.clone())
+                    .set_snapshot_id(e.snapshot_id.clone())
+                    .set_throughput(e.throughput.map(|t| t as i32))
+                    .set_volume_size(e.volume_size.as_ref().map(volume_gib).transpose()?)
+                    .set_volume_type(e.volume_type.as_deref().map(VolumeType::from))
+                    .build(),
+            ),
+            None => None,
+        };
+        devices.push(
+            LaunchTemplateBlockDeviceMappingRequest::builder()
+                .set_device_name(m.device_name.clone())
+                .set_ebs(ebs)
+                .build(),
+        );
+    }
+    let md = &config.metadata;
+    Ok(RequestLaunchTemplateData::builder()
+        .image_id(&config.image_id)
+        .iam_instance_profile(
+            LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
+                .name(&config.instance_profile)
+                .build(),
+        )
+        .set_security_group_ids(Some(config.security_group_ids.clone()))
+        .user_data(base64::engine::general_purpose::STANDARD.encode(&config.user_data))
+        .set_block_device_mappings((!devices.is_empty()).then_some(devices))
+        .metadata_options(
+            LaunchTemplateInstanceMetadataOptionsRequest::builder()
+                .http_endpoint(LaunchTemplateInstanceMetadataEndpointState::from(md.http_endpoint.as_str()))
+                .http_protocol_ipv6(LaunchTemplateInstanceMetadataProtocolIpv6::from(md.http_protocol_ipv6.as_str()))
+                .http_put_response_hop_limit(md.http_put_response_hop_limit as i32)
+                .http_tokens(LaunchTemplateHttpTokensState::from(md.http_tokens.as_str()))
+                .build(),
+        )
+        .monitoring(
+            LaunchTemplatesMonitoringRequest::builder()
+                .enabled(config.detailed_monitoring)
+                .build(),
+        )
+        .tag_specifications(
+            LaunchTemplateTagSpecificationRequest::builder()
+                .resource_type(ResourceType::NetworkInterface)
+                .set_tags(Some(tags(&config.tags)))
+                .build(),
+        )
+        .build())
+}
+
+/// Makes sure the launch template of `config` exists; returns its name.
+pub async fn ensure(ec2: &Client, config: &LaunchTemplateConfig) -> Result<String, Error> {
+    let name = config.name();
+    match ec2.describe_launch_templates().launch_template_names(&name).send().await {
+        Ok(out) if !out.launch_templates().is_empty() => return Ok(name),
+        Ok(_) => {}
+        Err(e) if e.as_service_error().and_then(|s| s.meta().code()).is_some_and(errors::is_not_found) => {}
+        Err(e) => return Err(errors::api("ec2:DescribeLaunchTemplates", e)),
+    }
+    let mut lt_tags = config.tags.clone();
+    lt_tags.insert(LAUNCH_TEMPLATE_CLUSTER_TAG.to_string(), config.cluster_name.clone());
+    let created = ec2
+        .create_launch_template()
+        .launch_template_name(&name)
+        .launch_template_data(template_data(config)?)
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::LaunchTemplate)
+                .set_tags(Some(tags(&lt_tags)))
+                .build(),
+        )
+        .send()
+        .await;
+    match created {
+        Ok(_) => {
+            tracing::debug!(launch_template = %name, "created launch template");
+            Ok(name)
+        }
+        // Another launch created it between our look-up and our create.
+        Err(e) if e.as_service_error().and_then(|s| s.meta().code()) == Some("InvalidLaunchTemplateName.AlreadyExistsException") => {
+            Ok(name)
+        }
+        Err(e) => Err(errors::api("ec2:CreateLaunchTemplate", e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn taint(key: &str, value: Option<&str>, effect: &str) -> Taint {
+        Taint {
+            key: key.into(),
+            value: value.map(str::to_string),
+            effect: effect.into(),
+            ..Default::default()
+        }
+    }
+
+    fn first_write_up_labels() -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("nodeType".to_string(), "service-2023".to_string()),
+            ("karpenter.sh/provisioner-name".to_string(), "service".to_string()),
+            ("karpenter.sh/capacity-type".to_string(), "on-demand".to_string()),
+        ])
+    }
+
+    #[test]
+    fn renders_the_eks_bootstrap_for_the_first_write_up() {
+        let labels = first_write_up_labels();
+        let taints = [
+            taint("service", Some("true"), "NoSchedule"),
+            taint("node.cilium.io/agent-not-ready", None, "NoExecute"),
+        ];
+        let kubelet = KubeletConfiguration {
+            max_pods: Some(35),
+            ..Default::default()
+        };
+        let b = Bootstrap {
+            cluster_name: "ssungz-cluster",
+            cluster_endpoint: "https://127.0.0.1:6443",
+            ca_bundle: Some("Q0E="),
+            cluster_dns: None,
+            labels: &labels,
+            taints: &taints,
+            kubelet: &kubelet,
+            custom_user_data: None,
+        };
+        let expected = "MIME-Version: 1.0\n\
+Content-Type: multipart/mixed; boundary=\"//\"\n\
+\n\
+--//\n\
+Content-Type: text/x-shellscript; charset=\"us-ascii\"\n\
+\n\
+#!/bin/bash -xe\n\
+exec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\n\
+/etc/eks/bootstrap.sh 'ssungz-cluster' --apiserver-endpoint 'https://127.0.0.1:6443' --b64-cluster-ca 'Q0E=' \\\n\
+--container-runtime containerd \\\n\
+--use-max-pods false \\\n\
+--kubelet-extra-args '--node-labels=karpenter.sh/capacity-type=on-demand,karpenter.sh/provisioner-name=service,nodeType=service-2023 --register-with-taints=service=true:NoSchedule,node.cilium.io/agent-not-ready:NoExecute --max-pods=35'\n\
+--//--\n";
+        assert_eq!(user_data(AmiFamily::Al2, &b).unwrap(), expected);
+    }
+
+    #[test]
+    fn puts_custom_user_data_before_the_bootstrap() {
+        let labels = BTreeMap::new();
+        let kubelet = KubeletConfiguration::default();
+        let mut b = Bootstrap {
+            cluster_name: "c",
+            cluster_endpoint: "https://e",
+            ca_bundle: None,
+            cluster_dns: Some("10.96.0.10"),
+            labels: &labels,
+            taints: &[],
+            kubelet: &kubelet,
+            custom_user_data: Some("#!/bin/bash\r\necho custom\r\n"),
+        };
+        let out = eks_user_data(&b);
+        let custom = out.find("echo custom").unwrap();
+        let bootstrap = out.find("/etc/eks/bootstrap.sh 'c'").unwrap();
+        assert!(custom < bootstrap, "{out}");
+        assert!(!out.contains('\r'));
+        assert!(out.contains("--dns-cluster-ip '10.96.0.10'"), "{out}");
+        assert!(!out.contains("--kubelet-extra-args"), "{out}");
+        assert_eq!(out.matches("--//\n").count(), 2);
+
+        let mime = "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"BOUNDARY\"\n\n--BOUNDARY\nContent-Type: text/x-shellscript\n\necho one\n--BOUNDARY\nContent-Type: text/cloud-config\n\npackages: [jq]\n--BOUNDARY--\n";
+        b.custom_user_data = Some(mime);
+        let out = eks_user_data(&b);
+        assert_eq!(out.matches("--//\n").count(), 3, "{out}");
+        assert!(
+            out.contains("--//\nContent-Type: text/cloud-config\n\npackages: [jq]\n--//\n"),
+            "{out}"
+        );
+        assert!(!out.contains("BOUNDARY"));
+    }
+
+    #[test]
+    fn renders_bottlerocket_settings_over_custom_toml() {
+        let labels = first_write_up_labels();
+        let taints = [taint("service", Some("true"), "NoSchedule")];
+        let kubelet = KubeletConfiguration {
+            max_pods: Some(29),
+            ..Default::default()
+        };
+        let b = Bootstrap {
+            cluster_name: "ssungz-cluster",
+            cluster_endpoint: "https://e",
+            ca_bundle: None,
+            cluster_dns: None,
+            labels: &labels,
+            taints: &taints,
+            kubelet: &kubelet,
+            custom_user_data: Some("[settings.kubernetes]\ncluster-name = \"wrong\"\n[settings.host-containers.admin]\nenabled = true\n"),
+        };
+        let out: toml::Table = toml::from_str(&user_data(AmiFamily::Bottlerocket, &b).unwrap()).unwrap();
+        let k8s = &out["settings"]["kubernetes"];
+        assert_eq!(k8s["cluster-name"].as_str(), Some("ssungz-cluster"));
+        assert_eq!(k8s["api-server"].as_str(), Some("https://e"));
+        assert_eq!(k8s["max-pods"].as_integer(), Some(29));
+        assert_eq!(k8s["node-labels"]["nodeType"].as_str(), Some("service-2023"));
+        assert_eq!(k8s["node-taints"]["service"][0].as_str(), Some("true:NoSchedule"));
+        assert_eq!(out["settings"]["host-containers"]["admin"]["enabled"].as_bool(), Some(true));
+        let bad = Bootstrap {
+            custom_user_data: Some("not = [toml"),
+            ..b
+        };
+        assert_eq!(
+            user_data(AmiFamily::Bottlerocket, &bad).unwrap_err().kind(),
+            "invalid_configuration"
+        );
+    }
+
+    #[test]
+    fn renders_kubelet_settings_as_flags() {
+        let labels = BTreeMap::new();
+        let kubelet = KubeletConfiguration {
+            system_reserved: Some(BTreeMap::from([
+                ("memory".to_string(), Quantity("100Mi".into())),
+                ("cpu".to_string(), Quantity("100m".into())),
+            ])),
+            eviction_hard: Some(BTreeMap::from([("memory.available".to_string(), "5%".to_string())])),
+            image_gc_high_threshold_percent: Some(85),
+            ..Default::default()
+        };
+        let b = Bootstrap {
+            cluster_name: "c",
+            cluster_endpoint: "e",
+            ca_bundle: None,
+            cluster_dns: None,
+            labels: &labels,
+            taints: &[],
+            kubelet: &kubelet,
+            custom_user_data: None,
+        };
+        assert_eq!(
+            kubelet_extra_args(&b),
+            vec![
+                "--system-reserved=cpu=100m,memory=100Mi",
+                "--eviction-hard=memory.available<5%",
+                "--image-gc-high-threshold=85"
+            ]
+        );
+    }
+
+    fn config() -> LaunchTemplateConfig {
+        LaunchTemplateConfig {
+            cluster_name: "ssungz-cluster".into(),
+            image_id: "ami-1".into(),
+            instance_profile: "KarpenterNodeInstanceProfile".into(),
+            security_group_ids: vec!["sg-1".into()],
+            user_data: "#!/bin/bash".into(),
+            block_device_mappings: default_block_devices(AmiFamily::Al2),
+            metadata: Metadata::resolve(None),
+            detailed_monitoring: false,
+            tags: BTreeMap::from([("karpenter.sh/discovery".to_string(), "ssungz-cluster".to_string())]),
+        }
+    }
+
+    #[test]
+    fn names_launch_templates_by_a_stable_hash_of_their_configuration() {
+        let name = config().name();
+        assert!(name.starts_with("karpenter-rs/ssungz-cluster/"), "{name}");
+        assert_eq!(name.len(), "karpenter-rs/ssungz-cluster/".len() + 16);
+        assert_eq!(name, config().name(), "same configuration, same name");
+        // Pinned so that a change of the hashing (which would orphan every existing template) is noticed.
+        assert_eq!(name, "karpenter-rs/ssungz-cluster/6519f03c5a686d37");
+        let mut other = config();
+        other.user_data.push_str("\necho changed");
+        assert_ne!(other.name(), name);
+        let mut other = config();
+        other.tags.insert("team".into(), "a".into());
+        assert_ne!(other.name(), name);
+    }
+
+    #[test]
+    fn defaults_metadata_options_and_block_devices() {
+        assert_eq!(
+            Metadata::resolve(None),
+            Metadata {
+                http_endpoint: "enabled".into(),
+                http_protocol_ipv6: "disabled".into(),
+                http_put_response_hop_limit: 2,
+                http_tokens: "required".into()
+            }
+        );
+        let set = MetadataOptions {
+            http_tokens: Some("optional".into()),
+            ..Default::default()
+        };
+        assert_eq!(Metadata::resolve(Some(&set)).http_tokens, "optional");
+        let br = default_block_devices(AmiFamily::Bottlerocket);
+        assert_eq!(br.len(), 2);
+        assert_eq!(volume_gib(br[0].ebs.as_ref().unwrap().volume_size.as_ref().unwrap()).unwrap(), 4);
+        assert_eq!(volume_gib(&Quantity("100G".into())).unwrap(), 94);
+        assert!(volume_gib(&Quantity("lots".into())).is_err());
+        assert!(default_block_devices(AmiFamily::Custom).is_empty());
+    }
+}

@@ -1,0 +1,504 @@
+//! `AwsCloudProvider`: the `CloudProvider` on EC2 and SSM through the AWS SDK. This file wires
+//! the clients, the caches (catalogue, selectors, AMIs, launch templates, unavailable offerings)
+//! and the launch sequence; the decisions are in the sibling modules' pure functions.
+//!
+//! The endpoint and region come from `CloudConfig` (or the SDK's `AWS_ENDPOINT_URL` /
+//! `AWS_REGION`), so the same code talks to the moto emulator in tests.
+
+pub mod ami;
+pub mod errors;
+pub mod instance;
+pub mod instance_types;
+pub mod launch_template;
+pub mod pricing;
+pub mod subnets;
+pub mod unavailable_offerings;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use aws_config::{BehaviorVersion, Region};
+use aws_sdk_ec2::types::Filter;
+use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
+use k8s_openapi::api::core::v1::NodeSelectorRequirement;
+
+use self::ami::{Ami, AmiNeed};
+use self::launch_template::{Bootstrap, LaunchTemplateConfig, Metadata};
+use self::subnets::{SecurityGroup, Subnet};
+use self::unavailable_offerings::UnavailableOfferings;
+use crate::apis::v1alpha1::{AmiStatus, AwsNodeTemplateStatus, SecurityGroupStatus, SubnetStatus};
+use crate::apis::v1alpha5::labels::{ARCH_LABEL, CAPACITY_TYPE_LABEL, PROVISIONER_NAME_LABEL};
+use crate::cloudprovider::{CloudConfig, CloudProvider, Error, Instance, InstanceTypeInfo, LaunchRequest, NodeTemplate, Offering};
+
+/// A value cache with a time to live, keyed by selector.
+struct TtlCache<K, V> {
+    entries: Mutex<HashMap<K, (Instant, V)>>,
+    ttl: Duration,
+}
+
+impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
+    fn new(ttl: Duration) -> Self {
+        TtlCache {
+            entries: Mutex::new(HashMap::new()),
+            ttl,
+        }
+    }
+
+    fn get(&self, key: &K) -> Option<V> {
+        let entries = self.entries.lock().expect("cache lock is never poisoned: no panics while held");
+        entries.get(key).filter(|(at, _)| at.elapsed() < self.ttl).map(|(_, v)| v.clone())
+    }
+
+    fn put(&self, key: K, value: V) {
+        self.entries
+            .lock()
+            .expect("cache lock is never poisoned: no panics while held")
+            .insert(key, (Instant::now(), value));
+    }
+}
+
+struct Catalogue {
+    fetched: Instant,
+    types: Arc<Vec<InstanceTypeInfo>>,
+}
+
+/// The AWS cloud provider.
+pub struct AwsCloudProvider {
+    config: CloudConfig,
+    ec2: aws_sdk_ec2::Client,
+    ssm: aws_sdk_ssm::Client,
+    overrides: Option<pricing::PriceOverrides>,
+    catalogue: tokio::sync::Mutex<Option<Catalogue>>,
+    unavailable: Mutex<UnavailableOfferings>,
+    subnets: TtlCache<BTreeMap<String, String>, Vec<Subnet>>,
+    security_groups: TtlCache<BTreeMap<String, String>, Vec<SecurityGroup>>,
+    amis: TtlCache<String, Ami>,
+    launch_templates: Mutex<HashSet<String>>,
+    warned_estimate: AtomicBool,
+}
+
+impl AwsCloudProvider {
+    /// Builds the SDK clients from `config` (endpoint, region, credentials; the SDK's chain for
+    /// what is unset) and reads the price-overrides file. Makes no AWS call.
+    pub async fn new(config: CloudConfig) -> Result<Self, Error> {
+        let http = aws_smithy_http_client::Builder::new()
+            .tls_provider(Provider::Rustls(CryptoMode::Ring))
+            .build_https();
+        let mut loader = aws_config::defaults(BehaviorVersion::latest()).http_client(http);
+        if let Some(region) = &config.region {
+            loader = loader.region(Region::new(region.clone()));
+        }
+        if let Some(url) = &config.endpoint_url {
+            loader = loader.endpoint_url(url);
+        }
+        if let Some(c) = &config.credentials {
+            loader = loader.credentials_provider(aws_sdk_ec2::config::Credentials::new(
+                &c.access_key_id,
+                &c.secret_access_key,
+                None,
+                None,
+                "karpenter-rs-static",
+            ));
+        }
+        let shared = loader.load().await;
+        let overrides = config.price_overrides.as_deref().map(pricing::load_overrides).transpose()?;
+        Ok(AwsCloudProvider {
+            ec2: aws_sdk_ec2::Client::new(&shared),
+            ssm: aws_sdk_ssm::Client::new(&shared),
+            overrides,
+            catalogue: tokio::sync::Mutex::new(None),
+            unavailable: Mutex::new(UnavailableOfferings::new()),
+            subnets: TtlCache::new(config.resolve_ttl),
+            security_groups: TtlCache::new(config.resolve_ttl),
+            amis: TtlCache::new(config.resolve_ttl),
+            launch_templates: Mutex::new(HashSet::new()),
+            warned_estimate: AtomicBool::new(false),
+            config,
+        })
+    }
+
+    /// The EC2 client (tests read EC2 state through it).
+    pub fn ec2(&self) -> &aws_sdk_ec2::Client {
+        &self.ec2
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &CloudConfig {
+        &self.config
+    }
+
+    /// The catalogue without the unavailable-offerings overlay, loaded when older than
+    /// `catalogue_ttl`.
+    async fn catalogue(&self) -> Result<Arc<Vec<InstanceTypeInfo>>, Error> {
+        let mut cached = self.catalogue.lock().await;
+        if let Some(c) = cached.as_ref().filter(|c| c.fetched.elapsed() < self.config.catalogue_ttl) {
+            return Ok(c.types.clone());
+        }
+        let started = Instant::now();
+        let (types, zones, spot) = tokio::try_join!(
+            instance_types::describe_instance_types(&self.ec2),
+            instance_types::describe_offerings(&self.ec2),
+            pricing::describe_spot_prices(&self.ec2),
+        )?;
+        let prices = pricing::Pricing::new(self.overrides.clone(), spot);
+        let estimated = types.iter().filter(|t| prices.is_estimated(t)).count();
+        if estimated > 0 && !self.warned_estimate.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                estimated,
+                total = types.len(),
+                "no on-demand price known for some instance types; ranking them by a resource-based estimate"
+            );
+        }
+        let types = Arc::new(instance_types::with_offerings(types, &zones, &prices));
+        tracing::debug!(
+            instance_types = types.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "loaded instance types"
+        );
+        *cached = Some(Catalogue {
+            fetched: Instant::now(),
+            types: types.clone(),
+        });
+        Ok(types)
+    }
+
+    fn mark_unavailable(&self, offerings: &[Offering]) {
+        let now = Instant::now();
+        let mut cache = self.unavailable.lock().expect("cache lock is never poisoned: no panics while held");
+        for o in offerings {
+            tracing::info!(instance_type = %o.instance_type, zone = %o.zone, capacity_type = %o.capacity_type, "offering unavailable: insufficient capacity");
+            cache.mark(o.clone(), now);
+        }
+    }
+
+    async fn resolve_subnets(&self, selector: &BTreeMap<String, String>) -> Result<Vec<Subnet>, Error> {
+        if let Some(hit) = self.subnets.get(selector) {
+            return Ok(hit);
+        }
+        let found = subnets::resolve_subnets(&self.ec2, selector).await?;
+        self.subnets.put(selector.clone(), found.clone());
+        Ok(found)
+    }
+
+    async fn resolve_security_groups(&self, template: &NodeTemplate) -> Result<Vec<SecurityGroup>, Error> {
+        let selector = &template.security_group_selector;
+        if selector.is_empty() {
+            if template.launch_template.is_some() {
+                return Ok(Vec::new());
+            }
+            return Err(Error::InvalidConfiguration("securityGroupSelector is empty".into()));
+        }
+        if let Some(hit) = self.security_groups.get(selector) {
+            return Ok(hit);
+        }
+        let found = subnets::resolve_security_groups(&self.ec2, selector).await?;
+        self.security_groups.put(selector.clone(), found.clone());
+        Ok(found)
+    }
+
+    /// The AMI for `need` under the template: the newest selector match of the architecture,
+    /// else the family's SSM parameter.
+    async fn ami(&self, template: &NodeTemplate, need: AmiNeed) -> Result<Ami, Error> {
+        if let Some(selector) = &template.ami_selector {
+            let images = ami::resolve_from_selector(&self.ec2, selector).await?;
+            return images.into_iter().find(|a| a.architecture == need.architecture).ok_or_else(|| {
+                Error::InvalidConfiguration(format!(
+                    "no {} image matches amiSelector {}",
+                    need.architecture,
+                    subnets::describe_selector(selector)
+                ))
+            });
+        }
+        let key = format!(
+            "{}/{}/{}/{}",
+            template.ami_family, self.config.kubernetes_version, need.architecture, need.accelerated
+        );
+        if let Some(hit) = self.amis.get(&key) {
+            return Ok(hit);
+        }
+        let found = ami::resolve_from_ssm(&self.ssm, template.ami_family, &self.config.kubernetes_version, need).await?;
+        self.amis.put(key, found.clone());
+        Ok(found)
+    }
+
+    async fn ensure_launch_template(&self, config: &LaunchTemplateConfig) -> Result<String, Error> {
+        let name = config.name();
+        if self
+            .launch_templates
+            .lock()
+            .expect("cache lock is never poisoned: no panics while held")
+            .contains(&name)
+        {
+            return Ok(name);
+        }
+        let name = launch_template::ensure(&self.ec2, config).await?;
+        self.launch_templates
+            .lock()
+            .expect("cache lock is never poisoned: no panics while held")
+            .insert(name.clone());
+        Ok(name)
+    }
+
+    /// Launch template name per instance type of the plan.
+    async fn launch_templates_for(
+        &self,
+        request: &LaunchRequest,
+        capacity_type: &str,
+        types: &[String],
+    ) -> Result<HashMap<String, String>, Error> {
+        let template = &request.template;
+        if let Some(name) = &template.launch_template {
+            return Ok(types.iter().map(|t| (t.clone(), name.clone())).collect());
+        }
+        let catalogue = self.catalogue().await?;
+        let by_name: HashMap<&str, &InstanceTypeInfo> = catalogue.iter().map(|t| (t.name.as_str(), t)).collect();
+        let mut needs: BTreeMap<AmiNeed, Vec<String>> = BTreeMap::new();
+        for t in types {
+            let info = by_name
+                .get(t.as_str())
+                .ok_or_else(|| Error::InvalidConfiguration(format!("instance type {t} is not offered in this region")))?;
+            let need = AmiNeed {
+                architecture: if info.architecture == "arm64" { "arm64" } else { "amd64" },
+                accelerated: info.needs_accelerated_ami(),
+            };
+            needs.entry(need).or_default().push(t.clone());
+        }
+        let instance_profile = template
+            .instance_profile
+            .clone()
+            .or_else(|| self.config.default_instance_profile.clone())
+            .ok_or_else(|| {
+                Error::InvalidConfiguration("no instanceProfile in the node template and no default instance profile configured".into())
+            })?;
+        let mut security_group_ids: Vec<String> = self.resolve_security_groups(template).await?.into_iter().map(|g| g.id).collect();
+        security_group_ids.sort();
+        let mut labels = request.labels.clone();
+        labels.insert(PROVISIONER_NAME_LABEL.to_string(), request.provisioner_name.clone());
+        labels.insert(CAPACITY_TYPE_LABEL.to_string(), capacity_type.to_string());
+        let taints: Vec<_> = request.taints.iter().chain(&request.startup_taints).cloned().collect();
+        let bootstrap = Bootstrap {
+            cluster_name: &self.config.cluster_name,
+            cluster_endpoint: &self.config.cluster_endpoint,
+            ca_bundle: self.config.cluster_ca_bundle.as_deref(),
+            cluster_dns: self.config.cluster_dns.as_deref(),
+            labels: &labels,
+            taints: &taints,
+            kubelet: &request.kubelet,
+            custom_user_data: template.user_data.as_deref(),
+        };
+        let user_data = launch_template::user_data(template.ami_family, &bootstrap)?;
+        let mut lt_tags = BTreeMap::from([("Name".to_string(), format!("{PROVISIONER_NAME_LABEL}/{}", request.provisioner_name))]);
+        lt_tags.insert(PROVISIONER_NAME_LABEL.to_string(), request.provisioner_name.clone());
+        lt_tags.extend(self.config.tags.clone());
+        lt_tags.extend(template.tags.clone());
+        let mut out = HashMap::new();
+        for (need, need_types) in needs {
+            let image = self.ami(template, need).await?;
+            let config = LaunchTemplateConfig {
+                cluster_name: self.config.cluster_name.clone(),
+                image_id: image.id,
+                instance_profile: instance_profile.clone(),
+                security_group_ids: security_group_ids.clone(),
+                user_data: user_data.clone(),
+                block_device_mappings: template
+                    .block_device_mappings
+                    .clone()
+                    .unwrap_or_else(|| launch_template::default_block_devices(template.ami_family)),
+                metadata: Metadata::resolve(template.metadata_options.as_ref()),
+                detailed_monitoring: template.detailed_monitoring,
+                tags: lt_tags.clone(),
+            };
+            let name = self.ensure_launch_template(&config).await?;
+            out.extend(need_types.into_iter().map(|t| (t, name.clone())));
+        }
+        Ok(out)
+    }
+
+    async fn launch_once(&self, request: &LaunchRequest) -> Result<Instance, Error> {
+        let plan = {
+            let now = Instant::now();
+            let cache = self.unavailable.lock().expect("cache lock is never poisoned: no panics while held");
+            instance::plan(&request.instance_options, request.spot_max_price, |o| {
+                cache.is_unavailable(&o.instance_type, &o.zone, &o.capacity_type, now)
+            })?
+        };
+        let subnets = subnets::one_per_zone(&self.resolve_subnets(&request.template.subnet_selector).await?);
+        let zones: Vec<&str> = plan.options.iter().map(|o| o.zone.as_str()).collect();
+        if !zones.iter().any(|z| subnets.contains_key(*z)) {
+            let mut zones = zones;
+            zones.sort();
+            zones.dedup();
+            return Err(Error::InvalidConfiguration(format!(
+                "no subnet matching subnetSelector {} is in zone {} (subnets are in {})",
+                subnets::describe_selector(&request.template.subnet_selector),
+                zones.join(", "),
+                subnets.keys().cloned().collect::<Vec<_>>().join(", ")
+            )));
+        }
+        let mut seen = HashSet::new();
+        let types: Vec<String> = plan
+            .options
+            .iter()
+            .filter(|o| seen.insert(o.instance_type.as_str()))
+            .map(|o| o.instance_type.clone())
+            .collect();
+        let lts = self.launch_templates_for(request, &plan.capacity_type, &types).await?;
+        let configs = instance::overrides(&plan.options, &subnets, &lts);
+        let tags = instance::instance_tags(
+            &self.config.cluster_name,
+            &request.provisioner_name,
+            request.node_name.as_deref(),
+            &self.config.tags,
+            &request.template.tags,
+        );
+        let fleet = instance::create_fleet(
+            &self.ec2,
+            &instance::FleetRequest {
+                configs: &configs,
+                capacity_type: &plan.capacity_type,
+                tags: &tags,
+                spot_max_price: request.spot_max_price,
+                context: request.template.context.as_deref(),
+            },
+        )
+        .await?;
+        self.mark_unavailable(&instance::capacity_failures(&fleet.errors));
+        let Some(id) = fleet.instance_ids.first() else {
+            return Err(instance::fleet_failure(&fleet.errors));
+        };
+        instance::read_back(&self.ec2, id).await
+    }
+}
+
+fn arch_requirement(arch: &str) -> NodeSelectorRequirement {
+    NodeSelectorRequirement {
+        key: ARCH_LABEL.to_string(),
+        operator: "In".to_string(),
+        values: Some(vec![arch.to_string()]),
+    }
+}
+
+#[async_trait]
+impl CloudProvider for AwsCloudProvider {
+    async fn instance_types(&self) -> Result<Vec<InstanceTypeInfo>, Error> {
+        let catalogue = self.catalogue().await?;
+        let now = Instant::now();
+        let cache = self.unavailable.lock().expect("cache lock is never poisoned: no panics while held");
+        let mut types = catalogue.as_ref().clone();
+        for t in &mut types {
+            for o in &mut t.offerings {
+                o.available = !cache.is_unavailable(&t.name, &o.zone, &o.capacity_type, now);
+            }
+        }
+        Ok(types)
+    }
+
+    async fn resolve(&self, template: &NodeTemplate) -> Result<AwsNodeTemplateStatus, Error> {
+        let subnets = self.resolve_subnets(&template.subnet_selector).await?;
+        let groups = self.resolve_security_groups(template).await?;
+        let amis = match &template.ami_selector {
+            Some(selector) => ami::resolve_from_selector(&self.ec2, selector).await?,
+            None if template.launch_template.is_some() => Vec::new(),
+            None => {
+                let mut found = Vec::new();
+                for architecture in ["amd64", "arm64"] {
+                    found.push(
+                        self.ami(
+                            template,
+                            AmiNeed {
+                                architecture,
+                                accelerated: false,
+                            },
+                        )
+                        .await?,
+                    );
+                }
+                found
+            }
+        };
+        Ok(AwsNodeTemplateStatus {
+            subnets: Some(
+                subnets
+                    .into_iter()
+                    .map(|s| SubnetStatus {
+                        id: s.id,
+                        zone: Some(s.zone),
+                    })
+                    .collect(),
+            ),
+            security_groups: Some(
+                groups
+                    .into_iter()
+                    .map(|g| SecurityGroupStatus {
+                        id: g.id,
+                        name: Some(g.name),
+                    })
+                    .collect(),
+            ),
+            amis: Some(
+                amis.into_iter()
+                    .map(|a| AmiStatus {
+                        requirements: Some(vec![arch_requirement(&a.architecture)]),
+                        id: a.id,
+                        name: a.name,
+                    })
+                    .collect(),
+            ),
+        })
+    }
+
+    async fn create(&self, request: &LaunchRequest) -> Result<Instance, Error> {
+        let instance = match self.launch_once(request).await {
+            // Someone deleted a launch template we had cached: forget them all and retry once.
+            Err(e) if errors::code(&e) == Some("InvalidLaunchTemplateName.NotFoundException") => {
+                self.launch_templates
+                    .lock()
+                    .expect("cache lock is never poisoned: no panics while held")
+                    .clear();
+                self.launch_once(request).await?
+            }
+            other => other?,
+        };
+        tracing::info!(
+            provisioner = %request.provisioner_name,
+            instance_id = %instance.id,
+            instance_type = %instance.instance_type,
+            zone = %instance.zone,
+            capacity_type = %instance.capacity_type,
+            "launched instance"
+        );
+        Ok(instance)
+    }
+
+    async fn delete(&self, instance_id: &str) -> Result<(), Error> {
+        instance::terminate(&self.ec2, instance_id).await?;
+        tracing::info!(instance_id, "terminated instance");
+        Ok(())
+    }
+
+    async fn list(&self) -> Result<Vec<Instance>, Error> {
+        let cluster_tag = format!("{}{}", instance::CLUSTER_TAG_PREFIX, self.config.cluster_name);
+        let filters = vec![
+            Filter::builder().name(format!("tag:{cluster_tag}")).values("owned").build(),
+            Filter::builder().name("tag-key").values(PROVISIONER_NAME_LABEL).build(),
+            instance::live_filter(),
+        ];
+        instance::describe(&self.ec2, &[], filters).await
+    }
+
+    async fn get(&self, instance_id: &str) -> Result<Instance, Error> {
+        let found = instance::describe(&self.ec2, &[instance_id.to_string()], vec![instance::live_filter()]).await;
+        match found {
+            Ok(list) => list
+                .into_iter()
+                .next()
+                .ok_or_else(|| Error::NotFound(format!("instance {instance_id}"))),
+            Err(e) if errors::code(&e) == Some("InvalidInstanceID.Malformed") => Err(Error::NotFound(format!("instance {instance_id}"))),
+            Err(e) => Err(e),
+        }
+    }
+}

@@ -1,0 +1,552 @@
+//! The cloud edge the controller talks to: plain data in and out (`InstanceTypeInfo`,
+//! `LaunchRequest`, `Instance`, `Error`) and the `CloudProvider` trait. The AWS implementation
+//! lives in `aws/`; nothing here knows about EC2 or does I/O, so `scheduling/` and the
+//! controllers can use these types and tests can implement the trait.
+
+pub mod aws;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::Taint;
+
+use crate::apis::v1alpha1::defaults::discovery_selector;
+use crate::apis::v1alpha1::{AwsNodeTemplateSpec, AwsNodeTemplateStatus, AwsProvider, BlockDeviceMapping, MetadataOptions};
+use crate::apis::v1alpha5::KubeletConfiguration;
+
+/// Kubernetes version whose AMIs are used when none is configured.
+pub const DEFAULT_KUBERNETES_VERSION: &str = "1.33";
+
+/// Settings of the cloud provider, handed down from `Config`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CloudConfig {
+    /// Name of the cluster: tags, launch-template names, bootstrap.
+    pub cluster_name: String,
+    /// URL of the cluster's API server, written into the node bootstrap.
+    pub cluster_endpoint: String,
+    /// Base64 PEM CA bundle of the API server, written into the node bootstrap when known.
+    pub cluster_ca_bundle: Option<String>,
+    /// Cluster DNS service IP for the kubelet, when not the AMI's default.
+    pub cluster_dns: Option<String>,
+    /// AWS region; `None` uses the SDK's chain (`AWS_REGION`, profile, instance metadata).
+    pub region: Option<String>,
+    /// Endpoint of every AWS API called (an emulator in tests); `None` uses the SDK's
+    /// (`AWS_ENDPOINT_URL` or the real AWS endpoints).
+    pub endpoint_url: Option<String>,
+    /// Fixed credentials (emulators, tests); `None` uses the SDK's default credential chain.
+    pub credentials: Option<StaticCredentials>,
+    /// YAML or JSON file of instance type → on-demand USD per hour (or `{onDemand, spot}`).
+    pub price_overrides: Option<PathBuf>,
+    /// Kubernetes `major.minor` whose node AMIs are resolved through SSM.
+    pub kubernetes_version: String,
+    /// Instance profile of nodes whose template names none (`aws.defaultInstanceProfile`).
+    pub default_instance_profile: Option<String>,
+    /// Tags added to everything launched, under the template's own tags (`aws.tags`).
+    pub tags: BTreeMap<String, String>,
+    /// How long instance types, offerings and spot prices are reused before they are read again.
+    pub catalogue_ttl: Duration,
+    /// How long resolved subnets, security groups and AMIs are reused.
+    pub resolve_ttl: Duration,
+}
+
+impl CloudConfig {
+    /// Settings with the documented defaults for everything but the cluster.
+    pub fn new(cluster_name: impl Into<String>, cluster_endpoint: impl Into<String>) -> Self {
+        CloudConfig {
+            cluster_name: cluster_name.into(),
+            cluster_endpoint: cluster_endpoint.into(),
+            cluster_ca_bundle: None,
+            cluster_dns: None,
+            region: None,
+            endpoint_url: None,
+            credentials: None,
+            price_overrides: None,
+            kubernetes_version: DEFAULT_KUBERNETES_VERSION.to_string(),
+            default_instance_profile: None,
+            tags: BTreeMap::new(),
+            catalogue_ttl: Duration::from_secs(5 * 60),
+            resolve_ttl: Duration::from_secs(60),
+        }
+    }
+}
+
+/// An access key pair.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StaticCredentials {
+    /// Access key id.
+    pub access_key_id: String,
+    /// Secret access key.
+    pub secret_access_key: String,
+}
+
+impl fmt::Debug for StaticCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StaticCredentials")
+            .field("access_key_id", &self.access_key_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one instance type is, as EC2 describes it, and where and at what price it is offered.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InstanceTypeInfo {
+    /// `t3.large`.
+    pub name: String,
+    /// Kubernetes architecture: `amd64` or `arm64`.
+    pub architecture: String,
+    /// Default vCPUs.
+    pub vcpu: i64,
+    /// Memory in MiB.
+    pub memory_mib: i64,
+    /// Most network interfaces of the default network card.
+    pub max_enis: i64,
+    /// IPv4 addresses per network interface.
+    pub ipv4_per_eni: i64,
+    /// GPUs, one entry per kind.
+    pub gpus: Vec<GpuInfo>,
+    /// Inference/training accelerators (Inferentia, Trainium, Gaudi, ...), one entry per kind.
+    pub accelerators: Vec<AcceleratorInfo>,
+    /// `nitro`, `xen`, or empty for bare metal.
+    pub hypervisor: String,
+    /// Whether traffic between such instances is encrypted in transit.
+    pub encryption_in_transit: bool,
+    /// Total local NVMe storage in GB, when the type has NVMe instance storage.
+    pub local_nvme_gb: Option<i64>,
+    /// Baseline network bandwidth in Mbps, when known.
+    pub network_bandwidth_mbps: Option<i64>,
+    /// Whether the type is a bare-metal size.
+    pub bare_metal: bool,
+    /// `t` of `t3.large`.
+    pub category: String,
+    /// `t3` of `t3.large`.
+    pub family: String,
+    /// `3` of `t3.large`.
+    pub generation: Option<i64>,
+    /// `large` of `t3.large`.
+    pub size: String,
+    /// Capacity types EC2 sells it as: `on-demand`, `spot`.
+    pub capacity_types: Vec<String>,
+    /// One entry per zone × capacity type where it is offered in the region.
+    pub offerings: Vec<OfferingInfo>,
+}
+
+impl InstanceTypeInfo {
+    /// Pods the AWS VPC CNI can address: `maxENIs × (IPv4PerENI − 1) + 2`.
+    pub fn eni_limited_pods(&self) -> i64 {
+        self.max_enis * (self.ipv4_per_eni - 1).max(0) + 2
+    }
+
+    /// Total GPUs of every kind.
+    pub fn gpu_count(&self) -> i64 {
+        self.gpus.iter().map(|g| g.count).sum()
+    }
+
+    /// Whether the type has an NVIDIA GPU or an AWS Neuron device (they need the GPU AMI variant).
+    pub fn needs_accelerated_ami(&self) -> bool {
+        self.gpus.iter().any(|g| g.manufacturer.eq_ignore_ascii_case("nvidia"))
+            || self.accelerators.iter().any(|a| a.manufacturer.eq_ignore_ascii_case("aws"))
+    }
+
+    /// Offerings that are available now.
+    pub fn available(&self) -> impl Iterator<Item = &OfferingInfo> {
+        self.offerings.iter().filter(|o| o.available)
+    }
+
+    /// The cheapest available offering, if any.
+    pub fn cheapest(&self) -> Option<&OfferingInfo> {
+        self.available().min_by(|a, b| a.price.total_cmp(&b.price))
+    }
+}
+
+/// A GPU kind of an instance type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuInfo {
+    /// `t4`, `a10g`, ...
+    pub name: String,
+    /// `nvidia`, `amd`, ...
+    pub manufacturer: String,
+    /// How many.
+    pub count: i64,
+    /// Memory of one GPU in MiB.
+    pub memory_mib: i64,
+}
+
+/// An accelerator kind of an instance type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AcceleratorInfo {
+    /// `inferentia`, `trainium`, ...
+    pub name: String,
+    /// `aws`, `habana`, ...
+    pub manufacturer: String,
+    /// How many.
+    pub count: i64,
+}
+
+/// Where and how an instance type can be bought, and for how much.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OfferingInfo {
+    /// Availability zone.
+    pub zone: String,
+    /// `on-demand` or `spot`.
+    pub capacity_type: String,
+    /// USD per hour.
+    pub price: f64,
+    /// False while a recent launch found no capacity here.
+    pub available: bool,
+}
+
+/// AMI family of a node template.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum AmiFamily {
+    /// Amazon Linux 2 EKS-optimized (default).
+    Al2,
+    /// Bottlerocket.
+    Bottlerocket,
+    /// Ubuntu EKS images.
+    Ubuntu,
+    /// Any AMI from `amiSelector`, booted with the template's own user data only.
+    Custom,
+}
+
+impl AmiFamily {
+    /// Parses an `amiFamily` value (absent = AL2).
+    pub fn parse(value: Option<&str>) -> Result<AmiFamily, Error> {
+        match value.unwrap_or("AL2") {
+            "AL2" => Ok(AmiFamily::Al2),
+            "Bottlerocket" => Ok(AmiFamily::Bottlerocket),
+            "Ubuntu" => Ok(AmiFamily::Ubuntu),
+            "Custom" => Ok(AmiFamily::Custom),
+            other => Err(Error::InvalidConfiguration(format!(
+                "amiFamily {other:?} is not supported by karpenter-rs (AL2, Bottlerocket, Ubuntu or Custom)"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for AmiFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AmiFamily::Al2 => "AL2",
+            AmiFamily::Bottlerocket => "Bottlerocket",
+            AmiFamily::Ubuntu => "Ubuntu",
+            AmiFamily::Custom => "Custom",
+        })
+    }
+}
+
+/// The AWS settings of one Provisioner, from its AWSNodeTemplate or its inline `spec.provider`,
+/// with absent selectors defaulted to the cluster's discovery tag.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeTemplate {
+    /// Tags (or `aws-ids`) selecting the subnets.
+    pub subnet_selector: BTreeMap<String, String>,
+    /// Tags (or `aws-ids`) selecting the security groups; empty with `launch_template`.
+    pub security_group_selector: BTreeMap<String, String>,
+    /// AMI family (bootstrap format, SSM parameters).
+    pub ami_family: AmiFamily,
+    /// Tags or ids selecting AMIs instead of the family's SSM parameter.
+    pub ami_selector: Option<BTreeMap<String, String>>,
+    /// IAM instance profile; `None` uses `CloudConfig::default_instance_profile`.
+    pub instance_profile: Option<String>,
+    /// Custom user data merged with the generated bootstrap.
+    pub user_data: Option<String>,
+    /// Tags for instances, volumes and launch templates.
+    pub tags: BTreeMap<String, String>,
+    /// Block devices; `None` uses the family's defaults.
+    pub block_device_mappings: Option<Vec<BlockDeviceMapping>>,
+    /// Instance metadata options; absent fields use the defaults.
+    pub metadata_options: Option<MetadataOptions>,
+    /// Whether detailed monitoring is on.
+    pub detailed_monitoring: bool,
+    /// CreateFleet `Context` (capacity reservations etc.).
+    pub context: Option<String>,
+    /// An existing launch template used as-is instead of generated ones.
+    pub launch_template: Option<String>,
+}
+
+impl NodeTemplate {
+    /// From an AWSNodeTemplate; absent selectors select `karpenter.sh/discovery: <cluster_name>`.
+    pub fn from_node_template(spec: &AwsNodeTemplateSpec, cluster_name: &str) -> Result<NodeTemplate, Error> {
+        Ok(NodeTemplate {
+            subnet_selector: spec.subnet_selector.clone().unwrap_or_else(|| discovery_selector(cluster_name)),
+            security_group_selector: default_security_groups(
+                spec.security_group_selector.as_ref(),
+                spec.launch_template.as_deref(),
+                cluster_name,
+            ),
+            ami_family: AmiFamily::parse(spec.ami_family.as_deref())?,
+            ami_selector: spec.ami_selector.clone(),
+            instance_profile: spec.instance_profile.clone(),
+            user_data: spec.user_data.clone(),
+            tags: spec.tags.clone().unwrap_or_default(),
+            block_device_mappings: spec.block_device_mappings.clone(),
+            metadata_options: spec.metadata_options.clone(),
+            detailed_monitoring: spec.detailed_monitoring.unwrap_or(false),
+            context: spec.context.clone(),
+            launch_template: spec.launch_template.clone(),
+        })
+    }
+
+    /// From a Provisioner's inline `spec.provider`; the cluster for default selectors is its
+    /// `clusterName` when set, else `cluster_name`.
+    pub fn from_provider(provider: &AwsProvider, cluster_name: &str) -> Result<NodeTemplate, Error> {
+        let cluster = provider.cluster_name.as_deref().filter(|c| !c.is_empty()).unwrap_or(cluster_name);
+        Ok(NodeTemplate {
+            subnet_selector: provider.subnet_selector.clone().unwrap_or_else(|| discovery_selector(cluster)),
+            security_group_selector: default_security_groups(
+                provider.security_group_selector.as_ref(),
+                provider.launch_template.as_deref(),
+                cluster,
+            ),
+            ami_family: AmiFamily::parse(provider.ami_family.as_deref())?,
+            ami_selector: None,
+            instance_profile: provider.instance_profile.clone(),
+            user_data: None,
+            tags: provider.tags.clone().unwrap_or_default(),
+            block_device_mappings: provider.block_device_mappings.clone(),
+            metadata_options: provider.metadata_options.clone(),
+            detailed_monitoring: false,
+            context: provider.context.clone(),
+            launch_template: provider.launch_template.clone(),
+        })
+    }
+}
+
+fn default_security_groups(
+    selector: Option<&BTreeMap<String, String>>,
+    launch_template: Option<&str>,
+    cluster: &str,
+) -> BTreeMap<String, String> {
+    match (selector, launch_template) {
+        (Some(s), _) => s.clone(),
+        (None, Some(_)) => BTreeMap::new(),
+        (None, None) => discovery_selector(cluster),
+    }
+}
+
+/// The spot price cap of an inline provider's `spotPrice` (USD per hour), if it has a valid one.
+pub fn spot_max_price(provider: &AwsProvider) -> Option<f64> {
+    provider
+        .spot_price
+        .as_deref()
+        .and_then(|p| crate::apis::v1alpha1::validation::check_spot_price(p).ok())
+}
+
+/// One (instance type, zone, capacity type) the controller is willing to launch, with its price.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InstanceOption {
+    /// `t3.large`.
+    pub instance_type: String,
+    /// Availability zone.
+    pub zone: String,
+    /// `on-demand` or `spot`.
+    pub capacity_type: String,
+    /// USD per hour.
+    pub price: f64,
+}
+
+/// Everything needed to launch one node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaunchRequest {
+    /// The Provisioner the node is for (tags, `Name`).
+    pub provisioner_name: String,
+    /// A name for the node, used in the `Name` tag when given.
+    pub node_name: Option<String>,
+    /// The Provisioner's AWS settings.
+    pub template: NodeTemplate,
+    /// What may be launched, cheapest first (the order is kept; see `aws/instance.rs`).
+    pub instance_options: Vec<InstanceOption>,
+    /// Node labels for the kubelet (provisioner labels + `karpenter.sh/provisioner-name` + custom
+    /// requirement labels); `karpenter.sh/capacity-type` is added at launch.
+    pub labels: BTreeMap<String, String>,
+    /// Taints the node registers with.
+    pub taints: Vec<Taint>,
+    /// Taints the node starts with and a daemon removes; registered with the others.
+    pub startup_taints: Vec<Taint>,
+    /// The Provisioner's kubelet settings (maxPods, reserved resources, eviction, ...).
+    pub kubelet: KubeletConfiguration,
+    /// Highest USD per hour paid for spot (`spec.provider.spotPrice`); dearer spot options are dropped.
+    pub spot_max_price: Option<f64>,
+}
+
+/// A launched instance as EC2 reports it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Instance {
+    /// `i-0123...`.
+    pub id: String,
+    /// `t3.large`.
+    pub instance_type: String,
+    /// Availability zone.
+    pub zone: String,
+    /// `on-demand` or `spot`.
+    pub capacity_type: String,
+    /// EC2 private DNS name (the node name), may be empty right after launch.
+    pub private_dns_name: String,
+    /// Private IPv4 address.
+    pub private_ip: Option<String>,
+    /// When EC2 launched it.
+    pub launch_time: Option<SystemTime>,
+    /// `pending`, `running`, `shutting-down`, `terminated`, `stopping`, `stopped`.
+    pub state: String,
+    /// Its tags.
+    pub tags: BTreeMap<String, String>,
+    /// AMI it runs.
+    pub image_id: Option<String>,
+}
+
+impl Instance {
+    /// `aws:///<zone>/<instance-id>`, the Node's `spec.providerID`.
+    pub fn provider_id(&self) -> String {
+        format!("aws:///{}/{}", self.zone, self.id)
+    }
+
+    /// The Node name: the lowercased private DNS name (`aws.nodeNameConvention=ip-name`).
+    pub fn node_name(&self) -> String {
+        self.private_dns_name.to_lowercase()
+    }
+}
+
+/// The instance id of a `spec.providerID` (`aws:///<zone>/<id>`), if it is one.
+pub fn instance_id_from_provider_id(provider_id: &str) -> Option<&str> {
+    let rest = provider_id.strip_prefix("aws://")?;
+    rest.rsplit('/').next().filter(|id| id.starts_with("i-"))
+}
+
+/// An offering that could not be launched.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Offering {
+    /// `t3.large`.
+    pub instance_type: String,
+    /// Availability zone.
+    pub zone: String,
+    /// `on-demand` or `spot`.
+    pub capacity_type: String,
+}
+
+impl fmt::Display for Offering {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} in {}", self.capacity_type, self.instance_type, self.zone)
+    }
+}
+
+/// What went wrong at the cloud edge.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The instance (or other object) does not exist.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// No requested offering had capacity; they are marked unavailable for a while.
+    #[error("insufficient capacity for {}", join_offerings(offerings))]
+    InsufficientCapacity {
+        /// The offerings that failed or were already known to be unavailable.
+        offerings: Vec<Offering>,
+    },
+    /// The settings cannot work as written (no subnet matches the selector, unknown AMI family, ...).
+    #[error("{0}")]
+    InvalidConfiguration(String),
+    /// An AWS call failed.
+    #[error("{operation} failed{}", code.as_deref().map(|c| format!(" with {c}")).unwrap_or_default())]
+    Api {
+        /// `ec2:CreateFleet`, ...
+        operation: &'static str,
+        /// The AWS error code, when there is one.
+        code: Option<String>,
+        /// The SDK error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+fn join_offerings(offerings: &[Offering]) -> String {
+    if offerings.is_empty() {
+        return "every requested offering".to_string();
+    }
+    offerings.iter().map(|o| o.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+impl Error {
+    /// Metric label value.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::NotFound(_) => "not_found",
+            Error::InsufficientCapacity { .. } => "insufficient_capacity",
+            Error::InvalidConfiguration(_) => "invalid_configuration",
+            Error::Api { .. } => "api",
+        }
+    }
+
+    /// Whether the instance or object is gone.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::NotFound(_))
+    }
+}
+
+/// The cloud the controller launches nodes in.
+#[async_trait]
+pub trait CloudProvider: Send + Sync {
+    /// Every instance type of the region with its offerings (zones × capacity types) and prices;
+    /// offerings with recent capacity failures are `available: false`.
+    async fn instance_types(&self) -> Result<Vec<InstanceTypeInfo>, Error>;
+    /// What a template's selectors resolve to now (subnets with zones, security groups, AMIs),
+    /// in the shape of `AWSNodeTemplate.status`.
+    async fn resolve(&self, template: &NodeTemplate) -> Result<AwsNodeTemplateStatus, Error>;
+    /// Launches one instance for the request, the cheapest it can get, tagged with the cluster and
+    /// provisioner.
+    async fn create(&self, request: &LaunchRequest) -> Result<Instance, Error>;
+    /// Terminates the instance. An instance that no longer exists is success.
+    async fn delete(&self, instance_id: &str) -> Result<(), Error>;
+    /// The instances of this cluster (found by tag) that are not terminated.
+    async fn list(&self) -> Result<Vec<Instance>, Error>;
+    /// One instance; `Error::NotFound` when it does not exist or is terminated.
+    async fn get(&self, instance_id: &str) -> Result<Instance, Error>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_instance_ids_from_provider_ids() {
+        assert_eq!(instance_id_from_provider_id("aws:///ap-northeast-2a/i-0abc"), Some("i-0abc"));
+        assert_eq!(instance_id_from_provider_id("kwok://x"), None);
+        assert_eq!(instance_id_from_provider_id("aws:///ap-northeast-2a/"), None);
+    }
+
+    #[test]
+    fn defaults_selectors_to_the_discovery_tag_of_the_provider_cluster() {
+        let provider = AwsProvider {
+            cluster_name: Some("other".into()),
+            ..Default::default()
+        };
+        let t = NodeTemplate::from_provider(&provider, "ssungz-cluster").unwrap();
+        assert_eq!(t.subnet_selector, discovery_selector("other"));
+        assert_eq!(t.security_group_selector, discovery_selector("other"));
+        assert_eq!(t.ami_family, AmiFamily::Al2);
+        let spec = AwsNodeTemplateSpec {
+            launch_template: Some("mine".into()),
+            ..Default::default()
+        };
+        let t = NodeTemplate::from_node_template(&spec, "ssungz-cluster").unwrap();
+        assert!(t.security_group_selector.is_empty());
+    }
+
+    #[test]
+    fn rejects_windows_ami_families_naming_the_value() {
+        let err = AmiFamily::parse(Some("Windows2019")).unwrap_err();
+        assert_eq!(err.kind(), "invalid_configuration");
+        assert!(err.to_string().contains("\"Windows2019\""), "{err}");
+    }
+
+    #[test]
+    fn reads_spot_price_caps() {
+        let provider = AwsProvider {
+            spot_price: Some("0.067".into()),
+            ..Default::default()
+        };
+        assert_eq!(spot_max_price(&provider), Some(0.067));
+        assert_eq!(spot_max_price(&AwsProvider::default()), None);
+    }
+}

@@ -1,0 +1,451 @@
+//! How much an EC2 instance type offers a Kubernetes node, from the raw facts EC2 publishes
+//! (vCPUs, MiB of memory, ENIs and IPv4 addresses per ENI, accelerators) and the node settings
+//! (VM memory overhead, max pods, kubelet reservations, eviction thresholds). The formulas are
+//! Karpenter's AWS provider's (`pkg/providers/instancetype/types.go`, v0.27), number for number.
+//! No I/O here: the cloud provider fetches the facts and calls in.
+
+use std::collections::BTreeMap;
+
+use crate::apis::quantity::parse_quantity;
+use crate::apis::v1alpha5::KubeletConfiguration;
+
+use super::resources::{
+    to_units, Resources, AMD_GPU, AWS_NEURON, CPU, EPHEMERAL_STORAGE, HABANA_GAUDI, MEMORY, NVIDIA_GPU, PODS,
+};
+
+/// Share of an instance's memory the hypervisor and OS take (`aws.vmMemoryOverheadPercent`).
+pub const DEFAULT_VM_MEMORY_OVERHEAD_PERCENT: f64 = 0.075;
+/// Root volume size when the node template's block-device mappings do not say (20Gi).
+pub const DEFAULT_EPHEMERAL_STORAGE_BYTES: i64 = 20 << 30;
+/// Pods per node when ENI-limited pod density is off.
+pub const DEFAULT_MAX_PODS: i64 = 110;
+/// Memory the kubelet keeps free before evicting pods, unless `memory.available` says otherwise.
+pub const DEFAULT_EVICTION_MEMORY_BYTES: i64 = 100 << 20;
+const MIB: i64 = 1 << 20;
+const GIB: i64 = 1 << 30;
+
+/// What EC2 says about an instance type (DescribeInstanceTypes), reduced to what scheduling uses.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InstanceFacts {
+    /// `m5.xlarge`.
+    pub name: String,
+    /// `VCpuInfo.DefaultVCpus`.
+    pub vcpus: i64,
+    /// `MemoryInfo.SizeInMiB`.
+    pub memory_mib: i64,
+    /// Kubernetes architecture: `amd64` or `arm64`.
+    pub architecture: String,
+    /// `NetworkInfo.MaximumNetworkInterfaces`.
+    pub max_enis: i64,
+    /// `NetworkInfo.Ipv4AddressesPerInterface`.
+    pub ipv4_per_eni: i64,
+    /// GPUs, one entry per kind.
+    pub gpus: Vec<GpuFacts>,
+    /// AWS Inferentia/Trainium devices.
+    pub neuron_devices: i64,
+    /// `nitro`, `xen`, or empty for bare metal.
+    pub hypervisor: String,
+    /// Whether the type is a bare-metal (`metal`) size.
+    pub bare_metal: bool,
+    /// Local NVMe storage in GB (0: none).
+    pub local_nvme_gb: i64,
+    /// Baseline network bandwidth in Mbps, where known.
+    pub network_bandwidth_mbps: Option<i64>,
+    /// `NetworkInfo.EncryptionInTransitSupported`.
+    pub encryption_in_transit: bool,
+}
+
+/// One kind of GPU on an instance type.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GpuFacts {
+    /// `T4`, `V100`, `A10G`, ...
+    pub name: String,
+    /// `NVIDIA`, `AMD`, `Habana`.
+    pub manufacturer: String,
+    /// How many.
+    pub count: i64,
+    /// Memory per GPU in MiB.
+    pub memory_mib: i64,
+}
+
+/// Which AMI family the node boots: it decides a few overhead rules.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AmiFamily {
+    /// Amazon Linux 2 (the default).
+    #[default]
+    Al2,
+    /// Bottlerocket: real max-pods for memory overhead, no podsPerCore, no soft eviction.
+    Bottlerocket,
+    /// Ubuntu.
+    Ubuntu,
+    /// A user-supplied AMI.
+    Custom,
+}
+
+impl AmiFamily {
+    /// From `spec.amiFamily` (`AL2`, `Bottlerocket`, `Ubuntu`, `Custom`); anything else is AL2.
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "Bottlerocket" => AmiFamily::Bottlerocket,
+            "Ubuntu" => AmiFamily::Ubuntu,
+            "Custom" => AmiFamily::Custom,
+            _ => AmiFamily::Al2,
+        }
+    }
+
+    fn uses_eni_limited_memory_overhead(self) -> bool {
+        self != AmiFamily::Bottlerocket
+    }
+
+    fn pods_per_core_enabled(self) -> bool {
+        self != AmiFamily::Bottlerocket
+    }
+
+    fn eviction_soft_enabled(self) -> bool {
+        self != AmiFamily::Bottlerocket
+    }
+}
+
+/// Settings that change what a node offers: the global ones and the Provisioner's kubelet
+/// configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeSettings {
+    /// `aws.vmMemoryOverheadPercent`.
+    pub vm_memory_overhead_percent: f64,
+    /// `aws.enableENILimitedPodDensity`.
+    pub eni_limited_pod_density: bool,
+    /// The node template's AMI family.
+    pub ami_family: AmiFamily,
+    /// Root volume size in bytes, from the block-device mappings (None: 20Gi).
+    pub ephemeral_storage_bytes: Option<i64>,
+    /// `kubeletConfiguration.maxPods`.
+    pub max_pods: Option<i64>,
+    /// `kubeletConfiguration.podsPerCore`.
+    pub pods_per_core: Option<i64>,
+    /// `kubeletConfiguration.kubeReserved`: each key present replaces the computed amount.
+    pub kube_reserved: BTreeMap<String, i64>,
+    /// `kubeletConfiguration.systemReserved`: each key present replaces the default.
+    pub system_reserved: BTreeMap<String, i64>,
+    /// `kubeletConfiguration.evictionHard`.
+    pub eviction_hard: BTreeMap<String, String>,
+    /// `kubeletConfiguration.evictionSoft`.
+    pub eviction_soft: BTreeMap<String, String>,
+}
+
+impl Default for NodeSettings {
+    fn default() -> Self {
+        NodeSettings {
+            vm_memory_overhead_percent: DEFAULT_VM_MEMORY_OVERHEAD_PERCENT,
+            eni_limited_pod_density: true,
+            ami_family: AmiFamily::Al2,
+            ephemeral_storage_bytes: None,
+            max_pods: None,
+            pods_per_core: None,
+            kube_reserved: BTreeMap::new(),
+            system_reserved: BTreeMap::new(),
+            eviction_hard: BTreeMap::new(),
+            eviction_soft: BTreeMap::new(),
+        }
+    }
+}
+
+impl NodeSettings {
+    /// Default global settings with a Provisioner's kubelet configuration applied. Unparsable
+    /// reservation quantities are skipped (admission rejects them).
+    pub fn from_kubelet(kubelet: Option<&KubeletConfiguration>) -> Self {
+        let mut s = NodeSettings::default();
+        let Some(k) = kubelet else {
+            return s;
+        };
+        let amounts = |list: &Option<BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>| {
+            list.iter()
+                .flatten()
+                .filter_map(|(name, q)| parse_quantity(&q.0).map(|v| (name.clone(), to_units(name, v))))
+                .collect::<BTreeMap<_, _>>()
+        };
+        s.max_pods = k.max_pods.map(i64::from);
+        s.pods_per_core = k.pods_per_core.map(i64::from);
+        s.kube_reserved = amounts(&k.kube_reserved);
+        s.system_reserved = amounts(&k.system_reserved);
+        s.eviction_hard = k.eviction_hard.clone().unwrap_or_default();
+        s.eviction_soft = k.eviction_soft.clone().unwrap_or_default();
+        s
+    }
+}
+
+/// Pods an instance's ENIs can address: `maxENIs × (IPv4PerENI − 1) + 2`.
+pub fn eni_limited_pods(max_enis: i64, ipv4_per_eni: i64) -> i64 {
+    max_enis * (ipv4_per_eni - 1) + 2
+}
+
+/// Memory capacity in MiB: `SizeInMiB − ⌈SizeInMiB × overhead⌉`.
+pub fn memory_capacity_mib(memory_mib: i64, vm_memory_overhead_percent: f64) -> i64 {
+    memory_mib - (memory_mib as f64 * vm_memory_overhead_percent).ceil() as i64
+}
+
+/// The `pods` capacity: maxPods if set, else 110 without ENI-limited density, else the ENI limit;
+/// then at most `podsPerCore × vCPUs` when podsPerCore is set (not on Bottlerocket).
+pub fn max_pods(facts: &InstanceFacts, settings: &NodeSettings) -> i64 {
+    let mut count = match settings.max_pods {
+        Some(n) => n,
+        None if !settings.eni_limited_pod_density => DEFAULT_MAX_PODS,
+        None => eni_limited_pods(facts.max_enis, facts.ipv4_per_eni),
+    };
+    if let Some(ppc) = settings.pods_per_core.filter(|p| *p > 0) {
+        if settings.ami_family.pods_per_core_enabled() {
+            count = count.min(ppc * facts.vcpus);
+        }
+    }
+    count
+}
+
+/// kube-reserved CPU in millicores: 6% of the first core, 1% of the second, 0.5% of cores 3–4 and
+/// 0.25% of the rest, each tier truncated to whole millicores.
+pub fn kube_reserved_cpu_millis(cpu_millis: i64) -> i64 {
+    const TIERS: [(i64, i64, f64); 4] = [(0, 1000, 0.06), (1000, 2000, 0.01), (2000, 4000, 0.005), (4000, 1 << 31, 0.0025)];
+    TIERS
+        .iter()
+        .filter(|(start, _, _)| cpu_millis >= *start)
+        .map(|(start, end, pct)| {
+            let span = if cpu_millis < *end { cpu_millis - start } else { end - start };
+            (span as f64 * pct) as i64
+        })
+        .sum()
+}
+
+/// kube-reserved memory in MiB: `11 × pods + 255`.
+pub fn kube_reserved_memory_mib(pods: i64) -> i64 {
+    11 * pods + 255
+}
+
+/// An eviction signal's amount: a percentage of `capacity` (rounded up; `100%` disables it, so 0)
+/// or an absolute quantity. None when unparsable.
+pub fn eviction_signal_bytes(capacity_bytes: i64, signal: &str) -> Option<i64> {
+    match signal.strip_suffix('%') {
+        Some(pct) => {
+            let p: f64 = pct.trim().parse().ok()?;
+            let p = if p == 100.0 { 0.0 } else { p };
+            Some((capacity_bytes as f64 / 100.0 * p).ceil() as i64)
+        }
+        None => parse_quantity(signal).map(|v| v.ceil() as i64),
+    }
+}
+
+/// Everything the node has before reservations.
+pub fn capacity(facts: &InstanceFacts, settings: &NodeSettings) -> Resources {
+    let mut r = Resources::zero()
+        .with(CPU, facts.vcpus * 1000)
+        .with(MEMORY, memory_capacity_mib(facts.memory_mib, settings.vm_memory_overhead_percent) * MIB)
+        .with(PODS, max_pods(facts, settings))
+        .with(
+            EPHEMERAL_STORAGE,
+            settings.ephemeral_storage_bytes.unwrap_or(DEFAULT_EPHEMERAL_STORAGE_BYTES),
+        )
+        .with(AWS_NEURON, facts.neuron_devices);
+    for gpu in &facts.gpus {
+        let name = match gpu.manufacturer.to_ascii_lowercase().as_str() {
+            "nvidia" => NVIDIA_GPU,
+            "amd" => AMD_GPU,
+            "habana" => HABANA_GAUDI,
+            _ => continue,
+        };
+        let sum = r.get(name) + gpu.count;
+        r.set(name, sum);
+    }
+    r
+}
+
+/// What the kubelet and the OS keep for themselves, and the eviction threshold.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Overhead {
+    /// For Kubernetes daemons (kubelet, container runtime).
+    pub kube_reserved: Resources,
+    /// For OS daemons.
+    pub system_reserved: Resources,
+    /// Kept free before the kubelet evicts pods.
+    pub eviction_threshold: Resources,
+}
+
+impl Overhead {
+    /// The three added up.
+    pub fn total(&self) -> Resources {
+        self.kube_reserved.plus(&self.system_reserved).plus(&self.eviction_threshold)
+    }
+}
+
+/// The reservations and eviction threshold of a node of this type.
+pub fn overhead(facts: &InstanceFacts, settings: &NodeSettings) -> Overhead {
+    let eni_pods = eni_limited_pods(facts.max_enis, facts.ipv4_per_eni);
+    let memory_pods = if settings.ami_family.uses_eni_limited_memory_overhead() {
+        eni_pods
+    } else {
+        max_pods(facts, settings)
+    };
+    let mut kube_reserved = Resources::zero()
+        .with(CPU, kube_reserved_cpu_millis(facts.vcpus * 1000))
+        .with(MEMORY, kube_reserved_memory_mib(memory_pods) * MIB)
+        .with(EPHEMERAL_STORAGE, GIB);
+    for (name, amount) in &settings.kube_reserved {
+        kube_reserved.set(name, *amount);
+    }
+    let mut system_reserved = Resources::zero()
+        .with(CPU, 100)
+        .with(MEMORY, 100 * MIB)
+        .with(EPHEMERAL_STORAGE, GIB);
+    for (name, amount) in &settings.system_reserved {
+        system_reserved.set(name, *amount);
+    }
+    let memory = memory_capacity_mib(facts.memory_mib, settings.vm_memory_overhead_percent) * MIB;
+    let storage = settings.ephemeral_storage_bytes.unwrap_or(DEFAULT_EPHEMERAL_STORAGE_BYTES);
+    let mut signals = vec![&settings.eviction_hard];
+    if settings.ami_family.eviction_soft_enabled() {
+        signals.push(&settings.eviction_soft);
+    }
+    let mut eviction_threshold = Resources::zero().with(MEMORY, DEFAULT_EVICTION_MEMORY_BYTES);
+    let mut overridden = Resources::zero();
+    let mut memory_overridden = false;
+    for map in signals {
+        if let Some(v) = map.get("memory.available").and_then(|s| eviction_signal_bytes(memory, s)) {
+            overridden.memory_bytes = overridden.memory_bytes.max(v);
+            memory_overridden = true;
+        }
+        if let Some(v) = map.get("nodefs.available").and_then(|s| eviction_signal_bytes(storage, s)) {
+            overridden.ephemeral_storage_bytes = overridden.ephemeral_storage_bytes.max(v);
+        }
+    }
+    if memory_overridden {
+        eviction_threshold.memory_bytes = overridden.memory_bytes;
+    }
+    eviction_threshold.ephemeral_storage_bytes = overridden.ephemeral_storage_bytes;
+    Overhead {
+        kube_reserved,
+        system_reserved,
+        eviction_threshold,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduling::testing::facts;
+
+    #[test]
+    fn computes_t3_large_like_the_spec_worked_example() {
+        let f = facts("t3.large");
+        let s = NodeSettings::default();
+        assert_eq!(max_pods(&f, &s), 35);
+        let cap = capacity(&f, &s);
+        assert_eq!(cap.to_string(), "cpu=2, memory=7577Mi, pods=35, ephemeral-storage=20Gi");
+        let o = overhead(&f, &s);
+        assert_eq!(o.kube_reserved.to_string(), "cpu=70m, memory=640Mi, ephemeral-storage=1Gi");
+        assert_eq!(o.system_reserved.to_string(), "cpu=100m, memory=100Mi, ephemeral-storage=1Gi");
+        assert_eq!(o.eviction_threshold.to_string(), "memory=100Mi");
+        let alloc = cap.minus(&o.total());
+        assert_eq!(alloc.to_string(), "cpu=1830m, memory=6737Mi, pods=35, ephemeral-storage=18Gi");
+    }
+
+    #[test]
+    fn computes_m5_xlarge() {
+        let f = facts("m5.xlarge");
+        let s = NodeSettings::default();
+        let cap = capacity(&f, &s);
+        // 4 ENIs × 15 IPv4: 4 × 14 + 2 = 58 pods; 16384 − ⌈1228.8⌉ = 15155Mi.
+        assert_eq!(cap.to_string(), "cpu=4, memory=15155Mi, pods=58, ephemeral-storage=20Gi");
+        let o = overhead(&f, &s);
+        // 60 + 10 + 10 = 80m; 11 × 58 + 255 = 893Mi.
+        assert_eq!(o.kube_reserved.to_string(), "cpu=80m, memory=893Mi, ephemeral-storage=1Gi");
+        assert_eq!(
+            cap.minus(&o.total()).to_string(),
+            "cpu=3820m, memory=14062Mi, pods=58, ephemeral-storage=18Gi"
+        );
+    }
+
+    #[test]
+    fn kube_reserved_cpu_follows_the_tiers() {
+        let cases = [(1000, 60), (2000, 70), (4000, 80), (8000, 90), (48000, 190), (96000, 310), (500, 30)];
+        for (cpu, want) in cases {
+            assert_eq!(kube_reserved_cpu_millis(cpu), want, "{cpu}m");
+        }
+    }
+
+    #[test]
+    fn max_pods_honours_kubelet_settings() {
+        let f = facts("m5.xlarge");
+        let cases = [
+            (NodeSettings::default(), 58),
+            (
+                NodeSettings {
+                    eni_limited_pod_density: false,
+                    ..NodeSettings::default()
+                },
+                110,
+            ),
+            (
+                NodeSettings {
+                    max_pods: Some(20),
+                    ..NodeSettings::default()
+                },
+                20,
+            ),
+            (
+                NodeSettings {
+                    pods_per_core: Some(2),
+                    ..NodeSettings::default()
+                },
+                8,
+            ),
+            (
+                NodeSettings {
+                    pods_per_core: Some(2),
+                    ami_family: AmiFamily::Bottlerocket,
+                    ..NodeSettings::default()
+                },
+                58,
+            ),
+        ];
+        for (s, want) in cases {
+            assert_eq!(max_pods(&f, &s), want, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn memory_overhead_keeps_eni_pods_when_max_pods_is_overridden() {
+        let f = facts("t3.large");
+        let s = NodeSettings {
+            max_pods: Some(110),
+            ..NodeSettings::default()
+        };
+        assert_eq!(overhead(&f, &s).kube_reserved.memory_bytes, 640 * MIB);
+        let br = NodeSettings {
+            ami_family: AmiFamily::Bottlerocket,
+            ..s
+        };
+        assert_eq!(overhead(&f, &br).kube_reserved.memory_bytes, (11 * 110 + 255) * MIB);
+    }
+
+    #[test]
+    fn eviction_thresholds_take_the_largest_signal() {
+        let f = facts("t3.large");
+        let s = NodeSettings {
+            eviction_hard: [("memory.available".to_string(), "5%".to_string())].into(),
+            eviction_soft: [("memory.available".to_string(), "200Mi".to_string())].into(),
+            ..NodeSettings::default()
+        };
+        // 5% of 7577Mi = 378.85Mi, rounded up to the byte.
+        let want = (7577.0 * MIB as f64 * 0.05).ceil() as i64;
+        assert_eq!(overhead(&f, &s).eviction_threshold.memory_bytes, want);
+        let disabled = NodeSettings {
+            eviction_hard: [("memory.available".to_string(), "100%".to_string())].into(),
+            ..NodeSettings::default()
+        };
+        assert_eq!(overhead(&f, &disabled).eviction_threshold.memory_bytes, 0);
+        assert_eq!(eviction_signal_bytes(1000, "10%"), Some(100));
+        assert_eq!(eviction_signal_bytes(1000, "1Ki"), Some(1024));
+    }
+
+    #[test]
+    fn gpus_become_extended_resources() {
+        let cap = capacity(&facts("g4dn.xlarge"), &NodeSettings::default());
+        assert_eq!(cap.get(NVIDIA_GPU), 1);
+    }
+}

@@ -1,0 +1,183 @@
+//! Nodes that already exist or are being launched (in-flight), as the simulation sees them:
+//! labels, effective taints, allocatable and the pods bound to them. Existing capacity is used
+//! before any new node is planned. No I/O here: the controller snapshots nodes and calls in.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+
+use crate::apis::v1alpha5::labels::{HOSTNAME_LABEL, PROVISIONER_NAME_LABEL};
+
+use super::pods::{is_terminal_or_terminating, PodKey};
+use super::resources::{pod_requests, Resources};
+use super::taints::{same_taint, NOT_READY_TAINT_KEY, UNREACHABLE_TAINT_KEY, UNSCHEDULABLE_TAINT_KEY};
+
+/// `karpenter.sh/initialized`: set to `"true"` once a launched node is Ready and its startup
+/// taints are gone.
+pub const INITIALIZED_LABEL: &str = "karpenter.sh/initialized";
+
+/// A node pods may be placed on without launching anything.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ExistingNode {
+    /// Node name (also its hostname unless the `kubernetes.io/hostname` label says otherwise).
+    pub name: String,
+    /// Node labels (zone, capacity type, provisioner name, custom labels...).
+    pub labels: BTreeMap<String, String>,
+    /// Node taints, as on the Node (or as planned, for an in-flight node).
+    pub taints: Vec<Taint>,
+    /// The owning Provisioner's startup taints: ignored while the node is not initialised.
+    pub startup_taints: Vec<Taint>,
+    /// False for an in-flight node (launched, not yet Ready and free of startup taints): its
+    /// startup taints and the not-ready/unreachable NoSchedule taints are ignored.
+    pub initialized: bool,
+    /// Being deleted: receives no pods and does not count against limits.
+    pub marked_for_deletion: bool,
+    /// What pods may use. For an in-flight node whose kubelet has not reported yet, the
+    /// controller passes the instance type's allocatable.
+    pub allocatable: Resources,
+    /// Everything the node has; counts against its Provisioner's limits.
+    pub capacity: Resources,
+    /// Pods bound to the node (DaemonSet pods included).
+    pub pods: Vec<Pod>,
+}
+
+impl ExistingNode {
+    /// Reads a Node object and the pods bound to it. A node without the
+    /// `karpenter.sh/provisioner-name` label counts as initialised; a Karpenter node only once it
+    /// is labelled `karpenter.sh/initialized=true`. A cordoned node (`spec.unschedulable`) gets
+    /// the `node.kubernetes.io/unschedulable:NoSchedule` taint if it lacks it. Startup taints are
+    /// not on the Node object; set `startup_taints` from the Provisioner.
+    pub fn from_node(node: &Node, pods: Vec<Pod>) -> Self {
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let spec = node.spec.clone().unwrap_or_default();
+        let mut taints = spec.taints.unwrap_or_default();
+        if spec.unschedulable == Some(true) && !taints.iter().any(|t| t.key == UNSCHEDULABLE_TAINT_KEY) {
+            taints.push(Taint {
+                key: UNSCHEDULABLE_TAINT_KEY.to_string(),
+                effect: "NoSchedule".to_string(),
+                ..Taint::default()
+            });
+        }
+        let status = node.status.clone().unwrap_or_default();
+        let resources = |list: Option<BTreeMap<String, _>>| {
+            let mut r = Resources::zero();
+            for (name, q) in list.unwrap_or_default() {
+                let single: BTreeMap<String, _> = [(name, q)].into();
+                if let Ok(one) = Resources::from_quantities(&single) {
+                    r.add(&one);
+                }
+            }
+            r
+        };
+        let owned = labels.contains_key(PROVISIONER_NAME_LABEL);
+        ExistingNode {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            initialized: !owned || labels.get(INITIALIZED_LABEL).map(String::as_str) == Some("true"),
+            labels,
+            taints,
+            startup_taints: Vec::new(),
+            marked_for_deletion: node.metadata.deletion_timestamp.is_some(),
+            allocatable: resources(status.allocatable),
+            capacity: resources(status.capacity),
+            pods,
+        }
+    }
+
+    /// The Provisioner that launched this node, from its label.
+    pub fn provisioner(&self) -> Option<&str> {
+        self.labels.get(PROVISIONER_NAME_LABEL).map(String::as_str)
+    }
+
+    /// The node's hostname: its `kubernetes.io/hostname` label, else its name.
+    pub fn hostname(&self) -> &str {
+        self.labels.get(HOSTNAME_LABEL).map_or(self.name.as_str(), String::as_str)
+    }
+
+    /// The taints pods must tolerate now: for an uninitialised node, startup taints and the
+    /// not-ready/unreachable NoSchedule taints are left out (they are expected to go away).
+    pub fn effective_taints(&self) -> Vec<Taint> {
+        if self.initialized {
+            return self.taints.clone();
+        }
+        let ephemeral = |t: &Taint| {
+            (t.effect == "NoSchedule" && (t.key == NOT_READY_TAINT_KEY || t.key == UNREACHABLE_TAINT_KEY))
+                || self.startup_taints.iter().any(|s| same_taint(s, t))
+        };
+        self.taints.iter().filter(|t| !ephemeral(t)).cloned().collect()
+    }
+
+    /// Pods that still hold resources on the node (not finished, not being deleted).
+    pub fn active_pods(&self) -> impl Iterator<Item = &Pod> {
+        self.pods.iter().filter(|p| !is_terminal_or_terminating(p))
+    }
+
+    /// Sum of the requests of the active pods.
+    pub fn requested(&self) -> Resources {
+        let mut r = Resources::zero();
+        for p in self.active_pods() {
+            r.add(&pod_requests(p));
+        }
+        r
+    }
+
+    /// allocatable − requested, never below zero.
+    pub fn available(&self) -> Resources {
+        self.allocatable.minus(&self.requested()).clamp_non_negative()
+    }
+
+    /// Keys of the pods on the node.
+    pub fn pod_keys(&self) -> Vec<PodKey> {
+        self.pods.iter().map(PodKey::of).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduling::testing::{node, pod, taint};
+
+    #[test]
+    fn ignores_startup_and_not_ready_taints_until_initialized() {
+        let mut n = node("n1", "2", "4Gi", 10);
+        n.taints = vec![
+            taint("node.kubernetes.io/not-ready:NoSchedule"),
+            taint("cilium/agent-not-ready=true:NoExecute"),
+            taint("service=true:NoSchedule"),
+        ];
+        n.startup_taints = vec![taint("cilium/agent-not-ready=true:NoExecute")];
+        n.initialized = false;
+        let shown: Vec<String> = n.effective_taints().iter().map(crate::scheduling::taints::show_taint).collect();
+        assert_eq!(shown, ["service=true:NoSchedule"]);
+        n.initialized = true;
+        assert_eq!(n.effective_taints().len(), 3);
+    }
+
+    #[test]
+    fn available_subtracts_active_pods_only() {
+        let mut n = node("n1", "2", "4Gi", 10);
+        let mut done = pod("done").cpu("1").build();
+        done.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Succeeded".into()),
+            ..Default::default()
+        });
+        n.pods = vec![pod("a").cpu("500m").memory("1Gi").build(), done];
+        assert_eq!(n.available().to_string(), "cpu=1500m, memory=3Gi, pods=9");
+    }
+
+    #[test]
+    fn reads_a_node_object() {
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "ip-10-0-0-1", "labels": {"karpenter.sh/provisioner-name": "service"}},
+            "spec": {"unschedulable": true},
+            "status": {"allocatable": {"cpu": "1830m", "memory": "6737Mi", "pods": "35"},
+                       "capacity": {"cpu": "2", "memory": "7577Mi", "pods": "35"}}
+        }))
+        .expect("node decodes");
+        let n = ExistingNode::from_node(&node, vec![]);
+        assert!(!n.initialized);
+        assert_eq!(n.provisioner(), Some("service"));
+        assert_eq!(n.allocatable.to_string(), "cpu=1830m, memory=6737Mi, pods=35");
+        assert_eq!(n.taints[0].key, UNSCHEDULABLE_TAINT_KEY);
+        assert_eq!(n.hostname(), "ip-10-0-0-1");
+    }
+}

@@ -1,0 +1,792 @@
+//! `simulate`: pending pods × Provisioners × instance types × existing nodes → `Plan`. The solve
+//! loop takes pods largest first, tries existing and in-flight nodes, then nodes planned in this
+//! run (fewest pods first), then a new node from each Provisioner in weight order; a pod that fits
+//! nowhere has one preference relaxed and goes to the back of the queue, until a full pass makes no
+//! progress. Pure and deterministic: the same input gives the same plan. No I/O here.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Pod, Taint};
+
+use crate::apis::v1alpha5::labels::{HOSTNAME_LABEL, INSTANCE_TYPE_LABEL};
+use crate::apis::v1alpha5::Provisioner;
+
+use super::binpack::{add_to_existing, add_to_planned, new_node, ExistingState, PlannedNode};
+use super::instance_types::{order_by_price, InstanceType, Offering};
+use super::nodes::ExistingNode;
+use super::pods::{daemon_requirement_alternatives, host_ports, is_daemonset_pod, validate_pod, PodKey, PodState};
+use super::preferences::relax;
+use super::requirements::{Requirement, Requirements};
+use super::resources::{pod_requests, Resources};
+use super::taints::first_untolerated;
+use super::template::{domain_seeds, NodeTemplate};
+use super::topology::Topology;
+
+/// Most instance types a node request carries (Karpenter core's cap; the AWS launch caps at 60).
+pub const MAX_INSTANCE_TYPE_OPTIONS: usize = 100;
+
+/// Everything one scheduling pass looks at.
+#[derive(Clone, Debug, Default)]
+pub struct SimulationInput {
+    /// Pending, provisionable pods (the controller applies `is_provisionable`), plus pods of
+    /// nodes being deleted that need a new home.
+    pub pods: Vec<Pod>,
+    /// Provisioners with the instance types each may launch; any order (sorted here by weight,
+    /// then name). Provisioners being deleted are skipped.
+    pub provisioners: Vec<ProvisionerInput>,
+    /// Existing and in-flight nodes with their bound pods. Also the source of each Provisioner's
+    /// usage: the capacity of nodes labelled `karpenter.sh/provisioner-name=<name>` and not marked
+    /// for deletion counts against its limits.
+    pub nodes: Vec<ExistingNode>,
+    /// One pod per DaemonSet (a live one, or one built from the pod template): their requests are
+    /// the overhead of every new node they would run on.
+    pub daemonset_pods: Vec<Pod>,
+    /// Namespace labels, for pod-affinity terms with a `namespaceSelector`.
+    pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// A Provisioner and the instance types it may launch (typically the cloud provider's answer
+/// for it: every type, including those with no available offering).
+#[derive(Clone, Debug)]
+pub struct ProvisionerInput {
+    /// The Provisioner as stored (defaults applied).
+    pub provisioner: Provisioner,
+    /// Its instance types.
+    pub instance_types: Vec<Arc<InstanceType>>,
+}
+
+/// A node to launch.
+#[derive(Clone, Debug)]
+pub struct NodeRequest {
+    /// The Provisioner that launches it.
+    pub provisioner: String,
+    /// What the node must satisfy: the Provisioner's requirements and labels, the pods'
+    /// requirements, topology pins (e.g. one zone), and `node.kubernetes.io/instance-type In`
+    /// the options below.
+    pub requirements: Requirements,
+    /// Instance types that hold all its pods and have an offering the requirements allow,
+    /// cheapest first (by that offering), at most `MAX_INSTANCE_TYPE_OPTIONS`.
+    pub instance_type_options: Vec<Arc<InstanceType>>,
+    /// The pods planned onto it.
+    pub pods: Vec<PodKey>,
+    /// DaemonSet overhead + the pods' requests.
+    pub requests: Resources,
+    /// Labels the node gets: the single-valued, settable requirements (Provisioner labels,
+    /// provisioner name, pinned zone or capacity type...).
+    pub labels: BTreeMap<String, String>,
+    /// The Provisioner's taints.
+    pub taints: Vec<Taint>,
+    /// The Provisioner's startup taints.
+    pub startup_taints: Vec<Taint>,
+}
+
+impl NodeRequest {
+    /// The cheapest instance type and offering the requirements allow.
+    pub fn cheapest(&self) -> Option<(&InstanceType, &Offering)> {
+        self.instance_type_options
+            .iter()
+            .filter_map(|it| it.cheapest_matching(&self.requirements).map(|o| (it.as_ref(), o)))
+            .min_by(|(a, oa), (b, ob)| oa.price.total_cmp(&ob.price).then_with(|| a.name.cmp(&b.name)))
+    }
+}
+
+/// The outcome of a scheduling pass.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    /// Nodes to launch, in the order they were planned.
+    pub new_nodes: Vec<NodeRequest>,
+    /// Pods expected to land on an existing or in-flight node, with that node's name.
+    pub existing_assignments: Vec<(PodKey, String)>,
+    /// Pods nothing can hold, with the reason (for the `FailedScheduling` event).
+    pub unschedulable: Vec<(PodKey, String)>,
+    /// Pods Karpenter does not provision for at all (see `validate_pod`), with the reason.
+    pub ignored: Vec<(PodKey, String)>,
+}
+
+/// Runs the scheduling simulation. See the module documentation for the algorithm.
+pub fn simulate(input: &SimulationInput) -> Plan {
+    let mut plan = Plan::default();
+    let mut pods: Vec<PodState> = Vec::new();
+    for p in &input.pods {
+        match validate_pod(p) {
+            Ok(()) => pods.push(PodState::new(p)),
+            Err(reason) => plan.ignored.push((PodKey::of(p), reason)),
+        }
+    }
+    let mut provisioners: Vec<&ProvisionerInput> = input
+        .provisioners
+        .iter()
+        .filter(|p| p.provisioner.metadata.deletion_timestamp.is_none())
+        .collect();
+    provisioners.sort_by(|a, b| {
+        let weight = |p: &ProvisionerInput| p.provisioner.spec.weight.unwrap_or(0);
+        weight(b)
+            .cmp(&weight(a))
+            .then_with(|| a.provisioner.metadata.name.cmp(&b.provisioner.metadata.name))
+    });
+    let daemons: Vec<Pod> = input.daemonset_pods.clone();
+    let templates: Vec<NodeTemplate> = provisioners
+        .iter()
+        .map(|p| NodeTemplate::new(&p.provisioner, &p.instance_types, &input.nodes, &daemons))
+        .collect();
+
+    let mut keys = BTreeSet::new();
+    for p in &pods {
+        keys.extend(p.spread.iter().map(|c| c.topology_key.clone()));
+        for t in p.affinity.iter().chain(p.anti_affinity.iter()) {
+            keys.insert(t.topology_key.clone());
+        }
+        for (_, t) in p.preferred_affinity.iter().chain(p.preferred_anti_affinity.iter()) {
+            keys.insert(t.topology_key.clone());
+        }
+    }
+    keys.remove(HOSTNAME_LABEL);
+    let seeds = domain_seeds(&templates, &keys);
+    let mut topology = Topology::new(&input.nodes, &input.namespace_labels, &seeds, pods.len());
+    for (i, p) in pods.iter().enumerate() {
+        topology.update(i, p);
+    }
+    let existing = existing_states(&input.nodes, &daemons, &mut topology);
+
+    let mut s = Solver {
+        tolerate_prefer_no_schedule: templates.iter().any(NodeTemplate::has_prefer_no_schedule_taint),
+        pods,
+        templates,
+        topology,
+        existing,
+        planned: Vec::new(),
+        order: Vec::new(),
+    };
+    let unschedulable = s.solve();
+
+    for e in &s.existing {
+        for i in &e.pods {
+            plan.existing_assignments.push((s.pods[*i].key.clone(), e.name.clone()));
+        }
+    }
+    plan.existing_assignments.sort();
+    plan.unschedulable = unschedulable;
+    plan.unschedulable.sort();
+    plan.new_nodes = s.planned.iter().map(|n| s.node_request(n)).collect();
+    plan
+}
+
+/// Existing and in-flight nodes that can take pods, initialised ones first.
+fn existing_states(nodes: &[ExistingNode], daemons: &[Pod], topology: &mut Topology) -> Vec<ExistingState> {
+    let mut usable: Vec<&ExistingNode> = nodes.iter().filter(|n| !n.marked_for_deletion).collect();
+    usable.sort_by_key(|n| !n.initialized);
+    usable
+        .into_iter()
+        .map(|n| {
+            let taints = n.effective_taints();
+            let mut requirements = Requirements::from_labels(&n.labels);
+            requirements.add(HOSTNAME_LABEL, Requirement::in_values([n.hostname().to_string()]));
+            let mut expected_daemons = Resources::zero();
+            for d in daemons {
+                let tolerations = d.spec.as_ref().and_then(|s| s.tolerations.clone()).unwrap_or_default();
+                if first_untolerated(&tolerations, &taints).is_none()
+                    && daemon_requirement_alternatives(d).iter().any(|r| requirements.is_compatible(r))
+                {
+                    expected_daemons.add(&pod_requests(d));
+                }
+            }
+            let mut running_daemons = Resources::zero();
+            for p in n.active_pods().filter(|p| is_daemonset_pod(p)) {
+                running_daemons.add(&pod_requests(p));
+            }
+            ExistingState {
+                name: n.name.clone(),
+                host: topology.hostname_id(n.hostname()),
+                requirements,
+                taints,
+                available: n.available(),
+                requests: expected_daemons.minus(&running_daemons).clamp_non_negative(),
+                host_ports: n.active_pods().flat_map(host_ports).collect(),
+                pods: Vec::new(),
+            }
+        })
+        .collect()
+}
+
+struct Solver<'a> {
+    tolerate_prefer_no_schedule: bool,
+    pods: Vec<PodState>,
+    templates: Vec<NodeTemplate>,
+    topology: Topology<'a>,
+    existing: Vec<ExistingState>,
+    planned: Vec<PlannedNode>,
+    /// Indices into `planned`, fewest pods first (ties: planned earlier first).
+    order: Vec<usize>,
+}
+
+impl Solver<'_> {
+    /// Runs the queue; returns the pods left unschedulable with their last error.
+    fn solve(&mut self) -> Vec<(PodKey, String)> {
+        let mut sorted: Vec<usize> = (0..self.pods.len()).collect();
+        sorted.sort_by(|a, b| {
+            let (pa, pb) = (&self.pods[*a], &self.pods[*b]);
+            pb.requests
+                .cpu_millis
+                .cmp(&pa.requests.cpu_millis)
+                .then_with(|| pb.requests.memory_bytes.cmp(&pa.requests.memory_bytes))
+                .then_with(|| pa.created.as_ref().map(|t| t.0).cmp(&pb.created.as_ref().map(|t| t.0)))
+                .then_with(|| pa.uid.cmp(&pb.uid))
+                .then_with(|| pa.key.cmp(&pb.key))
+        });
+        let mut queue: VecDeque<usize> = sorted.into();
+        let mut errors: Vec<String> = vec![String::new(); self.pods.len()];
+        // A pod pushed back without relaxation remembers the queue length and the relaxation
+        // generation; meeting it again with both unchanged means a full pass made no progress.
+        let mut generation = 0usize;
+        let mut last_seen: Vec<Option<(usize, usize)>> = vec![None; self.pods.len()];
+        while let Some(&i) = queue.front() {
+            if last_seen[i] == Some((generation, queue.len())) {
+                break;
+            }
+            queue.pop_front();
+            match self.add(i) {
+                Ok(()) => continue,
+                Err(e) => errors[i] = e,
+            }
+            let relaxed = relax(&mut self.pods[i], self.tolerate_prefer_no_schedule);
+            queue.push_back(i);
+            if relaxed.is_some() {
+                generation += 1;
+                self.topology.update(i, &self.pods[i]);
+            } else {
+                last_seen[i] = Some((generation, queue.len()));
+            }
+        }
+        queue
+            .into_iter()
+            .map(|i| (self.pods[i].key.clone(), std::mem::take(&mut errors[i])))
+            .collect()
+    }
+
+    fn add(&mut self, i: usize) -> Result<(), String> {
+        let pod = &self.pods[i];
+        let groups = self.topology.matching(i, pod);
+        for node in self.existing.iter_mut() {
+            if add_to_existing(node, i, pod, &groups, &mut self.topology) {
+                return Ok(());
+            }
+        }
+        for pos in 0..self.order.len() {
+            let n = self.order[pos];
+            let node = &mut self.planned[n];
+            if add_to_planned(node, &self.templates[node.template], i, pod, &groups, &mut self.topology) {
+                self.resort(pos);
+                return Ok(());
+            }
+        }
+        if self.templates.is_empty() {
+            return Err("no Provisioner can launch a node (none exist or all are being deleted)".to_string());
+        }
+        let hostname = format!("hostname-placeholder-{:04}", self.planned.len() + 1);
+        let host = self.topology.hostname_id(&hostname);
+        let mut errs = Vec::new();
+        for t in 0..self.templates.len() {
+            match new_node(&self.templates[t], t, i, pod, &groups, &mut self.topology, &hostname, host) {
+                Ok(node) => {
+                    self.templates[t].reserve(node.options.iter().copied());
+                    let index = self.planned.len();
+                    self.planned.push(node);
+                    let at = self.order.partition_point(|n| self.planned[*n].pods.len() <= 1);
+                    self.order.insert(at, index);
+                    return Ok(());
+                }
+                Err(e) => errs.push(format!("incompatible with provisioner {:?}, {e}", self.templates[t].provisioner)),
+            }
+        }
+        Err(errs.join("; "))
+    }
+
+    /// Moves the planned node at `order[pos]`, which just gained a pod, behind nodes with fewer pods.
+    fn resort(&mut self, mut pos: usize) {
+        let key = |n: usize| (self.planned[n].pods.len(), n);
+        while pos + 1 < self.order.len() && key(self.order[pos + 1]) < key(self.order[pos]) {
+            self.order.swap(pos, pos + 1);
+            pos += 1;
+        }
+    }
+
+    fn node_request(&self, n: &PlannedNode) -> NodeRequest {
+        let t = &self.templates[n.template];
+        let mut requirements = n.requirements.clone();
+        requirements.remove(HOSTNAME_LABEL);
+        let mut options: Vec<Arc<InstanceType>> = n.options.iter().map(|o| t.candidates[*o].it.clone()).collect();
+        order_by_price(&mut options, &requirements);
+        options.truncate(MAX_INSTANCE_TYPE_OPTIONS);
+        requirements.add(
+            INSTANCE_TYPE_LABEL,
+            Requirement::in_values(options.iter().map(|it| it.name.clone())),
+        );
+        NodeRequest {
+            provisioner: t.provisioner.clone(),
+            labels: requirements.labels(),
+            requirements,
+            instance_type_options: options,
+            pods: n.pods.iter().map(|i| self.pods[*i].key.clone()).collect(),
+            requests: n.requests.clone(),
+            taints: t.taints.clone(),
+            startup_taints: t.startup_taints.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, PROVISIONER_NAME_LABEL, ZONE_LABEL};
+    use crate::scheduling::nodes::ExistingNode;
+    use crate::scheduling::testing::{catalogue, instance_type, node, pod, provisioner, taint, PodBuilder};
+
+    fn input(provisioners: Vec<Provisioner>, pods: Vec<PodBuilder>) -> SimulationInput {
+        SimulationInput {
+            pods: pods.into_iter().map(PodBuilder::build).collect(),
+            provisioners: provisioners
+                .into_iter()
+                .map(|p| ProvisionerInput {
+                    provisioner: p,
+                    instance_types: catalogue(),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn service() -> Provisioner {
+        provisioner("service")
+            .taint("service=true:NoSchedule")
+            .label("nodeType", "service-2023")
+            .requirement(INSTANCE_TYPE_LABEL, "In", &["t3.large", "t3.xlarge"])
+            .requirement(ZONE_LABEL, "In", &["ap-northeast-2a", "ap-northeast-2c"])
+            .requirement(CAPACITY_TYPE_LABEL, "In", &["on-demand"])
+            .build()
+    }
+
+    fn nginx(name: &str) -> PodBuilder {
+        pod(name)
+            .label("app", "nginx-karpenter")
+            .node_selector("nodeType", "service-2023")
+            .tolerate("service", "true", "NoSchedule")
+    }
+
+    fn names(r: &NodeRequest) -> Vec<&str> {
+        r.instance_type_options.iter().map(|it| it.name.as_str()).collect()
+    }
+
+    fn reason_of<'a>(plan: &'a Plan, pod: &str) -> &'a str {
+        plan.unschedulable
+            .iter()
+            .find(|(k, _)| k.name == pod)
+            .map(|(_, r)| r.as_str())
+            .unwrap_or_else(|| panic!("{pod} is not unschedulable: {plan:?}"))
+    }
+
+    #[test]
+    fn launches_one_node_for_pods_that_tolerate_the_taint() {
+        let plan = simulate(&input(vec![service()], vec![nginx("nginx-1"), nginx("nginx-2")]));
+        assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+        let [node] = plan.new_nodes.as_slice() else {
+            panic!("want one node, got {:?}", plan.new_nodes)
+        };
+        assert_eq!(node.provisioner, "service");
+        assert_eq!(node.pods.len(), 2);
+        assert_eq!(names(node), ["t3.large", "t3.xlarge"]);
+        let (it, offering) = node.cheapest().expect("an offering");
+        assert_eq!(it.name, "t3.large");
+        assert_eq!(offering.capacity_type, "on-demand");
+        assert!(["ap-northeast-2a", "ap-northeast-2c"].contains(&offering.zone.as_str()));
+        assert_eq!(node.requests.to_string(), "pods=2");
+        assert_eq!(node.labels.get("nodeType").map(String::as_str), Some("service-2023"));
+        assert_eq!(node.labels.get(PROVISIONER_NAME_LABEL).map(String::as_str), Some("service"));
+        assert_eq!(node.labels.get(CAPACITY_TYPE_LABEL).map(String::as_str), Some("on-demand"));
+        assert!(!node.requirements.has_key(HOSTNAME_LABEL), "placeholder hostnames stay internal");
+        assert_eq!(
+            node.requirements.get(INSTANCE_TYPE_LABEL).map(ToString::to_string).as_deref(),
+            Some("In [t3.large t3.xlarge]")
+        );
+        assert_eq!(node.taints, vec![taint("service=true:NoSchedule")]);
+    }
+
+    #[test]
+    fn explains_why_a_pod_cannot_be_scheduled() {
+        let cases = [
+            (
+                pod("no-toleration").node_selector("nodeType", "service-2023"),
+                "incompatible with provisioner \"service\", did not tolerate taint service=true:NoSchedule",
+            ),
+            (
+                pod("undeclared-label").tolerate("service", "true", "NoSchedule").node_selector("team", "a"),
+                "incompatible with provisioner \"service\", incompatible requirements, label \"team\" does not have known values",
+            ),
+            (
+                nginx("other-zone").node_selector(ZONE_LABEL, "ap-northeast-2b"),
+                "key topology.kubernetes.io/zone, In [ap-northeast-2b] not in In [ap-northeast-2a ap-northeast-2c]",
+            ),
+            (
+                nginx("too-big").cpu("100"),
+                "no instance type has room for requests cpu=100, pods=1 (of 2 instance types matching the requirements)",
+            ),
+            (nginx("gpu").gpu(1), "no instance type has room for requests pods=1, nvidia.com/gpu=1"),
+        ];
+        for (p, want) in cases {
+            let name = p.clone().build().metadata.name.expect("named");
+            let plan = simulate(&input(vec![service()], vec![p]));
+            let got = reason_of(&plan, &name);
+            assert!(got.contains(want), "{name}: want {want:?} in {got:?}");
+            assert!(plan.new_nodes.is_empty());
+        }
+    }
+
+    #[test]
+    fn reports_when_no_provisioner_exists() {
+        let plan = simulate(&input(vec![], vec![pod("p")]));
+        assert!(reason_of(&plan, "p").contains("no Provisioner can launch a node"));
+    }
+
+    #[test]
+    fn a_gpu_request_picks_a_gpu_instance_type() {
+        let plan = simulate(&input(vec![provisioner("default").build()], vec![pod("train").gpu(1).cpu("2")]));
+        let [node] = plan.new_nodes.as_slice() else {
+            panic!("want one node: {plan:?}")
+        };
+        assert_eq!(names(node), ["g4dn.xlarge", "p3.2xlarge"]);
+        assert_eq!(node.cheapest().map(|(it, _)| it.name.as_str()), Some("g4dn.xlarge"));
+    }
+
+    #[test]
+    fn zonal_spread_over_two_zones_gives_two_nodes() {
+        let spread = |n: &str| nginx(n).spread(ZONE_LABEL, 1, "DoNotSchedule", &[("app", "nginx-karpenter")]);
+        let plan = simulate(&input(vec![service()], vec![spread("a"), spread("b")]));
+        assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+        let zones: Vec<String> = plan
+            .new_nodes
+            .iter()
+            .map(|n| n.labels.get(ZONE_LABEL).cloned().unwrap_or_default())
+            .collect();
+        assert_eq!(zones, ["ap-northeast-2a", "ap-northeast-2c"]);
+    }
+
+    #[test]
+    fn packs_200_small_pods_into_few_nodes() {
+        let pods: Vec<PodBuilder> = (0..200).map(|i| pod(&format!("p{i:03}")).cpu("100m").memory("128Mi")).collect();
+        let plan = simulate(&input(vec![provisioner("default").build()], pods));
+        assert!(plan.unschedulable.is_empty());
+        let placed: usize = plan.new_nodes.iter().map(|n| n.pods.len()).sum();
+        assert_eq!(placed, 200);
+        // The largest catalogue types take 58 pods (ENI limit): ⌈200 / 58⌉ = 4 nodes.
+        assert_eq!(plan.new_nodes.len(), 4, "{:?}", plan.new_nodes.iter().map(|n| n.pods.len()).collect::<Vec<_>>());
+        for n in &plan.new_nodes {
+            let cheapest = n.cheapest().map(|(it, _)| it);
+            assert!(cheapest.is_some_and(|it| n.requests.fits(&it.allocatable())), "{n:?}");
+        }
+    }
+
+    #[test]
+    fn hostname_anti_affinity_gives_one_node_per_pod() {
+        let pods: Vec<PodBuilder> = (0..5)
+            .map(|i| {
+                pod(&format!("web-{i}"))
+                    .label("app", "web")
+                    .cpu("100m")
+                    .anti_affinity(HOSTNAME_LABEL, &[("app", "web")])
+            })
+            .collect();
+        let plan = simulate(&input(vec![provisioner("default").build()], pods));
+        assert_eq!(plan.new_nodes.len(), 5);
+        assert!(plan.new_nodes.iter().all(|n| n.pods.len() == 1));
+    }
+
+    #[test]
+    fn pods_without_anti_affinity_share_nodes_with_those_that_have_it_unless_selected() {
+        let plan = simulate(&input(
+            vec![provisioner("default").build()],
+            vec![
+                pod("web").label("app", "web").anti_affinity(HOSTNAME_LABEL, &[("app", "web")]),
+                pod("web-2").label("app", "web").cpu("10m"),
+                pod("other").label("app", "other").cpu("10m"),
+            ],
+        ));
+        // web-2 is selected by web's required anti-affinity (inverse direction): separate node.
+        assert_eq!(plan.new_nodes.len(), 2, "{:?}", plan.new_nodes);
+        let with_web = plan.new_nodes.iter().find(|n| n.pods.iter().any(|p| p.name == "web")).expect("web placed");
+        assert!(!with_web.pods.iter().any(|p| p.name == "web-2"));
+    }
+
+    #[test]
+    fn fills_existing_and_in_flight_nodes_before_launching() {
+        let mut existing = node("ip-10-0-0-1", "2", "8Gi", 35);
+        existing.labels.insert("nodeType".into(), "service-2023".into());
+        existing.taints = vec![taint("service=true:NoSchedule")];
+        existing.pods = vec![pod("running").cpu("1").build()];
+        let mut in_flight = node("ip-10-0-0-2", "2", "8Gi", 35);
+        in_flight.labels.insert("nodeType".into(), "service-2023".into());
+        in_flight.initialized = false;
+        in_flight.taints = vec![
+            taint("service=true:NoSchedule"),
+            taint("node.kubernetes.io/not-ready:NoSchedule"),
+            taint("example.com/agent-not-ready:NoExecute"),
+        ];
+        in_flight.startup_taints = vec![taint("example.com/agent-not-ready:NoExecute")];
+        let mut inp = input(vec![service()], vec![nginx("a").cpu("800m"), nginx("b").cpu("800m"), nginx("c").cpu("800m")]);
+        inp.nodes = vec![in_flight, existing];
+        let plan = simulate(&inp);
+        assert!(plan.new_nodes.is_empty(), "{:?}", plan.new_nodes);
+        let got: Vec<(String, String)> =
+            plan.existing_assignments.iter().map(|(p, n)| (p.name.clone(), n.clone())).collect();
+        // Initialised nodes first: ip-10-0-0-1 has 1 core left, so one pod; the in-flight node
+        // takes the other two (its startup and not-ready taints are ignored).
+        assert_eq!(
+            got,
+            [
+                ("a".to_string(), "ip-10-0-0-1".to_string()),
+                ("b".to_string(), "ip-10-0-0-2".to_string()),
+                ("c".to_string(), "ip-10-0-0-2".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn provisioner_limits_are_never_exceeded() {
+        let limited = provisioner("small").limit("cpu", "4").build();
+        let pods: Vec<PodBuilder> = (0..10).map(|i| pod(&format!("p{i}")).cpu("1")).collect();
+        let plan = simulate(&input(vec![limited], pods));
+        let max_cpu: i64 = plan
+            .new_nodes
+            .iter()
+            .map(|n| n.instance_type_options.iter().map(|it| it.capacity.cpu_millis).max().unwrap_or(0))
+            .sum();
+        assert!(max_cpu <= 4000, "planned up to {max_cpu}m cpu");
+        assert!(!plan.unschedulable.is_empty());
+        assert!(plan
+            .unschedulable
+            .iter()
+            .all(|(_, r)| r.contains("all available instance types exceed provisioner limits")));
+    }
+
+    #[test]
+    fn existing_nodes_count_against_limits() {
+        let limited = provisioner("small").limit("cpu", "4").build();
+        let mut full = node("n1", "4", "16Gi", 58);
+        full.labels.insert(PROVISIONER_NAME_LABEL.into(), "small".into());
+        full.allocatable = Resources::zero();
+        let mut inp = input(vec![limited], vec![pod("p").cpu("100m")]);
+        inp.nodes = vec![full];
+        let plan = simulate(&inp);
+        assert!(plan.new_nodes.is_empty());
+        assert!(reason_of(&plan, "p").contains("exceed provisioner limits"));
+    }
+
+    #[test]
+    fn heavier_provisioners_are_tried_first() {
+        let light = provisioner("a-light").build();
+        let heavy = provisioner("z-heavy").weight(50).build();
+        let plan = simulate(&input(vec![light, heavy], vec![pod("p")]));
+        assert_eq!(plan.new_nodes[0].provisioner, "z-heavy");
+    }
+
+    #[test]
+    fn relaxes_preferences_that_cannot_be_met() {
+        let cases = [
+            pod("preferred-zone").preferred_term(10, &[(ZONE_LABEL, "In", &["us-east-1a"])]),
+            pod("second-term")
+                .required_term(&[(ZONE_LABEL, "In", &["us-east-1a"])])
+                .required_term(&[(ZONE_LABEL, "In", &["ap-northeast-2b"])]),
+            pod("preferred-anti")
+                .label("app", "x")
+                .preferred_anti_affinity(1, ZONE_LABEL, &[("app", "nothing-matches-yet")]),
+        ];
+        for p in cases {
+            let name = p.clone().build().metadata.name.expect("named");
+            let plan = simulate(&input(vec![provisioner("default").build()], vec![p]));
+            assert!(plan.unschedulable.is_empty(), "{name}: {:?}", plan.unschedulable);
+            assert_eq!(plan.new_nodes.len(), 1, "{name}");
+        }
+    }
+
+    #[test]
+    fn schedule_anyway_spread_is_relaxed_but_do_not_schedule_is_not() {
+        let web = |n: &str, zone: &str| {
+            let mut node = node(n, "1", "1Gi", 10);
+            node.labels.insert(ZONE_LABEL.into(), zone.into());
+            node.allocatable = Resources::zero();
+            node
+        };
+        let running = |n: &str| pod(n).label("app", "web").build();
+        let mut a = web("n-a", "ap-northeast-2a");
+        a.pods = vec![running("w1"), running("w2"), running("w3")];
+        let mut c = web("n-c", "ap-northeast-2c");
+        c.pods = vec![running("w4")];
+        let only_2a = provisioner("default").requirement(ZONE_LABEL, "In", &["ap-northeast-2a"]).build();
+        for (when, schedulable) in [("DoNotSchedule", false), ("ScheduleAnyway", true)] {
+            let mut inp = input(
+                vec![only_2a.clone()],
+                vec![pod("new").label("app", "web").spread(ZONE_LABEL, 1, when, &[("app", "web")])],
+            );
+            inp.nodes = vec![a.clone(), c.clone()];
+            let plan = simulate(&inp);
+            assert_eq!(plan.unschedulable.is_empty(), schedulable, "{when}: {plan:?}");
+            if !schedulable {
+                assert!(reason_of(&plan, "new").contains("unsatisfiable topology spread constraint"));
+            }
+        }
+    }
+
+    #[test]
+    fn daemonset_overhead_is_part_of_every_new_node() {
+        let mut inp = input(vec![service()], vec![nginx("web").cpu("500m")]);
+        inp.daemonset_pods = vec![pod("agent")
+            .cpu("1500m")
+            .tolerate("service", "true", "NoSchedule")
+            .daemonset("agent")
+            .build()];
+        let plan = simulate(&inp);
+        let node = &plan.new_nodes[0];
+        // t3.large has 1830m allocatable: 1500m + 500m does not fit.
+        assert_eq!(names(node), ["t3.xlarge"]);
+        assert_eq!(node.requests.to_string(), "cpu=2, pods=2");
+    }
+
+    #[test]
+    fn host_port_conflicts_need_separate_nodes() {
+        let plan = simulate(&input(
+            vec![provisioner("default").build()],
+            vec![pod("a").host_port(8080), pod("b").host_port(8080), pod("c").host_port(9090)],
+        ));
+        assert_eq!(plan.new_nodes.len(), 2);
+    }
+
+    #[test]
+    fn pod_affinity_follows_existing_pods_into_their_zone() {
+        let mut db = node("db-node", "1", "1Gi", 10);
+        db.labels.insert(ZONE_LABEL.into(), "ap-northeast-2b".into());
+        db.allocatable = Resources::zero();
+        db.pods = vec![pod("db-0").label("app", "db").build()];
+        let mut inp = input(
+            vec![provisioner("default").build()],
+            vec![pod("api").pod_affinity(ZONE_LABEL, &[("app", "db")])],
+        );
+        inp.nodes = vec![db];
+        let plan = simulate(&inp);
+        assert_eq!(
+            plan.new_nodes[0].labels.get(ZONE_LABEL).map(String::as_str),
+            Some("ap-northeast-2b")
+        );
+    }
+
+    #[test]
+    fn running_pods_anti_affinity_keeps_selected_pods_out_of_their_zone() {
+        let mut n = node("n-a", "1", "1Gi", 10);
+        n.labels.insert(ZONE_LABEL.into(), "ap-northeast-2a".into());
+        n.allocatable = Resources::zero();
+        n.pods = vec![pod("loner").anti_affinity(ZONE_LABEL, &[("app", "web")]).build()];
+        let mut inp = input(
+            vec![provisioner("default")
+                .requirement(ZONE_LABEL, "In", &["ap-northeast-2a", "ap-northeast-2b"])
+                .build()],
+            vec![pod("web").label("app", "web")],
+        );
+        inp.nodes = vec![n];
+        let plan = simulate(&inp);
+        let zone = plan.new_nodes[0].requirements.get(ZONE_LABEL).map(ToString::to_string);
+        assert_eq!(zone.as_deref(), Some("In [ap-northeast-2b]"));
+    }
+
+    #[test]
+    fn caps_instance_type_options_cheapest_first() {
+        let base = instance_type("m5.large");
+        let many: Vec<Arc<InstanceType>> = (0..150)
+            .map(|i| {
+                let mut it = base.clone();
+                it.name = format!("x{i:03}.large");
+                it.requirements.remove(INSTANCE_TYPE_LABEL);
+                it.requirements.add(INSTANCE_TYPE_LABEL, Requirement::in_values([it.name.clone()]));
+                for o in it.offerings.iter_mut() {
+                    o.price = 1.0 + f64::from(150 - i) / 100.0;
+                }
+                Arc::new(it)
+            })
+            .collect();
+        let inp = SimulationInput {
+            pods: vec![pod("p").build()],
+            provisioners: vec![ProvisionerInput {
+                provisioner: provisioner("default").build(),
+                instance_types: many,
+            }],
+            ..Default::default()
+        };
+        let plan = simulate(&inp);
+        let node = &plan.new_nodes[0];
+        assert_eq!(node.instance_type_options.len(), MAX_INSTANCE_TYPE_OPTIONS);
+        assert_eq!(node.instance_type_options[0].name, "x149.large");
+        assert_eq!(node.instance_type_options[99].name, "x050.large");
+    }
+
+    #[test]
+    fn ignores_pods_karpenter_does_not_provision_for() {
+        let plan = simulate(&input(
+            vec![provisioner("default").build()],
+            vec![pod("karpenter").required_term(&[(PROVISIONER_NAME_LABEL, "DoesNotExist", &[])])],
+        ));
+        assert!(plan.new_nodes.is_empty());
+        assert_eq!(plan.ignored.len(), 1);
+    }
+
+    #[test]
+    fn tolerates_prefer_no_schedule_as_a_last_resort() {
+        let p = provisioner("soft").taint("dedicated=batch:PreferNoSchedule").build();
+        let plan = simulate(&input(vec![p], vec![pod("p")]));
+        assert_eq!(plan.new_nodes.len(), 1, "{plan:?}");
+    }
+
+    #[test]
+    fn plans_are_deterministic() {
+        let pods = || -> Vec<PodBuilder> {
+            (0..60)
+                .map(|i| {
+                    pod(&format!("p{i}"))
+                        .cpu(["100m", "250m", "1"][i % 3])
+                        .memory(["128Mi", "1Gi"][i % 2])
+                        .label("app", "web")
+                        .created(1_700_000_000 + (i as i64 % 7))
+                        .spread(ZONE_LABEL, 1, "DoNotSchedule", &[("app", "web")])
+                })
+                .collect()
+        };
+        let a = simulate(&input(vec![provisioner("default").build()], pods()));
+        let b = simulate(&input(vec![provisioner("default").build()], pods()));
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        assert!(a.unschedulable.is_empty());
+    }
+
+    #[test]
+    fn a_pod_in_another_namespace_is_not_repelled() {
+        let plan = simulate(&input(
+            vec![provisioner("default").build()],
+            vec![
+                pod("web").label("app", "web").anti_affinity(HOSTNAME_LABEL, &[("app", "web")]),
+                pod("web-other-ns").namespace("other").label("app", "web"),
+            ],
+        ));
+        assert_eq!(plan.new_nodes.len(), 1, "{:?}", plan.new_nodes);
+    }
+
+    #[test]
+    fn existing_nodes_expect_their_missing_daemons() {
+        let mut n: ExistingNode = node("n1", "2", "4Gi", 10);
+        n.pods = vec![pod("logs-abc").cpu("100m").daemonset("logs").build()];
+        let mut inp = input(vec![provisioner("default").build()], vec![pod("p").cpu("1")]);
+        inp.daemonset_pods = vec![
+            pod("logs").cpu("100m").daemonset("logs").build(),
+            pod("metrics").cpu("950m").daemonset("metrics").build(),
+        ];
+        inp.nodes = vec![n];
+        // 2 cores − 100m running − 950m expected leaves 950m: the 1-core pod needs a new node.
+        let plan = simulate(&inp);
+        assert!(plan.existing_assignments.is_empty());
+        assert_eq!(plan.new_nodes.len(), 1);
+    }
+}

@@ -1,0 +1,645 @@
+//! The requirement algebra: per label key, the set of values a node may carry (In, NotIn,
+//! Exists, DoesNotExist, Gt, Lt), intersected as constraints pile up from the Provisioner, the
+//! pod and topology. Also the rule that decides whether a pod's constraints are compatible with a
+//! node's: custom labels must be declared by the node side, well-known ones only need to overlap.
+//! No I/O here.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use k8s_openapi::api::core::v1::NodeSelectorRequirement;
+
+use crate::apis::v1alpha5::labels::{self, HOSTNAME_LABEL, WELL_KNOWN_LABELS, ZONE_LABEL};
+
+/// The AWS EBS CSI driver's zone key, which means the same as `topology.kubernetes.io/zone`.
+const EBS_CSI_ZONE_LABEL: &str = "topology.ebs.csi.aws.com/zone";
+
+/// The stable spelling of a key: deprecated beta keys and the EBS CSI zone key are mapped.
+pub fn normalize_key(key: &str) -> &str {
+    if key == EBS_CSI_ZONE_LABEL {
+        ZONE_LABEL
+    } else {
+        labels::normalize(key)
+    }
+}
+
+/// The values one label key may take: a set (In) or the complement of a set (NotIn; Exists is the
+/// complement of nothing), optionally bounded by integer `Gt`/`Lt`. DoesNotExist is the empty set.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Requirement {
+    complement: bool,
+    values: BTreeSet<String>,
+    greater_than: Option<i64>,
+    less_than: Option<i64>,
+}
+
+impl Requirement {
+    /// `In [values]`.
+    pub fn in_values<I, S>(values: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Requirement {
+            complement: false,
+            values: values.into_iter().map(Into::into).collect(),
+            greater_than: None,
+            less_than: None,
+        }
+    }
+
+    /// `NotIn [values]`.
+    pub fn not_in<I, S>(values: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Requirement {
+            complement: true,
+            ..Requirement::in_values(values)
+        }
+    }
+
+    /// `Exists`: any value, as long as the label is there.
+    pub fn exists() -> Self {
+        Requirement::not_in(Vec::<String>::new())
+    }
+
+    /// `DoesNotExist`: no value at all.
+    pub fn does_not_exist() -> Self {
+        Requirement::in_values(Vec::<String>::new())
+    }
+
+    /// The requirement a Kubernetes node selector requirement states. An unknown operator or a
+    /// `Gt`/`Lt` without one integer admits no value (the API server rejects both anyway).
+    pub fn from_operator(operator: &str, values: &[String]) -> Self {
+        let bound = || match values {
+            [v] => v.parse::<i64>().ok(),
+            _ => None,
+        };
+        match operator {
+            "In" => Requirement::in_values(values.iter().cloned()),
+            "NotIn" => Requirement::not_in(values.iter().cloned()),
+            "Exists" => Requirement::exists(),
+            "Gt" => match bound() {
+                Some(b) => Requirement {
+                    greater_than: Some(b),
+                    ..Requirement::exists()
+                },
+                None => Requirement::does_not_exist(),
+            },
+            "Lt" => match bound() {
+                Some(b) => Requirement {
+                    less_than: Some(b),
+                    ..Requirement::exists()
+                },
+                None => Requirement::does_not_exist(),
+            },
+            _ => Requirement::does_not_exist(),
+        }
+    }
+
+    /// The operator this requirement reads as: In, NotIn, Exists, DoesNotExist, Gt or Lt.
+    pub fn operator(&self) -> &'static str {
+        match (self.complement, self.values.is_empty()) {
+            (true, false) => "NotIn",
+            (true, true) if self.greater_than.is_some() => "Gt",
+            (true, true) if self.less_than.is_some() => "Lt",
+            (true, true) => "Exists",
+            (false, false) => "In",
+            (false, true) => "DoesNotExist",
+        }
+    }
+
+    /// True for NotIn, Exists, Gt and Lt: an open-ended set of values.
+    pub fn is_complement(&self) -> bool {
+        self.complement
+    }
+
+    /// The listed values: those admitted for In, those excluded for NotIn.
+    pub fn values(&self) -> &BTreeSet<String> {
+        &self.values
+    }
+
+    /// Whether a node labelled with `value` satisfies this requirement.
+    pub fn has(&self, value: &str) -> bool {
+        if self.complement {
+            !self.values.contains(value) && self.within_bounds(value)
+        } else {
+            self.values.contains(value) && self.within_bounds(value)
+        }
+    }
+
+    fn within_bounds(&self, value: &str) -> bool {
+        within(value, self.greater_than, self.less_than)
+    }
+
+    /// How many values are admitted; open-ended sets count as `usize::MAX` minus their exclusions.
+    pub fn len(&self) -> usize {
+        if self.complement {
+            usize::MAX - self.values.len()
+        } else {
+            self.values.len()
+        }
+    }
+
+    /// True when no value is admitted (DoesNotExist, or an intersection that came out empty).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// One admitted value when the set is finite and non-empty (the smallest, so it is stable).
+    pub fn any(&self) -> Option<&str> {
+        if self.complement {
+            None
+        } else {
+            self.values.iter().next().map(String::as_str)
+        }
+    }
+
+    /// The values admitted by both.
+    pub fn intersection(&self, other: &Requirement) -> Requirement {
+        let complement = self.complement && other.complement;
+        let greater_than = max_opt(self.greater_than, other.greater_than);
+        let less_than = min_opt(self.less_than, other.less_than);
+        if let (Some(g), Some(l)) = (greater_than, less_than) {
+            if g >= l {
+                return Requirement::does_not_exist();
+            }
+        }
+        let values: BTreeSet<String> = match (self.complement, other.complement) {
+            (true, true) => self.values.union(&other.values).cloned().collect(),
+            (true, false) => other.values.difference(&self.values).cloned().collect(),
+            (false, true) => self.values.difference(&other.values).cloned().collect(),
+            (false, false) => self.values.intersection(&other.values).cloned().collect(),
+        };
+        let values = values.into_iter().filter(|v| within(v, greater_than, less_than)).collect();
+        if complement {
+            Requirement {
+                complement,
+                values,
+                greater_than,
+                less_than,
+            }
+        } else {
+            Requirement {
+                complement,
+                values,
+                greater_than: None,
+                less_than: None,
+            }
+        }
+    }
+
+    /// Whether the intersection with `other` admits at least one value, without building it.
+    pub fn overlaps(&self, other: &Requirement) -> bool {
+        let greater_than = max_opt(self.greater_than, other.greater_than);
+        let less_than = min_opt(self.less_than, other.less_than);
+        if let (Some(g), Some(l)) = (greater_than, less_than) {
+            if g >= l {
+                return false;
+            }
+        }
+        match (self.complement, other.complement) {
+            (true, true) => true,
+            (true, false) => other
+                .values
+                .iter()
+                .any(|v| !self.values.contains(v) && within(v, greater_than, less_than)),
+            (false, true) => self
+                .values
+                .iter()
+                .any(|v| !other.values.contains(v) && within(v, greater_than, less_than)),
+            (false, false) => {
+                let (small, large) = if self.values.len() <= other.values.len() {
+                    (&self.values, &other.values)
+                } else {
+                    (&other.values, &self.values)
+                };
+                small.iter().any(|v| large.contains(v) && within(v, greater_than, less_than))
+            }
+        }
+    }
+
+    /// The requirement as Kubernetes writes it (`Gt`/`Lt` bounds become their own entries).
+    pub fn to_node_selector_requirements(&self, key: &str) -> Vec<NodeSelectorRequirement> {
+        let nsr = |op: &str, values: Vec<String>| NodeSelectorRequirement {
+            key: key.to_string(),
+            operator: op.to_string(),
+            values: if values.is_empty() { None } else { Some(values) },
+        };
+        let mut out = Vec::new();
+        match (self.complement, self.values.is_empty()) {
+            (true, false) => out.push(nsr("NotIn", self.values.iter().cloned().collect())),
+            (true, true) if self.greater_than.is_none() && self.less_than.is_none() => out.push(nsr("Exists", vec![])),
+            (true, true) => {}
+            (false, false) => out.push(nsr("In", self.values.iter().cloned().collect())),
+            (false, true) => out.push(nsr("DoesNotExist", vec![])),
+        }
+        if self.complement {
+            if let Some(g) = self.greater_than {
+                out.push(nsr("Gt", vec![g.to_string()]));
+            }
+            if let Some(l) = self.less_than {
+                out.push(nsr("Lt", vec![l.to_string()]));
+            }
+        }
+        out
+    }
+}
+
+impl fmt::Display for Requirement {
+    /// `In [a b]`, `NotIn [x]`, `Exists`, `DoesNotExist`, `Gt 4`, `Exists >4 <8`; long value lists
+    /// are cut after five values.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.complement && self.values.is_empty() {
+            match (self.greater_than, self.less_than) {
+                (Some(g), None) => return write!(f, "Gt {g}"),
+                (None, Some(l)) => return write!(f, "Lt {l}"),
+                _ => {}
+            }
+        }
+        let base = match (self.complement, self.values.is_empty()) {
+            (true, false) => "NotIn",
+            (true, true) => "Exists",
+            (false, false) => "In",
+            (false, true) => "DoesNotExist",
+        };
+        f.write_str(base)?;
+        if !self.values.is_empty() {
+            let shown: Vec<&str> = self.values.iter().take(5).map(String::as_str).collect();
+            write!(f, " [{}", shown.join(" "))?;
+            if self.values.len() > 5 {
+                write!(f, " and {} others", self.values.len() - 5)?;
+            }
+            f.write_str("]")?;
+        }
+        if let Some(g) = self.greater_than {
+            write!(f, " >{g}")?;
+        }
+        if let Some(l) = self.less_than {
+            write!(f, " <{l}")?;
+        }
+        Ok(())
+    }
+}
+
+fn within(value: &str, greater_than: Option<i64>, less_than: Option<i64>) -> bool {
+    if greater_than.is_none() && less_than.is_none() {
+        return true;
+    }
+    let Ok(n) = value.parse::<i64>() else {
+        return false;
+    };
+    greater_than.is_none_or(|g| n > g) && less_than.is_none_or(|l| n < l)
+}
+
+/// NotIn and DoesNotExist only say where a node must *not* be.
+fn excludes_only(r: &Requirement) -> bool {
+    matches!(r.operator(), "NotIn" | "DoesNotExist")
+}
+
+fn max_opt(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, None) | (None, x) => x,
+    }
+}
+
+fn min_opt(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) | (None, x) => x,
+    }
+}
+
+/// Requirements on many keys; a key that is absent is unconstrained.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Requirements(BTreeMap<String, Requirement>);
+
+impl Requirements {
+    /// No constraint at all.
+    pub fn new() -> Self {
+        Requirements::default()
+    }
+
+    /// Kubernetes node selector requirements (keys normalised), intersected per key.
+    pub fn from_node_selector_requirements(reqs: &[NodeSelectorRequirement]) -> Self {
+        let mut out = Requirements::new();
+        for r in reqs {
+            let values = r.values.as_deref().unwrap_or_default();
+            out.add(&r.key, Requirement::from_operator(&r.operator, values));
+        }
+        out
+    }
+
+    /// `key In [value]` for every label (keys normalised).
+    pub fn from_labels<'a>(labels: impl IntoIterator<Item = (&'a String, &'a String)>) -> Self {
+        let mut out = Requirements::new();
+        for (k, v) in labels {
+            out.add(k, Requirement::in_values([v.clone()]));
+        }
+        out
+    }
+
+    /// Builder form of `add`.
+    pub fn with(mut self, key: &str, requirement: Requirement) -> Self {
+        self.add(key, requirement);
+        self
+    }
+
+    /// Intersects the requirement on `key` (normalised) with `requirement`. Returns whether
+    /// anything changed.
+    pub fn add(&mut self, key: &str, requirement: Requirement) -> bool {
+        let key = normalize_key(key);
+        match self.0.get_mut(key) {
+            Some(existing) => {
+                let merged = existing.intersection(&requirement);
+                if merged == *existing {
+                    false
+                } else {
+                    *existing = merged;
+                    true
+                }
+            }
+            None => {
+                self.0.insert(key.to_string(), requirement);
+                true
+            }
+        }
+    }
+
+    /// Intersects every requirement of `other` into `self`. Returns whether anything changed.
+    pub fn add_all(&mut self, other: &Requirements) -> bool {
+        let mut changed = false;
+        for (k, r) in &other.0 {
+            changed |= self.add(k, r.clone());
+        }
+        changed
+    }
+
+    /// Removes the requirement on `key`.
+    pub fn remove(&mut self, key: &str) {
+        self.0.remove(key);
+    }
+
+    /// The requirement on `key`, if any.
+    pub fn get(&self, key: &str) -> Option<&Requirement> {
+        self.0.get(key)
+    }
+
+    /// Whether `key` is constrained.
+    pub fn has_key(&self, key: &str) -> bool {
+        self.0.contains_key(key)
+    }
+
+    /// Whether a node labelled `key=value` satisfies these requirements (an unconstrained key
+    /// admits every value).
+    pub fn allows(&self, key: &str, value: &str) -> bool {
+        self.0.get(key).is_none_or(|r| r.has(value))
+    }
+
+    /// Every constrained key with its requirement, by key.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Requirement)> {
+        self.0.iter().map(|(k, r)| (k.as_str(), r))
+    }
+
+    /// True when no key is constrained.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether `pod` (the constraints of something that wants to run) may land on a node with
+    /// these requirements (`self`). A custom key the pod constrains must be declared here, unless
+    /// the pod only excludes values (NotIn, DoesNotExist); then every key both sides constrain
+    /// must overlap (`intersects`).
+    pub fn compatible(&self, pod: &Requirements) -> Result<(), String> {
+        let mut errs = Vec::new();
+        for (key, r) in &pod.0 {
+            if WELL_KNOWN_LABELS.contains(&key.as_str()) || self.0.contains_key(key) {
+                continue;
+            }
+            if excludes_only(r) {
+                continue;
+            }
+            errs.push(format!("label {key:?} does not have known values{}", self.typo_hint(key)));
+        }
+        if let Err(e) = self.intersects(pod) {
+            errs.push(e);
+        }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(errs.join("; "))
+        }
+    }
+
+    /// `compatible` as a yes/no, without building messages (the hot path of fitting pods).
+    pub fn is_compatible(&self, pod: &Requirements) -> bool {
+        pod.0.iter().all(|(key, r)| match self.0.get(key) {
+            None => WELL_KNOWN_LABELS.contains(&key.as_str()) || excludes_only(r),
+            Some(existing) => existing.overlaps(r) || (excludes_only(r) && excludes_only(existing)),
+        })
+    }
+
+    /// Whether every key constrained on both sides admits a common value; two requirements that
+    /// both only exclude values never conflict.
+    pub fn intersects(&self, other: &Requirements) -> Result<(), String> {
+        let mut errs = Vec::new();
+        for (key, incoming) in &other.0 {
+            let Some(existing) = self.0.get(key) else {
+                continue;
+            };
+            if existing.overlaps(incoming) {
+                continue;
+            }
+            if excludes_only(incoming) && excludes_only(existing) {
+                continue;
+            }
+            errs.push(format!("key {key}, {incoming} not in {existing}"));
+        }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(errs.join("; "))
+        }
+    }
+
+    /// `intersects` as a yes/no, without building messages (the hot path of instance-type filtering).
+    pub fn overlaps(&self, other: &Requirements) -> bool {
+        let (small, large) = if self.0.len() <= other.0.len() {
+            (self, other)
+        } else {
+            (other, self)
+        };
+        small.0.iter().all(|(key, a)| match large.0.get(key) {
+            None => true,
+            Some(b) => a.overlaps(b) || (excludes_only(a) && excludes_only(b)),
+        })
+    }
+
+    fn typo_hint(&self, key: &str) -> String {
+        let lower = key.to_lowercase();
+        self.0
+            .keys()
+            .map(String::as_str)
+            .chain(WELL_KNOWN_LABELS.iter().copied())
+            .map(|k| (edit_distance(&lower, &k.to_lowercase()), k))
+            .filter(|(d, _)| *d <= 2)
+            .min()
+            .map(|(_, k)| format!(" (typo of {k:?}?)"))
+            .unwrap_or_default()
+    }
+
+    /// The labels a node meeting these requirements carries for sure: every key with exactly one
+    /// admitted value, except keys users may not set on nodes (`kubernetes.io/hostname` and other
+    /// restricted keys that are not well-known).
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        self.0
+            .iter()
+            .filter(|(k, _)| k.as_str() != HOSTNAME_LABEL && labels::restriction(k).is_none())
+            .filter_map(|(k, r)| match (r.complement, r.values.len()) {
+                (false, 1) => r.any().map(|v| (k.clone(), v.to_string())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The requirements as Kubernetes node selector requirements, by key.
+    pub fn to_node_selector_requirements(&self) -> Vec<NodeSelectorRequirement> {
+        self.0.iter().flat_map(|(k, r)| r.to_node_selector_requirements(k)).collect()
+    }
+}
+
+impl fmt::Display for Requirements {
+    /// `key In [a b], other Exists`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (k, r)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{k} {r}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Levenshtein distance, for "did you mean" hints.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apis::v1alpha5::labels::{ARCH_LABEL, CAPACITY_TYPE_LABEL};
+
+    fn r(op: &str, values: &[&str]) -> Requirement {
+        let values: Vec<String> = values.iter().map(|s| s.to_string()).collect();
+        Requirement::from_operator(op, &values)
+    }
+
+    #[test]
+    fn intersects_every_pair_of_operators() {
+        let cases = [
+            (r("In", &["a", "b"]), r("In", &["b", "c"]), "In [b]"),
+            (r("In", &["a", "b"]), r("NotIn", &["a"]), "In [b]"),
+            (r("NotIn", &["a"]), r("NotIn", &["b"]), "NotIn [a b]"),
+            (r("Exists", &[]), r("In", &["x"]), "In [x]"),
+            (r("Exists", &[]), r("DoesNotExist", &[]), "DoesNotExist"),
+            (r("In", &["a"]), r("In", &["b"]), "DoesNotExist"),
+            (r("Gt", &["2"]), r("In", &["1", "3", "x"]), "In [3]"),
+            (r("Gt", &["2"]), r("Lt", &["8"]), "Exists >2 <8"),
+            (r("Gt", &["5"]), r("Lt", &["5"]), "DoesNotExist"),
+            (r("Gt", &["2"]), r("Gt", &["4"]), "Gt 4"),
+            (r("Lt", &["x"]), r("Exists", &[]), "DoesNotExist"),
+        ];
+        for (a, b, want) in cases {
+            assert_eq!(a.intersection(&b).to_string(), want, "{a} ∩ {b}");
+            assert_eq!(b.intersection(&a).to_string(), want, "{b} ∩ {a}");
+            assert_eq!(a.overlaps(&b), !a.intersection(&b).is_empty(), "{a} overlaps {b}");
+        }
+    }
+
+    #[test]
+    fn has_respects_bounds_and_complements() {
+        assert!(r("Gt", &["2"]).has("3"));
+        assert!(!r("Gt", &["2"]).has("2"));
+        assert!(!r("Gt", &["2"]).has("abc"));
+        assert!(r("NotIn", &["a"]).has("b"));
+        assert!(!r("DoesNotExist", &[]).has("a"));
+    }
+
+    #[test]
+    fn custom_labels_must_be_declared_by_the_node_side() {
+        let node = Requirements::new()
+            .with("nodeType", r("In", &["service-2023"]))
+            .with(ZONE_LABEL, r("In", &["ap-northeast-2a", "ap-northeast-2c"]));
+        let cases = [
+            (Requirements::new().with("nodeType", r("In", &["service-2023"])), Ok(())),
+            (Requirements::new().with("nodeType", r("In", &["other"])), Err("key nodeType, In [other] not in In [service-2023]")),
+            (Requirements::new().with("team", r("In", &["a"])), Err("label \"team\" does not have known values")),
+            (Requirements::new().with("nodetype", r("In", &["a"])), Err("(typo of \"nodeType\"?)")),
+            (Requirements::new().with("team", r("NotIn", &["a"])), Ok(())),
+            (Requirements::new().with("team", r("DoesNotExist", &[])), Ok(())),
+            (Requirements::new().with(ARCH_LABEL, r("In", &["arm64"])), Ok(())),
+            (Requirements::new().with(ZONE_LABEL, r("In", &["ap-northeast-2b"])), Err("key topology.kubernetes.io/zone")),
+            (Requirements::new().with(ZONE_LABEL, r("NotIn", &["ap-northeast-2a"])), Ok(())),
+        ];
+        for (pod, want) in cases {
+            let got = node.compatible(&pod);
+            match want {
+                Ok(()) => assert_eq!(got, Ok(()), "{pod}"),
+                Err(part) => assert!(got.as_ref().is_err_and(|e| e.contains(part)), "{pod}: want {part:?} in {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn both_sides_excluding_never_conflict() {
+        let a = Requirements::new().with("k", r("DoesNotExist", &[]));
+        let b = Requirements::new().with("k", r("NotIn", &["x"]));
+        assert_eq!(a.intersects(&b), Ok(()));
+        assert!(a.overlaps(&b));
+    }
+
+    #[test]
+    fn normalizes_deprecated_keys() {
+        let reqs = Requirements::new()
+            .with("failure-domain.beta.kubernetes.io/zone", r("In", &["a"]))
+            .with(EBS_CSI_ZONE_LABEL, r("In", &["a", "b"]));
+        assert_eq!(reqs.to_string(), "topology.kubernetes.io/zone In [a]");
+    }
+
+    #[test]
+    fn labels_are_the_single_valued_unrestricted_keys() {
+        let reqs = Requirements::new()
+            .with("nodeType", r("In", &["service-2023"]))
+            .with(CAPACITY_TYPE_LABEL, r("In", &["on-demand"]))
+            .with(ZONE_LABEL, r("In", &["a", "b"]))
+            .with(HOSTNAME_LABEL, r("In", &["h"]))
+            .with("team", r("Exists", &[]));
+        let got: Vec<String> = reqs.labels().into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+        assert_eq!(got, ["karpenter.sh/capacity-type=on-demand", "nodeType=service-2023"]);
+    }
+
+    #[test]
+    fn round_trips_to_node_selector_requirements() {
+        let reqs = Requirements::new()
+            .with("a", r("In", &["x"]))
+            .with("b", r("Gt", &["2"]))
+            .with("b", r("Lt", &["9"]));
+        let again = Requirements::from_node_selector_requirements(&reqs.to_node_selector_requirements());
+        assert_eq!(again, reqs);
+    }
+}

@@ -1,0 +1,429 @@
+//! The AWS cloud provider against the local cluster's real moto emulator (tests/cluster/): the
+//! instance-type catalogue, the first write-up's AWSNodeTemplate selectors and AMIs, and
+//! launching, listing and terminating instances through CreateFleet. Every launch uses a unique
+//! provisioner name and terminates what it created, also when an assertion fails.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use aws_sdk_ec2::types::Filter;
+use base64::Engine;
+use futures::FutureExt;
+use k8s_openapi::api::core::v1::Taint;
+use karpenter_rs::apis::v1alpha1::AwsNodeTemplate;
+use karpenter_rs::cloudprovider::aws::AwsCloudProvider;
+use karpenter_rs::cloudprovider::{CloudConfig, CloudProvider, Error, InstanceOption, LaunchRequest, NodeTemplate, StaticCredentials};
+
+const CLUSTER_NAME: &str = "ssungz-cluster";
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The variables of target/local-cluster/env, after tests/cluster/up.sh (a no-op when the
+/// cluster is already up) has run once for this test binary.
+fn local_env() -> &'static HashMap<String, String> {
+    static ENV: OnceLock<HashMap<String, String>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let up = Command::new("bash")
+            .arg(repo_root().join("tests/cluster/up.sh"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("running tests/cluster/up.sh");
+        assert!(
+            up.status.success(),
+            "tests/cluster/up.sh failed:\n{}{}",
+            String::from_utf8_lossy(&up.stdout),
+            String::from_utf8_lossy(&up.stderr)
+        );
+        read_env(&repo_root().join("target/local-cluster/env"))
+    })
+}
+
+/// Parses `export KEY=VALUE` lines (values as bash's `printf %q` writes them).
+fn read_env(path: &Path) -> HashMap<String, String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    text.lines()
+        .filter_map(|l| l.strip_prefix("export "))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.trim_matches('\'').replace("\\ ", " ")))
+        .collect()
+}
+
+/// The ids fixtures.py seeded into moto.
+fn fixtures() -> serde_json::Value {
+    let path = &local_env()["LOCAL_CLUSTER_FIXTURES"];
+    serde_json::from_str(&std::fs::read_to_string(path).expect("reading the fixtures file")).expect("fixtures are JSON")
+}
+
+fn config() -> CloudConfig {
+    let env = local_env();
+    let endpoint = env["AWS_ENDPOINT_URL"].clone();
+    assert!(
+        endpoint.starts_with("http://127.0.0.1:"),
+        "moto must be on loopback, got {endpoint}"
+    );
+    let mut config = CloudConfig::new(CLUSTER_NAME, env["CLUSTER_ENDPOINT"].clone());
+    config.region = Some(env["AWS_REGION"].clone());
+    config.endpoint_url = Some(endpoint);
+    config.credentials = Some(StaticCredentials {
+        access_key_id: env["AWS_ACCESS_KEY_ID"].clone(),
+        secret_access_key: env["AWS_SECRET_ACCESS_KEY"].clone(),
+    });
+    config.default_instance_profile = Some("KarpenterNodeInstanceProfile".into());
+    config
+}
+
+async fn provider() -> AwsCloudProvider {
+    AwsCloudProvider::new(config()).await.expect("building the provider")
+}
+
+/// The first write-up's AWSNodeTemplate, from its fixture.
+fn first_write_up_template() -> NodeTemplate {
+    let text = std::fs::read_to_string(repo_root().join("tests/fixtures/first-writeup/awsnodetemplate.yaml")).unwrap();
+    let template: AwsNodeTemplate = serde_yaml::from_str(&text).expect("the fixture is an AWSNodeTemplate");
+    NodeTemplate::from_node_template(&template.spec, CLUSTER_NAME).expect("the fixture's settings are supported")
+}
+
+fn unique(base: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("{base}-{}-{nanos:x}", std::process::id())
+}
+
+fn option(instance_type: &str, zone: &str, price: f64) -> InstanceOption {
+    InstanceOption {
+        instance_type: instance_type.into(),
+        zone: zone.into(),
+        capacity_type: "on-demand".into(),
+        price,
+    }
+}
+
+/// A launch like the first write-up's `service` Provisioner asks for: t3.large or t3.xlarge,
+/// on-demand, in ap-northeast-2a or 2c, label nodeType=service-2023, taint service=true:NoSchedule.
+fn first_write_up_request(provisioner: &str) -> LaunchRequest {
+    LaunchRequest {
+        provisioner_name: provisioner.into(),
+        node_name: None,
+        template: first_write_up_template(),
+        instance_options: vec![
+            option("t3.large", "ap-northeast-2a", 0.104),
+            option("t3.large", "ap-northeast-2c", 0.104),
+            option("t3.xlarge", "ap-northeast-2a", 0.208),
+            option("t3.xlarge", "ap-northeast-2c", 0.208),
+        ],
+        labels: BTreeMap::from([
+            ("nodeType".to_string(), "service-2023".to_string()),
+            ("karpenter.sh/provisioner-name".to_string(), provisioner.to_string()),
+        ]),
+        taints: vec![Taint {
+            key: "service".into(),
+            value: Some("true".into()),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }],
+        startup_taints: vec![],
+        kubelet: Default::default(),
+        spot_max_price: None,
+    }
+}
+
+fn tag_map(tags: &[aws_sdk_ec2::types::Tag]) -> BTreeMap<String, String> {
+    tags.iter()
+        .map(|t| (t.key().unwrap_or_default().to_string(), t.value().unwrap_or_default().to_string()))
+        .collect()
+}
+
+/// Runs `body` with a list to record launched instance ids in, then terminates them and deletes
+/// the launch templates tagged with `provisioner`, also when `body` panicked.
+async fn with_cleanup<F, Fut>(cloud: &AwsCloudProvider, provisioner: &str, body: F)
+where
+    F: FnOnce(Arc<Mutex<Vec<String>>>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let ids = Arc::new(Mutex::new(Vec::new()));
+    let outcome = AssertUnwindSafe(body(ids.clone())).catch_unwind().await;
+    let created = ids.lock().unwrap().clone();
+    for id in created {
+        if let Err(e) = cloud.delete(&id).await {
+            eprintln!("cleanup: terminating {id}: {e}");
+        }
+    }
+    let templates = cloud
+        .ec2()
+        .describe_launch_templates()
+        .filters(
+            Filter::builder()
+                .name("tag:karpenter.sh/provisioner-name")
+                .values(provisioner)
+                .build(),
+        )
+        .send()
+        .await;
+    for lt in templates.map(|o| o.launch_templates().to_vec()).unwrap_or_default() {
+        let _ = cloud
+            .ec2()
+            .delete_launch_template()
+            .set_launch_template_id(lt.launch_template_id().map(str::to_string))
+            .send()
+            .await;
+    }
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+#[tokio::test]
+async fn catalogue_has_every_moto_instance_type_with_offerings_in_the_subnet_zones() {
+    let cloud = provider().await;
+    let types = cloud.instance_types().await.expect("describing instance types");
+    assert!(types.len() >= 400, "only {} instance types", types.len());
+    for name in ["t3.large", "t3.xlarge"] {
+        let it = types.iter().find(|t| t.name == name).unwrap_or_else(|| panic!("{name} missing"));
+        assert_eq!(it.architecture, "amd64");
+        assert_eq!((it.category.as_str(), it.family.as_str(), it.generation), ("t", "t3", Some(3)));
+        let zones: BTreeSet<&str> = it
+            .offerings
+            .iter()
+            .filter(|o| o.capacity_type == "on-demand" && o.available)
+            .map(|o| o.zone.as_str())
+            .collect();
+        for zone in ["ap-northeast-2a", "ap-northeast-2b", "ap-northeast-2c"] {
+            assert!(zones.contains(zone), "{name} has no on-demand offering in {zone}: {zones:?}");
+        }
+        assert!(it.offerings.iter().all(|o| o.price > 0.0), "{name} has an unpriced offering");
+        assert!(it.capacity_types.contains(&"spot".to_string()));
+    }
+    let large = types.iter().find(|t| t.name == "t3.large").unwrap();
+    assert_eq!((large.vcpu, large.memory_mib), (2, 8192));
+    assert_eq!(large.eni_limited_pods(), 35, "3 ENIs x (12 - 1) + 2");
+    let xlarge = types.iter().find(|t| t.name == "t3.xlarge").unwrap();
+    let od = |t: &karpenter_rs::cloudprovider::InstanceTypeInfo| t.offerings.iter().find(|o| o.capacity_type == "on-demand").unwrap().price;
+    assert!(od(large) < od(xlarge), "t3.large must rank cheaper than t3.xlarge");
+    assert!(
+        types.iter().any(|t| t.architecture == "arm64"),
+        "Graviton types are in the catalogue"
+    );
+    assert!(types.iter().all(|t| t.architecture == "amd64" || t.architecture == "arm64"));
+}
+
+#[tokio::test]
+async fn first_write_up_template_resolves_to_the_three_subnets_and_the_security_group() {
+    let cloud = provider().await;
+    let fx = fixtures();
+    let status = cloud
+        .resolve(&first_write_up_template())
+        .await
+        .expect("resolving the first write-up's template");
+    let subnets: BTreeMap<String, String> = status.subnets.unwrap().into_iter().map(|s| (s.zone.unwrap(), s.id)).collect();
+    let expected: BTreeMap<String, String> = fx["subnets"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(zone, id)| (zone.clone(), id.as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(subnets, expected);
+    let groups: Vec<String> = status.security_groups.unwrap().into_iter().map(|g| g.id).collect();
+    assert_eq!(groups, vec![fx["security_group_id"].as_str().unwrap().to_string()]);
+    let amis: BTreeSet<String> = status.amis.unwrap().into_iter().map(|a| a.id).collect();
+    let al2 = |param: &str| fx["amis"][param]["image_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        amis,
+        BTreeSet::from([
+            al2("/aws/service/eks/optimized-ami/1.33/amazon-linux-2/recommended/image_id"),
+            al2("/aws/service/eks/optimized-ami/1.33/amazon-linux-2-arm64/recommended/image_id"),
+        ])
+    );
+}
+
+#[tokio::test]
+async fn selectors_that_match_nothing_are_configuration_errors_naming_the_selector() {
+    let cloud = provider().await;
+    let mut template = first_write_up_template();
+    template.subnet_selector = BTreeMap::from([("environment".to_string(), "production".to_string())]);
+    let err = cloud.resolve(&template).await.unwrap_err();
+    assert_eq!(err.kind(), "invalid_configuration");
+    assert!(err.to_string().contains(r#"subnetSelector {environment: "production"}"#), "{err}");
+
+    let mut template = first_write_up_template();
+    template.security_group_selector = BTreeMap::from([("karpenter".to_string(), "managed".to_string())]);
+    let err = cloud.resolve(&template).await.unwrap_err();
+    assert!(err.to_string().contains(r#"securityGroupSelector {karpenter: "managed"}"#), "{err}");
+}
+
+#[tokio::test]
+async fn launches_tags_lists_and_terminates_first_write_up_nodes() {
+    let cloud = provider().await;
+    let provisioner = unique("service");
+    let fx = fixtures();
+    with_cleanup(&cloud, &provisioner, |ids| {
+        let cloud = &cloud;
+        let provisioner = provisioner.clone();
+        async move {
+            let request = first_write_up_request(&provisioner);
+
+            // 1. launch: the cheapest option, t3.large, in one of the allowed zones
+            let first = cloud.create(&request).await.expect("launching the first node");
+            ids.lock().unwrap().push(first.id.clone());
+            assert_eq!(first.instance_type, "t3.large");
+            assert!(["ap-northeast-2a", "ap-northeast-2c"].contains(&first.zone.as_str()), "zone {}", first.zone);
+            assert_eq!(first.capacity_type, "on-demand");
+            assert!(!first.private_dns_name.is_empty());
+            assert_eq!(first.provider_id(), format!("aws:///{}/{}", first.zone, first.id));
+
+            // 2. EC2 has the instance with our tags, in the zone's fixture subnet
+            let described = cloud.ec2().describe_instances().instance_ids(&first.id).send().await.unwrap();
+            let ec2_instance = &described.reservations()[0].instances()[0];
+            let tags = tag_map(ec2_instance.tags());
+            assert_eq!(tags["kubernetes.io/cluster/ssungz-cluster"], "owned");
+            assert_eq!(tags["karpenter.sh/provisioner-name"], provisioner);
+            assert_eq!(tags["karpenter.sh/managed-by"], CLUSTER_NAME);
+            assert_eq!(tags["karpenter.sh/discovery"], CLUSTER_NAME, "the template's tags");
+            assert_eq!(tags["Name"], format!("karpenter.sh/provisioner-name/{provisioner}"));
+            assert_eq!(ec2_instance.subnet_id(), fx["subnets"][first.zone.as_str()].as_str());
+            let al2 = fx["amis"]["/aws/service/eks/optimized-ami/1.33/amazon-linux-2/recommended/image_id"]["image_id"].as_str();
+            assert_eq!(ec2_instance.image_id(), al2);
+
+            // 3. one launch template, holding the AMI, security group, profile, metadata and bootstrap
+            let templates = cloud
+                .ec2()
+                .describe_launch_templates()
+                .filters(Filter::builder().name("tag:karpenter.sh/provisioner-name").values(&provisioner).build())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(templates.launch_templates().len(), 1);
+            let lt = &templates.launch_templates()[0];
+            let lt_name = lt.launch_template_name().unwrap().to_string();
+            assert!(lt_name.starts_with("karpenter-rs/ssungz-cluster/"), "{lt_name}");
+            assert_eq!(tag_map(lt.tags()).get("karpenter.k8s.aws/cluster").map(String::as_str), Some(CLUSTER_NAME));
+            let versions = cloud.ec2().describe_launch_template_versions().launch_template_name(&lt_name).send().await.unwrap();
+            let data = versions.launch_template_versions()[0].launch_template_data().unwrap();
+            assert_eq!(data.image_id(), al2);
+            assert_eq!(data.security_group_ids(), [fx["security_group_id"].as_str().unwrap().to_string()]);
+            assert_eq!(data.iam_instance_profile().and_then(|p| p.name()), Some("KarpenterNodeInstanceProfile"));
+            let md = data.metadata_options().expect("metadata options are set");
+            assert_eq!(md.http_tokens().map(|t| t.as_str()), Some("required"));
+            assert_eq!(md.http_put_response_hop_limit(), Some(2));
+            let user_data = base64::engine::general_purpose::STANDARD.decode(data.user_data().unwrap()).unwrap();
+            let user_data = String::from_utf8(user_data).unwrap();
+            let endpoint = &local_env()["CLUSTER_ENDPOINT"];
+            assert!(
+                user_data.contains(&format!("/etc/eks/bootstrap.sh 'ssungz-cluster' --apiserver-endpoint '{endpoint}'")),
+                "{user_data}"
+            );
+            assert!(
+                user_data.contains(&format!(
+                    "--node-labels=karpenter.sh/capacity-type=on-demand,karpenter.sh/provisioner-name={provisioner},nodeType=service-2023 --register-with-taints=service=true:NoSchedule"
+                )),
+                "{user_data}"
+            );
+            let root = &data.block_device_mappings()[0];
+            assert_eq!(root.device_name(), Some("/dev/xvda"));
+            assert_eq!(root.ebs().and_then(|e| e.volume_size()), Some(20));
+
+            // 4. a second launch reuses the launch template
+            let second = cloud.create(&request).await.expect("launching the second node");
+            ids.lock().unwrap().push(second.id.clone());
+            assert_ne!(second.id, first.id);
+            let again = cloud
+                .ec2()
+                .describe_launch_templates()
+                .filters(Filter::builder().name("tag:karpenter.sh/provisioner-name").values(&provisioner).build())
+                .send()
+                .await
+                .unwrap();
+            let names: Vec<_> = again.launch_templates().iter().filter_map(|t| t.launch_template_name()).collect();
+            assert_eq!(names, vec![lt_name.as_str()]);
+
+            // 5. list finds both, get finds each
+            let listed: BTreeSet<String> = cloud.list().await.unwrap().into_iter().map(|i| i.id).collect();
+            assert!(listed.contains(&first.id) && listed.contains(&second.id), "{listed:?}");
+            assert_eq!(cloud.get(&second.id).await.unwrap().tags["karpenter.sh/provisioner-name"], provisioner);
+
+            // 6. delete terminates; deleting again is fine; list and get no longer see them
+            for id in [&first.id, &second.id] {
+                cloud.delete(id).await.expect("terminating");
+                cloud.delete(id).await.expect("terminating a terminated instance is success");
+            }
+            let listed: BTreeSet<String> = cloud.list().await.unwrap().into_iter().map(|i| i.id).collect();
+            assert!(!listed.contains(&first.id) && !listed.contains(&second.id), "{listed:?}");
+            assert!(cloud.get(&first.id).await.unwrap_err().is_not_found());
+            let state = cloud.ec2().describe_instances().instance_ids(&first.id).send().await.unwrap();
+            let state = state.reservations()[0].instances()[0].state().and_then(|s| s.name()).unwrap().as_str().to_string();
+            assert!(state == "terminated" || state == "shutting-down", "{state}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn launches_spot_under_the_spot_price_when_spot_is_allowed() {
+    let cloud = provider().await;
+    let provisioner = unique("spot");
+    with_cleanup(&cloud, &provisioner, |ids| {
+        let cloud = &cloud;
+        let provisioner = provisioner.clone();
+        async move {
+            let types = cloud.instance_types().await.unwrap();
+            let large = types.iter().find(|t| t.name == "t3.large").unwrap();
+            let spot = large
+                .offerings
+                .iter()
+                .find(|o| o.capacity_type == "spot" && o.zone == "ap-northeast-2a")
+                .unwrap();
+            let mut request = first_write_up_request(&provisioner);
+            request.instance_options.insert(
+                0,
+                InstanceOption {
+                    capacity_type: "spot".into(),
+                    price: spot.price,
+                    ..option("t3.large", "ap-northeast-2a", 0.0)
+                },
+            );
+            request.spot_max_price = Some(0.067);
+            assert!(spot.price <= 0.067, "moto's spot price history is below the write-up's spotPrice");
+            let instance = cloud.create(&request).await.expect("launching a spot node");
+            ids.lock().unwrap().push(instance.id.clone());
+            assert_eq!(instance.capacity_type, "spot");
+            assert_eq!(instance.zone, "ap-northeast-2a");
+
+            // a cap below every spot price leaves only on-demand
+            request.spot_max_price = Some(spot.price / 2.0);
+            let instance = cloud.create(&request).await.expect("launching an on-demand node");
+            ids.lock().unwrap().push(instance.id.clone());
+            assert_eq!(instance.capacity_type, "on-demand");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn launching_in_zones_without_a_matching_subnet_names_the_selector() {
+    let cloud = provider().await;
+    let mut request = first_write_up_request(&unique("nozone"));
+    request.instance_options = vec![option("t3.large", "ap-northeast-2d", 0.104)];
+    match cloud.create(&request).await {
+        Err(Error::InvalidConfiguration(message)) => {
+            assert!(message.contains("karpenter.sh/discovery/ssungz-cluster"), "{message}");
+            assert!(message.contains("ap-northeast-2d"), "{message}");
+        }
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn deleting_an_unknown_instance_succeeds() {
+    let cloud = provider().await;
+    cloud
+        .delete("i-0123456789abcdef0")
+        .await
+        .expect("an instance that does not exist counts as deleted");
+    assert!(cloud.get("i-0123456789abcdef0").await.unwrap_err().is_not_found());
+}
