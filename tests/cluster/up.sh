@@ -75,7 +75,8 @@ EOF
   start_proc karpenter "$bin" "$bin" run \
     --cluster-name "$CLUSTER_NAME" --bind-address 127.0.0.1 \
     --webhook-port "$KARPENTER_WEBHOOK_PORT" --metrics-port "$KARPENTER_METRICS_PORT" \
-    --health-probe-port "$KARPENTER_HEALTH_PORT" --cert-dir "$KARPENTER_CERTS"
+    --health-probe-port "$KARPENTER_HEALTH_PORT" --cert-dir "$KARPENTER_CERTS" \
+    --default-instance-profile KarpenterNodeInstanceProfile
   wait_ready karpenter "$COMPONENT_TIMEOUT" check_karpenter
   local setup="$LOGS/karpenter-setup.log"
   kubectl apply --server-side --force-conflicts -f "$REPO_ROOT/deploy/crds/" >>"$setup" 2>&1 ||

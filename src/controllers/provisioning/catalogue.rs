@@ -2,7 +2,7 @@
 //! facts → instance types with capacity and overhead, a planned node → a launch request, a
 //! launched instance → what its Node carries. Pure; no I/O here.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
@@ -38,8 +38,15 @@ pub fn facts(info: &InstanceTypeInfo) -> InstanceFacts {
 }
 
 /// The instance types a Provisioner may launch, with capacity and overhead computed for its
-/// kubelet settings and AMI family.
-pub fn instance_types(catalogue: &[InstanceTypeInfo], provisioner: &Provisioner, template: &NodeTemplate, region: &str) -> Vec<Arc<InstanceType>> {
+/// kubelet settings and AMI family. Only offerings in `zones` (where its subnets are) are kept:
+/// a node planned anywhere else could not be launched.
+pub fn instance_types(
+    catalogue: &[InstanceTypeInfo],
+    provisioner: &Provisioner,
+    template: &NodeTemplate,
+    zones: &BTreeSet<String>,
+    region: &str,
+) -> Vec<Arc<InstanceType>> {
     let mut settings = NodeSettings::from_kubelet(provisioner.spec.kubelet_configuration.as_ref());
     settings.ami_family = AmiFamily::parse(&template.ami_family.to_string());
     catalogue
@@ -48,6 +55,7 @@ pub fn instance_types(catalogue: &[InstanceTypeInfo], provisioner: &Provisioner,
             let offerings = info
                 .offerings
                 .iter()
+                .filter(|o| zones.contains(&o.zone))
                 .map(|o| Offering { zone: o.zone.clone(), capacity_type: o.capacity_type.clone(), price: o.price, available: o.available })
                 .collect();
             Arc::new(InstanceType::from_facts(&facts(info), offerings, &settings, Some(region)))

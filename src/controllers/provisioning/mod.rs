@@ -12,7 +12,7 @@ pub mod catalogue;
 pub mod node;
 pub mod pods;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -202,9 +202,16 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
     }
     let provisioners: Vec<Arc<Provisioner>> = stores.provisioners.state();
     let mut templates: HashMap<String, (NodeTemplate, Option<f64>)> = HashMap::new();
+    let mut zones: HashMap<String, BTreeSet<String>> = HashMap::new();
     for p in &provisioners {
-        match node_template(ctx, stores, p) {
-            Ok(t) => {
+        let resolved = match node_template(ctx, stores, p) {
+            Ok(t) => ctx.cloud.resolve(&t.0).await.map(|status| (t, status)).map_err(|e| telemetry::chain(&e)),
+            Err(reason) => Err(reason),
+        };
+        match resolved {
+            Ok((t, status)) => {
+                let subnet_zones = status.subnets.unwrap_or_default().into_iter().filter_map(|s| s.zone).collect();
+                zones.insert(p.name_any(), subnet_zones);
                 templates.insert(p.name_any(), t);
             }
             Err(reason) => {
@@ -227,7 +234,7 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
                 let (template, _) = templates.get(&p.name_any())?;
                 Some(ProvisionerInput {
                     provisioner: (**p).clone(),
-                    instance_types: catalogue::instance_types(&catalogue, p, template, &ctx.config.region),
+                    instance_types: catalogue::instance_types(&catalogue, p, template, &zones[&p.name_any()], &ctx.config.region),
                 })
             })
             .collect(),

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The first write-up's scenario on the local cluster, as a readable timeline:
+#   Provisioner `service` + AWSNodeTemplate `service-lt` + the nginx Deployment (2 replicas,
+#   nodeSelector nodeType=service-2023, toleration for service=true:NoSchedule)
+#   → pods Pending → karpenter-rs launches an instance in the EC2 emulator → its Node turns Ready
+#   → the pods run on it.
+# Usage: tests/cluster/demo.sh      (starts the cluster and karpenter-rs if needed; leaves them running)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+FIXTURES=tests/fixtures/first-writeup
+TIMEOUT=${TIMEOUT:-180}
+
+bash tests/cluster/up.sh --with-karpenter >/dev/null
+# shellcheck source=/dev/null
+source target/local-cluster/env
+LOG=target/local-cluster/logs/karpenter.log
+
+start=$(date +%s)
+say() { printf '[%3ss] %s\n' "$(($(date +%s) - start))" "$*"; }
+
+# Start from a clean slate so the timeline shows a launch.
+kubectl delete deployment nginx-karpenter --ignore-not-found --wait=true >/dev/null
+log_from=$(wc -l <"$LOG")
+
+kubectl apply -f "$FIXTURES/awsnodetemplate.yaml" -f "$FIXTURES/provisioner.yaml" >/dev/null
+say "applied AWSNodeTemplate service-lt and Provisioner service; requirements after defaulting:"
+kubectl get provisioner service -o jsonpath='{range .spec.requirements[*]}        {.key} {.operator} {.values}{"\n"}{end}'
+say "ttlSecondsAfterEmpty=$(kubectl get provisioner service -o jsonpath='{.spec.ttlSecondsAfterEmpty}') ttlSecondsUntilExpired=$(kubectl get provisioner service -o jsonpath='{.spec.ttlSecondsUntilExpired}')"
+kubectl apply -f "$FIXTURES/nginx-deployment.yaml" >/dev/null
+say "applied Deployment nginx-karpenter (2 replicas)"
+
+seen_pending="" seen_launch="" seen_ready="" node=""
+while true; do
+  now=$(($(date +%s) - start))
+  ((now < TIMEOUT)) || { say "timed out after ${TIMEOUT}s; see $LOG"; exit 1; }
+  pods=$(kubectl get pods -l app=nginx-karpenter -o jsonpath='{range .items[*]}{.metadata.name} {.status.phase} {.spec.nodeName}{"\n"}{end}')
+  pending=$(grep -c ' Pending' <<<"$pods" || true)
+  if [[ -z "$seen_pending" && "$pending" -gt 0 ]]; then
+    reason=$(kubectl get pods -l app=nginx-karpenter -o jsonpath='{.items[0].status.conditions[?(@.type=="PodScheduled")].message}')
+    say "$pending pods Pending: ${reason:-waiting for the scheduler}"
+    seen_pending=1
+  fi
+  if [[ -z "$seen_launch" ]]; then
+    line=$(tail -n +"$((log_from + 1))" "$LOG" | grep 'launched node' | grep 'provisioner=service' | tail -1 || true)
+    if [[ -n "$line" ]]; then
+      field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$line" | tr -d '"'; }
+      node=$(field node)
+      say "instance launched: $(field instance_id) $(field instance_type) in $(field zone), $(field capacity_type), \$$(field price)/h → node $node"
+      seen_launch=1
+    fi
+  fi
+  if [[ -n "$node" && -z "$seen_ready" ]]; then
+    if [[ "$(kubectl get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]; then
+      say "node $node Ready; labels: $(kubectl get node "$node" -o jsonpath='{.metadata.labels.nodeType} {.metadata.labels.node\.kubernetes\.io/instance-type} {.metadata.labels.topology\.kubernetes\.io/zone}'); taints: $(kubectl get node "$node" -o jsonpath='{range .spec.taints[*]}{.key}={.value}:{.effect} {end}')"
+      seen_ready=1
+    fi
+  fi
+  running=$(grep -c ' Running ' <<<"$pods" || true)
+  if [[ "$running" -ge 2 ]]; then
+    say "pods Running:"
+    sed 's/^/        /' <<<"$pods"
+    break
+  fi
+  sleep 1
+done
+say "done. Inspect with: source target/local-cluster/env; kubectl get nodes,pods -o wide"
+say "instances in the emulator: \"\$LOCAL_CLUSTER_PYTHON\" -c 'import boto3; print([(i[\"InstanceId\"], i[\"InstanceType\"], i[\"State\"][\"Name\"]) for r in boto3.client(\"ec2\").describe_instances()[\"Reservations\"] for i in r[\"Instances\"]])'"
