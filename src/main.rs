@@ -93,7 +93,7 @@ async fn run(args: RunArgs, with_controllers: bool) -> anyhow::Result<()> {
 }
 
 /// Connects to Kubernetes and AWS (retrying until both answer), then runs leader election and
-/// the provisioning controller until shutdown.
+/// the provisioning, termination, deprovisioning and garbage-collection controllers until shutdown.
 async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: CancellationToken) {
     let mut backoff = std::time::Duration::from_secs(1);
     let (client, cloud) = loop {
@@ -128,9 +128,25 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
         let api = kube::Api::namespaced(client.clone(), &args.leader_election_namespace);
         tokio::spawn(leader::run(api, config, leading_tx, shutdown.clone()))
     });
-    let ctx = provisioning::Context::new(client, std::sync::Arc::new(cloud), metrics, args.provisioning());
+    use karpenter_rs::controllers::{deprovisioning, garbagecollection, termination};
+    let cloud: std::sync::Arc<dyn karpenter_rs::cloudprovider::CloudProvider> = std::sync::Arc::new(cloud);
+    // Termination runs only on the leader, like every other controller (Karpenter runs them all in
+    // its leader-elected manager): two replicas would evict and terminate side by side. Each step
+    // is idempotent and re-read from the API, so a new leader picks up a half-drained node.
+    let termination = termination::Context::new(client.clone(), cloud.clone(), metrics.clone(), Default::default());
+    let termination = tokio::spawn(termination::run(termination, leading_rx.clone(), shutdown.clone()));
+    let deprovisioning = deprovisioning::Context::new(client.clone(), metrics.clone(), Default::default());
+    let deprovisioning = tokio::spawn(deprovisioning::run(deprovisioning, leading_rx.clone(), shutdown.clone()));
+    let collector = garbagecollection::Context::new(client.clone(), cloud.clone(), metrics.clone(), Default::default());
+    let collector = tokio::spawn(garbagecollection::run(collector, leading_rx.clone(), shutdown.clone()));
+    let ctx = provisioning::Context::new(client, cloud, metrics, args.provisioning());
     info!(leader_elect = args.leader_elect, "controllers started");
     provisioning::run(ctx, leading_rx, shutdown).await;
+    for task in [termination, deprovisioning, collector] {
+        if let Err(e) = task.await {
+            error!(error = %e, "controller task failed");
+        }
+    }
     if let Some(task) = election {
         let _ = task.await;
     }

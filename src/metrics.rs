@@ -24,6 +24,17 @@ pub mod result {
     pub const INVALID: &str = "invalid";
 }
 
+/// `reason` label values of `karpenter_nodes_terminated`; the deprovisioning methods also name
+/// the `action` of `karpenter_deprovisioning_actions_performed` (`<method>/delete`).
+pub mod reason {
+    /// Empty for `ttlSecondsAfterEmpty`.
+    pub const EMPTINESS: &str = "emptiness";
+    /// Older than `ttlSecondsUntilExpired`.
+    pub const EXPIRATION: &str = "expiration";
+    /// Its instance is gone.
+    pub const GARBAGE_COLLECTED: &str = "garbage_collected";
+}
+
 /// The metrics of one process.
 #[derive(Clone)]
 pub struct Metrics {
@@ -45,6 +56,10 @@ pub struct Metrics {
     pub cloudprovider_errors: IntCounterVec,
     /// `karpenter_pods_bound_total{result}` (`bound`, `already_bound`, `gone`).
     pub pods_bound: IntCounterVec,
+    /// `karpenter_nodes_terminated{provisioner, reason}`: Nodes deleted by karpenter-rs.
+    pub nodes_terminated: IntCounterVec,
+    /// `karpenter_deprovisioning_actions_performed{action}` (`<method>/delete`).
+    pub deprovisioning_actions: IntCounterVec,
 }
 
 impl Metrics {
@@ -101,6 +116,16 @@ impl Metrics {
             &["result"],
         )
         .expect("metric options are valid");
+        let nodes_terminated = IntCounterVec::new(
+            Opts::new("karpenter_nodes_terminated", "Nodes deleted by karpenter-rs, by provisioner and reason."),
+            &["provisioner", "reason"],
+        )
+        .expect("metric options are valid");
+        let deprovisioning_actions = IntCounterVec::new(
+            Opts::new("karpenter_deprovisioning_actions_performed", "Deprovisioning actions performed, by action (<method>/delete)."),
+            &["action"],
+        )
+        .expect("metric options are valid");
         for collector in [
             Box::new(webhook_requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(webhook_duration.clone()),
@@ -110,6 +135,8 @@ impl Metrics {
             Box::new(cloudprovider_duration.clone()),
             Box::new(cloudprovider_errors.clone()),
             Box::new(pods_bound.clone()),
+            Box::new(nodes_terminated.clone()),
+            Box::new(deprovisioning_actions.clone()),
         ] {
             registry.register(collector).expect("metric names are unique");
         }
@@ -127,6 +154,8 @@ impl Metrics {
             cloudprovider_duration,
             cloudprovider_errors,
             pods_bound,
+            nodes_terminated,
+            deprovisioning_actions,
         }
     }
 

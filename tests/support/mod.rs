@@ -277,3 +277,54 @@ impl Drop for Controller {
         self.shutdown.cancel();
     }
 }
+
+/// The controllers a `Controller::start_all` runs besides provisioning.
+pub struct Loops {
+    pub termination: karpenter_rs::controllers::termination::TerminationConfig,
+    pub deprovisioning: karpenter_rs::controllers::deprovisioning::DeprovisioningConfig,
+    pub garbage_collection: karpenter_rs::controllers::garbagecollection::GarbageCollectionConfig,
+}
+
+impl Controller {
+    /// Starts the provisioning controller plus termination, deprovisioning and garbage
+    /// collection, all leading from the start (one replica), sharing one cloud provider.
+    pub fn start_all(cluster: &Cluster, loops: Loops) -> Controller {
+        use karpenter_rs::controllers::{deprovisioning, garbagecollection, provisioning, termination};
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let shutdown = CancellationToken::new();
+        let metrics = Metrics::new();
+        let config = provisioning::ProvisioningConfig {
+            cluster_name: CLUSTER_NAME.into(),
+            region: cluster.env["AWS_REGION"].clone(),
+            windows: Default::default(),
+            bind_pods: true,
+        };
+        let cloud_config = cloud_config(cluster);
+        let (token, m) = (shutdown.clone(), metrics.clone());
+        let kube_client = runtime.block_on(client(cluster));
+        runtime.spawn(async move {
+            let cloud = karpenter_rs::cloudprovider::aws::AwsCloudProvider::new(cloud_config)
+                .await
+                .expect("cloud provider");
+            let cloud: std::sync::Arc<dyn karpenter_rs::cloudprovider::CloudProvider> = std::sync::Arc::new(cloud);
+            let (_leading_tx, leading) = tokio::sync::watch::channel(true);
+            let t = termination::Context::new(kube_client.clone(), cloud.clone(), m.clone(), loops.termination);
+            tokio::spawn(termination::run(t, leading.clone(), token.clone()));
+            let d = deprovisioning::Context::new(kube_client.clone(), m.clone(), loops.deprovisioning);
+            tokio::spawn(deprovisioning::run(d, leading.clone(), token.clone()));
+            let g = garbagecollection::Context::new(kube_client.clone(), cloud.clone(), m.clone(), loops.garbage_collection);
+            tokio::spawn(garbagecollection::run(g, leading.clone(), token.clone()));
+            let ctx = provisioning::Context::new(kube_client, cloud, m, config);
+            provisioning::run(ctx, leading, token).await;
+        });
+        Controller {
+            runtime,
+            shutdown,
+            metrics,
+        }
+    }
+}

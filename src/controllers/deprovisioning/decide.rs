@@ -1,0 +1,364 @@
+//! The pure decisions of deprovisioning, with the time passed in: emptiness
+//! (`ttlSecondsAfterEmpty`, karpenter-behavior.md §5.3) and expiration
+//! (`ttlSecondsUntilExpired`, §5.4), and the `karpenter.sh/do-not-evict` opt-out (§5.7).
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::chrono::{DateTime, Duration, Utc};
+
+use crate::apis::v1alpha5::labels::{DO_NOT_EVICT_ANNOTATION, EMPTINESS_TIMESTAMP_ANNOTATION, PROVISIONER_NAME_LABEL};
+use crate::controllers::termination::drain::{is_daemonset_pod, is_mirror_pod, is_terminal, is_terminating};
+
+/// What to do about one node and `ttlSecondsAfterEmpty`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Emptiness {
+    /// Not a candidate (not ours, no TTL, being deleted, not Ready, or just launched and possibly
+    /// about to receive the pods it was launched for): leave it alone.
+    Ignore,
+    /// Has pods and no emptiness timestamp: nothing to do.
+    Occupied,
+    /// Has pods but still carries the timestamp: remove it.
+    Unmark,
+    /// Empty and unmarked: set the timestamp to now.
+    Mark,
+    /// Empty since the timestamp; delete it at `until`.
+    Wait {
+        /// When it will have been empty for the TTL.
+        until: DateTime<Utc>,
+    },
+    /// Empty for the TTL (or the timestamp cannot be read): delete it.
+    Delete,
+}
+
+/// The node's `Ready` condition is `True`.
+pub fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Whether a pod keeps a node from being empty: anything but terminal, DaemonSet and mirror pods.
+/// A terminating pod still occupies its node until it is gone.
+pub fn occupies(pod: &Pod) -> bool {
+    !(is_terminal(pod) || is_daemonset_pod(pod) || is_mirror_pod(pod))
+}
+
+/// A running, non-terminating, non-mirror pod annotated `karpenter.sh/do-not-evict: "true"`.
+pub fn do_not_evict(pods: &[Pod]) -> Option<&Pod> {
+    pods.iter().find(|p| {
+        !is_terminal(p)
+            && !is_terminating(p)
+            && !is_mirror_pod(p)
+            && p.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(DO_NOT_EVICT_ANNOTATION))
+                .map(String::as_str)
+                == Some("true")
+    })
+}
+
+fn created(node: &Node) -> Option<DateTime<Utc>> {
+    node.metadata.creation_timestamp.as_ref().map(|t| t.0)
+}
+
+/// The emptiness decision for `node` with the pods bound to it, its Provisioner's
+/// `ttlSecondsAfterEmpty`, and how long after launch a node is presumed nominated for the pods
+/// it was launched for. TTL 0 deletes an empty node at once.
+pub fn emptiness(node: &Node, pods: &[Pod], ttl_seconds_after_empty: Option<i64>, nomination: Duration, now: DateTime<Utc>) -> Emptiness {
+    let Some(ttl) = ttl_seconds_after_empty.filter(|t| *t >= 0) else {
+        return Emptiness::Ignore;
+    };
+    if !node
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(PROVISIONER_NAME_LABEL))
+        || node.metadata.deletion_timestamp.is_some()
+    {
+        return Emptiness::Ignore;
+    }
+    let annotation = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(EMPTINESS_TIMESTAMP_ANNOTATION));
+    if pods.iter().any(occupies) {
+        return if annotation.is_some() {
+            Emptiness::Unmark
+        } else {
+            Emptiness::Occupied
+        };
+    }
+    if !is_ready(node) || created(node).is_none_or(|c| now < c + nomination) {
+        return Emptiness::Ignore;
+    }
+    if ttl == 0 {
+        return Emptiness::Delete;
+    }
+    let Some(annotation) = annotation else { return Emptiness::Mark };
+    match DateTime::parse_from_rfc3339(annotation) {
+        Ok(since) => {
+            let until = since.with_timezone(&Utc) + Duration::seconds(ttl);
+            if now >= until {
+                Emptiness::Delete
+            } else {
+                Emptiness::Wait { until }
+            }
+        }
+        Err(_) => Emptiness::Delete,
+    }
+}
+
+/// The emptiness timestamp for `now`, as the annotation holds it (RFC 3339, seconds, UTC).
+pub fn emptiness_timestamp(now: DateTime<Utc>) -> String {
+    now.to_rfc3339_opts(k8s_openapi::chrono::SecondsFormat::Secs, true)
+}
+
+/// A node of ours with the pods bound to it and its Provisioner's TTLs, as expiration sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Candidate<'a> {
+    /// The node.
+    pub node: &'a Node,
+    /// The pods bound to it.
+    pub pods: &'a [Pod],
+    /// Its Provisioner's `ttlSecondsUntilExpired`.
+    pub ttl_seconds_until_expired: Option<i64>,
+}
+
+/// When `node` expires, if its Provisioner sets `ttlSecondsUntilExpired`.
+pub fn expires_at(node: &Node, ttl_seconds_until_expired: Option<i64>) -> Option<DateTime<Utc>> {
+    let ttl = ttl_seconds_until_expired.filter(|t| *t >= 0)?;
+    Some(created(node)? + Duration::seconds(ttl))
+}
+
+/// The outcome of an expiration pass.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Expiration {
+    /// The node to delete now (the one that expired first), if any.
+    pub delete: Option<String>,
+    /// Expired nodes kept because of a do-not-evict pod: (node, `namespace/name` of the pod).
+    pub blocked: Vec<(String, String)>,
+}
+
+/// At most one expired node to delete, oldest expiry first, skipping nodes that run a
+/// do-not-evict pod. While a node of ours is being deleted nothing new is chosen, so a fleet
+/// rolls one node at a time.
+pub fn expiration(candidates: &[Candidate<'_>], now: DateTime<Utc>) -> Expiration {
+    let ours = |c: &&Candidate<'_>| {
+        c.node
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(PROVISIONER_NAME_LABEL))
+    };
+    let mut outcome = Expiration::default();
+    if candidates.iter().filter(ours).any(|c| c.node.metadata.deletion_timestamp.is_some()) {
+        return outcome;
+    }
+    let mut expired: Vec<(DateTime<Utc>, &Candidate<'_>)> = candidates
+        .iter()
+        .filter(ours)
+        .filter_map(|c| {
+            expires_at(c.node, c.ttl_seconds_until_expired)
+                .filter(|at| now > *at)
+                .map(|at| (at, c))
+        })
+        .collect();
+    expired.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.node.metadata.name.cmp(&b.1.node.metadata.name)));
+    for (_, candidate) in expired {
+        let name = candidate.node.metadata.name.clone().unwrap_or_default();
+        if let Some(pod) = do_not_evict(candidate.pods) {
+            let pod_name = format!(
+                "{}/{}",
+                pod.metadata.namespace.as_deref().unwrap_or("default"),
+                pod.metadata.name.as_deref().unwrap_or_default()
+            );
+            outcome.blocked.push((name, pod_name));
+            continue;
+        }
+        outcome.delete = Some(name);
+        break;
+    }
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::chrono::TimeZone;
+    use serde_json::json;
+
+    const NOMINATION: i64 = 20;
+
+    fn at(seconds: i64) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2023, 6, 1, 12, 0, 0).unwrap() + Duration::seconds(seconds)
+    }
+
+    fn node(name: &str, created: i64) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {PROVISIONER_NAME_LABEL: "default"}, "creationTimestamp": at(created).to_rfc3339()},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap()
+    }
+
+    fn annotated(mut n: Node, key: &str, value: &str) -> Node {
+        n.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(key.into(), value.into());
+        n
+    }
+
+    fn pod(name: &str, extra: serde_json::Value) -> Pod {
+        let mut value = json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {"containers": []}, "status": {"phase": "Running"}});
+        if let (Some(v), Some(extra)) = (value.as_object_mut(), extra.as_object()) {
+            for (k, e) in extra {
+                let entry = v.entry(k.clone()).or_insert(json!({}));
+                if let (Some(o), Some(e)) = (entry.as_object_mut(), e.as_object()) {
+                    o.extend(e.clone());
+                }
+            }
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn decide(n: &Node, pods: &[Pod], ttl: Option<i64>, now: i64) -> Emptiness {
+        emptiness(n, pods, ttl, Duration::seconds(NOMINATION), at(now))
+    }
+
+    #[test]
+    fn marks_an_empty_node_then_deletes_it_once_empty_for_the_ttl() {
+        let n = node("n1", 0);
+        assert_eq!(decide(&n, &[], Some(30), 100), Emptiness::Mark);
+        let marked = annotated(n, EMPTINESS_TIMESTAMP_ANNOTATION, &emptiness_timestamp(at(100)));
+        assert_eq!(decide(&marked, &[], Some(30), 110), Emptiness::Wait { until: at(130) });
+        assert_eq!(decide(&marked, &[], Some(30), 130), Emptiness::Delete);
+    }
+
+    #[test]
+    fn daemonset_mirror_and_terminal_pods_leave_a_node_empty() {
+        let pods = [
+            pod(
+                "ds",
+                json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u"}]}}),
+            ),
+            pod("static", json!({"metadata": {"annotations": {"kubernetes.io/config.mirror": "x"}}})),
+            pod("job", json!({"status": {"phase": "Succeeded"}})),
+        ];
+        assert_eq!(decide(&node("n1", 0), &pods, Some(30), 100), Emptiness::Mark);
+    }
+
+    #[test]
+    fn a_pod_that_arrives_removes_the_timestamp() {
+        let marked = annotated(node("n1", 0), EMPTINESS_TIMESTAMP_ANNOTATION, &emptiness_timestamp(at(100)));
+        assert_eq!(decide(&marked, &[pod("web", json!({}))], Some(30), 200), Emptiness::Unmark);
+        assert_eq!(decide(&node("n1", 0), &[pod("web", json!({}))], Some(30), 200), Emptiness::Occupied);
+    }
+
+    #[test]
+    fn a_terminating_pod_still_occupies_its_node() {
+        let leaving = pod("web", json!({"metadata": {"deletionTimestamp": at(90).to_rfc3339()}}));
+        assert_eq!(decide(&node("n1", 0), &[leaving], Some(30), 100), Emptiness::Occupied);
+    }
+
+    #[test]
+    fn a_do_not_evict_pod_keeps_the_node_from_being_empty() {
+        let pinned = pod("pinned", json!({"metadata": {"annotations": {DO_NOT_EVICT_ANNOTATION: "true"}}}));
+        assert_eq!(decide(&node("n1", 0), &[pinned], Some(0), 100), Emptiness::Occupied);
+    }
+
+    #[test]
+    fn ttl_zero_deletes_an_empty_node_at_once() {
+        assert_eq!(decide(&node("n1", 0), &[], Some(0), 100), Emptiness::Delete);
+    }
+
+    #[test]
+    fn leaves_nodes_without_ttl_deleting_unready_foreign_or_just_launched_alone() {
+        assert_eq!(decide(&node("n1", 0), &[], None, 100), Emptiness::Ignore);
+        let mut deleting = node("n1", 0);
+        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(50)));
+        assert_eq!(decide(&deleting, &[], Some(30), 100), Emptiness::Ignore);
+        let mut unready = node("n1", 0);
+        unready.status = None;
+        assert_eq!(decide(&unready, &[], Some(30), 100), Emptiness::Ignore);
+        let mut foreign = node("n1", 0);
+        foreign.metadata.labels = None;
+        assert_eq!(decide(&foreign, &[], Some(30), 100), Emptiness::Ignore);
+        assert_eq!(decide(&node("n1", 90), &[], Some(0), 100), Emptiness::Ignore, "launched 10 s ago");
+    }
+
+    #[test]
+    fn an_unreadable_timestamp_counts_as_expired() {
+        let marked = annotated(node("n1", 0), EMPTINESS_TIMESTAMP_ANNOTATION, "yesterday");
+        assert_eq!(decide(&marked, &[], Some(30), 100), Emptiness::Delete);
+    }
+
+    #[test]
+    fn formats_the_timestamp_as_rfc3339_utc_seconds() {
+        assert_eq!(emptiness_timestamp(at(0)), "2023-06-01T12:00:00Z");
+    }
+
+    fn candidate<'a>(n: &'a Node, pods: &'a [Pod], ttl: Option<i64>) -> Candidate<'a> {
+        Candidate {
+            node: n,
+            pods,
+            ttl_seconds_until_expired: ttl,
+        }
+    }
+
+    #[test]
+    fn expires_the_node_that_expired_first_and_only_one() {
+        let (old, older, young) = (node("old", 10), node("older", 0), node("young", 500));
+        let outcome = expiration(
+            &[
+                candidate(&old, &[], Some(100)),
+                candidate(&older, &[], Some(100)),
+                candidate(&young, &[], Some(100)),
+            ],
+            at(200),
+        );
+        assert_eq!(
+            outcome,
+            Expiration {
+                delete: Some("older".into()),
+                blocked: vec![]
+            }
+        );
+    }
+
+    #[test]
+    fn does_not_expire_before_the_ttl_or_without_one() {
+        let n = node("n1", 0);
+        assert_eq!(expiration(&[candidate(&n, &[], Some(100))], at(100)).delete, None);
+        assert_eq!(expiration(&[candidate(&n, &[], None)], at(100_000)).delete, None);
+    }
+
+    #[test]
+    fn a_do_not_evict_pod_blocks_expiration_of_its_node_only() {
+        let (a, b) = (node("a", 0), node("b", 10));
+        let pinned = [pod(
+            "pinned",
+            json!({"metadata": {"annotations": {DO_NOT_EVICT_ANNOTATION: "true"}}}),
+        )];
+        let outcome = expiration(&[candidate(&a, &pinned, Some(100)), candidate(&b, &[], Some(100))], at(200));
+        assert_eq!(outcome.delete.as_deref(), Some("b"));
+        assert_eq!(outcome.blocked, vec![("a".to_string(), "ns/pinned".to_string())]);
+        let not_true = [pod("p", json!({"metadata": {"annotations": {DO_NOT_EVICT_ANNOTATION: "false"}}}))];
+        assert_eq!(
+            expiration(&[candidate(&a, &not_true, Some(100))], at(200)).delete.as_deref(),
+            Some("a")
+        );
+    }
+
+    #[test]
+    fn waits_while_another_node_of_ours_is_being_deleted() {
+        let (a, mut b) = (node("a", 0), node("b", 0));
+        b.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(150)));
+        assert_eq!(
+            expiration(&[candidate(&a, &[], Some(100)), candidate(&b, &[], Some(100))], at(200)),
+            Expiration::default()
+        );
+    }
+}

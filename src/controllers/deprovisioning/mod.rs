@@ -1,0 +1,301 @@
+//! Deprovisioning: a periodic pass (leader only) that expires nodes older than their
+//! Provisioner's `ttlSecondsUntilExpired` (one at a time) and removes nodes that have been empty
+//! for `ttlSecondsAfterEmpty` (karpenter-behavior.md §5.1, §5.3, §5.4). Deleting a Node is all it
+//! does; the termination controller drains it and terminates its instance, and the provisioning
+//! controller replaces capacity for the evicted pods.
+//!
+//! `decide.rs` holds the decisions; this file reads the stores, applies them and writes.
+
+pub mod decide;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::chrono::Utc;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, instrument, warn};
+
+use crate::apis::v1alpha5::labels::{EMPTINESS_TIMESTAMP_ANNOTATION, PROVISIONER_NAME_LABEL};
+use crate::apis::v1alpha5::Provisioner;
+use crate::controllers::termination::{publish, recorder, reflect};
+use crate::metrics::{self, Metrics};
+use crate::telemetry;
+use decide::{Candidate, Emptiness};
+
+/// Settings of the deprovisioning controller.
+#[derive(Clone, Debug)]
+pub struct DeprovisioningConfig {
+    /// How often a pass runs.
+    pub interval: Duration,
+    /// How long after launch a node is presumed nominated for the pods it was launched for, and so
+    /// not empty yet.
+    pub nomination: Duration,
+    /// Label selector of the nodes considered (ours by default; narrower to shard or to test).
+    pub node_selector: String,
+}
+
+impl Default for DeprovisioningConfig {
+    fn default() -> Self {
+        DeprovisioningConfig {
+            interval: Duration::from_secs(10),
+            nomination: Duration::from_secs(20),
+            node_selector: PROVISIONER_NAME_LABEL.to_string(),
+        }
+    }
+}
+
+/// What the deprovisioning loop needs.
+pub struct Context {
+    /// Kubernetes client.
+    pub client: kube::Client,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Settings.
+    pub config: DeprovisioningConfig,
+    recorder: Recorder,
+}
+
+impl Context {
+    /// A context for the controller.
+    pub fn new(client: kube::Client, metrics: Metrics, config: DeprovisioningConfig) -> Arc<Context> {
+        Arc::new(Context {
+            recorder: recorder(&client),
+            client,
+            metrics,
+            config,
+        })
+    }
+}
+
+struct Stores {
+    nodes: Store<Node>,
+    pods: Store<Pod>,
+    provisioners: Store<Provisioner>,
+}
+
+/// Runs deprovisioning passes until `shutdown`, only while `leading` is true.
+pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
+    let client = ctx.client.clone();
+    let stores = Stores {
+        nodes: reflect(
+            Api::<Node>::all(client.clone()),
+            watcher::Config::default().labels(&ctx.config.node_selector),
+            &shutdown,
+        ),
+        pods: reflect(Api::<Pod>::all(client.clone()), watcher::Config::default(), &shutdown),
+        provisioners: reflect(Api::<Provisioner>::all(client), watcher::Config::default(), &shutdown),
+    };
+    let mut ticker = tokio::time::interval(ctx.config.interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        if !*leading.borrow() {
+            continue;
+        }
+        if let Err(e) = pass(&ctx, &stores).await {
+            warn!(error = %telemetry::chain(&e), "deprovisioning pass failed; retrying with the next one");
+        }
+    }
+}
+
+/// One pass: read the stores, expire at most one node, then mark, unmark and delete empty ones.
+#[instrument(skip_all)]
+async fn pass(ctx: &Context, stores: &Stores) -> Result<(), DeprovisioningError> {
+    for ready in [
+        stores.nodes.wait_until_ready().await,
+        stores.pods.wait_until_ready().await,
+        stores.provisioners.wait_until_ready().await,
+    ] {
+        ready.map_err(|e| DeprovisioningError::Stores(e.to_string()))?;
+    }
+    let now = Utc::now();
+    let nodes = stores.nodes.state();
+    let mut pods_by_node: HashMap<String, Vec<Pod>> = HashMap::new();
+    for pod in stores.pods.state() {
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+            pods_by_node.entry(node).or_default().push((*pod).clone());
+        }
+    }
+    let provisioners: HashMap<String, Arc<Provisioner>> = stores.provisioners.state().into_iter().map(|p| (p.name_any(), p)).collect();
+    let provisioner_of = |node: &Node| node.labels().get(PROVISIONER_NAME_LABEL).and_then(|name| provisioners.get(name));
+    let no_pods: Vec<Pod> = Vec::new();
+
+    // Expiration first, at most one node (§5.1 order).
+    let candidates: Vec<Candidate<'_>> = nodes
+        .iter()
+        .map(|n| Candidate {
+            node: n,
+            pods: pods_by_node.get(&n.name_any()).unwrap_or(&no_pods),
+            ttl_seconds_until_expired: provisioner_of(n).and_then(|p| p.spec.ttl_seconds_until_expired),
+        })
+        .collect();
+    let expiration = decide::expiration(&candidates, now);
+    for (node_name, pod) in &expiration.blocked {
+        debug!(node = %node_name, pod = %pod, "expired node kept: a pod is annotated karpenter.sh/do-not-evict");
+        if let Some(node) = nodes.iter().find(|n| n.name_any() == *node_name) {
+            let note = format!("Cannot deprovision node due to do-not-evict pod {pod}");
+            publish(
+                &ctx.recorder,
+                node.as_ref(),
+                EventType::Normal,
+                "BlockedDeprovisioning",
+                "Deprovisioning",
+                &note,
+            )
+            .await;
+        }
+    }
+    if let Some(name) = &expiration.delete {
+        let node = nodes
+            .iter()
+            .find(|n| n.name_any() == *name)
+            .expect("the expired node comes from this list");
+        let ttl = provisioner_of(node)
+            .and_then(|p| p.spec.ttl_seconds_until_expired)
+            .unwrap_or_default();
+        let note = format!("Node expired: older than ttlSecondsUntilExpired={ttl}s; deleting it");
+        publish(&ctx.recorder, node.as_ref(), EventType::Normal, "Expired", "Deprovisioning", &note).await;
+        delete_node(ctx, node, metrics::reason::EXPIRATION).await?;
+        return Ok(());
+    }
+
+    // Emptiness: mark, unmark, and delete every node empty for its TTL.
+    let nomination = k8s_openapi::chrono::Duration::from_std(ctx.config.nomination).unwrap_or_default();
+    let mut errors = Vec::new();
+    for node in &nodes {
+        let ttl = provisioner_of(node).and_then(|p| p.spec.ttl_seconds_after_empty);
+        let pods = pods_by_node.get(&node.name_any()).unwrap_or(&no_pods);
+        let result = match decide::emptiness(node, pods, ttl, nomination, now) {
+            Emptiness::Ignore | Emptiness::Occupied | Emptiness::Wait { .. } => Ok(()),
+            Emptiness::Mark => mark(ctx, node, Some(decide::emptiness_timestamp(now)), ttl.unwrap_or_default()).await,
+            Emptiness::Unmark => mark(ctx, node, None, ttl.unwrap_or_default()).await,
+            Emptiness::Delete => delete_empty(ctx, node, ttl, nomination).await,
+        };
+        if let Err(e) = result {
+            errors.push(e);
+        }
+    }
+    match errors.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Sets (`Some`) or removes (`None`) the emptiness timestamp.
+async fn mark(ctx: &Context, node: &Node, timestamp: Option<String>, ttl: i64) -> Result<(), DeprovisioningError> {
+    let name = node.name_any();
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let patch = serde_json::json!({"metadata": {"annotations": {EMPTINESS_TIMESTAMP_ANNOTATION: timestamp}}});
+    match nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+        Err(source) => return Err(DeprovisioningError::Annotate { node: name, source }),
+    }
+    if timestamp.is_some() {
+        info!(node = %name, ttl_seconds_after_empty = ttl, "added TTL to empty node");
+        let note = format!("Node is empty; deleting it after ttlSecondsAfterEmpty={ttl}s unless pods arrive");
+        publish(&ctx.recorder, node, EventType::Normal, "Emptied", "Deprovisioning", &note).await;
+    } else {
+        info!(node = %name, "removed emptiness TTL from node");
+    }
+    Ok(())
+}
+
+/// Deletes a node the stores say has been empty for its TTL, after checking its pods with the API
+/// server (the store may not have seen a pod bound a moment ago).
+async fn delete_empty(
+    ctx: &Context,
+    node: &Node,
+    ttl: Option<i64>,
+    nomination: k8s_openapi::chrono::Duration,
+) -> Result<(), DeprovisioningError> {
+    let name = node.name_any();
+    let pods: Api<Pod> = Api::all(ctx.client.clone());
+    let fresh = pods
+        .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
+        .await
+        .map_err(|source| DeprovisioningError::ListPods {
+            node: name.clone(),
+            source,
+        })?;
+    if decide::emptiness(node, &fresh.items, ttl, nomination, Utc::now()) != Emptiness::Delete {
+        debug!(node = %name, "node is no longer empty; keeping it");
+        return Ok(());
+    }
+    let note = format!("Node was empty for ttlSecondsAfterEmpty={}s; deleting it", ttl.unwrap_or_default());
+    publish(&ctx.recorder, node, EventType::Normal, "Deleted", "Deprovisioning", &note).await;
+    delete_node(ctx, node, metrics::reason::EMPTINESS).await
+}
+
+/// Deletes the Node (the termination controller takes it from there) and counts it.
+async fn delete_node(ctx: &Context, node: &Node, method: &'static str) -> Result<(), DeprovisioningError> {
+    let name = node.name_any();
+    let provisioner = node.labels().get(PROVISIONER_NAME_LABEL).cloned().unwrap_or_default();
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    // The UID precondition makes sure a node re-created under the same name is not deleted.
+    let params = DeleteParams {
+        preconditions: node.uid().map(|uid| kube::api::Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match nodes.delete(&name, &params).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => return Ok(()),
+        Err(source) => return Err(DeprovisioningError::Delete { node: name, source }),
+    }
+    ctx.metrics
+        .deprovisioning_actions
+        .with_label_values(&[&format!("{method}/delete")])
+        .inc();
+    ctx.metrics.nodes_terminated.with_label_values(&[&provisioner, method]).inc();
+    info!(node = %name, provisioner = %provisioner, "deprovisioning via {method} delete");
+    Ok(())
+}
+
+/// What can go wrong in a deprovisioning pass.
+#[derive(Debug, thiserror::Error)]
+pub enum DeprovisioningError {
+    /// A store could not be synced.
+    #[error("waiting for the node, pod and provisioner caches: {0}")]
+    Stores(String),
+    /// The emptiness timestamp could not be written.
+    #[error("writing {EMPTINESS_TIMESTAMP_ANNOTATION} on node {node}")]
+    Annotate {
+        /// The node.
+        node: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+    /// The pods of a node could not be listed.
+    #[error("listing the pods of node {node}")]
+    ListPods {
+        /// The node.
+        node: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+    /// The node could not be deleted.
+    #[error("deleting node {node}")]
+    Delete {
+        /// The node.
+        node: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+}

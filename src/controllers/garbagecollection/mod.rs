@@ -1,0 +1,220 @@
+//! Garbage collection (differences.md item 11): instances of this cluster that no Node names
+//! after a grace period are terminated (a crash between launch and Node creation, a Node
+//! force-deleted without its finalizer), and Nodes of ours whose instance is gone are deleted
+//! (the termination controller then drains them and, the instance being gone, releases them).
+//! Leader only; every 10 s for the first 20 passes, then every `interval`. `collect.rs` decides.
+
+pub mod collect;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::chrono::Utc;
+use kube::api::{DeleteParams, ListParams};
+use kube::runtime::events::{EventType, Recorder};
+use kube::{Api, ResourceExt};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, instrument, warn};
+
+use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
+use crate::cloudprovider::{self, CloudProvider};
+use crate::controllers::termination::{publish, recorder};
+use crate::metrics::{self, Metrics};
+use crate::telemetry;
+
+/// Settings of the garbage collector.
+#[derive(Clone, Debug)]
+pub struct GarbageCollectionConfig {
+    /// Period between passes once started up.
+    pub interval: Duration,
+    /// Period of the first `startup_passes` passes.
+    pub startup_interval: Duration,
+    /// How many passes run at `startup_interval`.
+    pub startup_passes: u32,
+    /// How old an instance without a Node (or a Node, before its instance is looked up) must be.
+    pub grace_period: Duration,
+    /// Only instances carrying all these tags are collected (none: every instance of the cluster).
+    pub instance_tags: BTreeMap<String, String>,
+    /// Label selector of the Nodes whose instance is looked up (ours by default).
+    pub node_selector: String,
+}
+
+impl Default for GarbageCollectionConfig {
+    fn default() -> Self {
+        GarbageCollectionConfig {
+            interval: Duration::from_secs(120),
+            startup_interval: Duration::from_secs(10),
+            startup_passes: 20,
+            grace_period: Duration::from_secs(120),
+            instance_tags: BTreeMap::new(),
+            node_selector: PROVISIONER_NAME_LABEL.to_string(),
+        }
+    }
+}
+
+/// What the garbage collector needs.
+pub struct Context {
+    /// Kubernetes client.
+    pub client: kube::Client,
+    /// The cloud.
+    pub cloud: Arc<dyn CloudProvider>,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Settings.
+    pub config: GarbageCollectionConfig,
+    recorder: Recorder,
+}
+
+impl Context {
+    /// A context for the collector.
+    pub fn new(client: kube::Client, cloud: Arc<dyn CloudProvider>, metrics: Metrics, config: GarbageCollectionConfig) -> Arc<Context> {
+        Arc::new(Context {
+            recorder: recorder(&client),
+            client,
+            cloud,
+            metrics,
+            config,
+        })
+    }
+}
+
+/// Runs garbage-collection passes until `shutdown`, only while `leading` is true.
+pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
+    let mut passes = 0u32;
+    loop {
+        let wait = if passes < ctx.config.startup_passes {
+            ctx.config.startup_interval
+        } else {
+            ctx.config.interval
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        if !*leading.borrow() {
+            continue;
+        }
+        match pass(&ctx).await {
+            Ok(()) => passes = passes.saturating_add(1),
+            Err(e) => warn!(error = %telemetry::chain(&e), "garbage collection pass failed; retrying with the next one"),
+        }
+    }
+}
+
+/// One pass: instances first, then Nodes (listed after the instances, so an instance launched
+/// before the listing has its Node in it once past the grace period).
+#[instrument(skip_all)]
+async fn pass(ctx: &Context) -> Result<(), GarbageCollectionError> {
+    let instances = {
+        let _timer = ctx.metrics.cloudprovider_duration.with_label_values(&["list"]).start_timer();
+        ctx.cloud.list().await.map_err(|source| {
+            ctx.metrics.cloudprovider_errors.with_label_values(&["list", source.kind()]).inc();
+            GarbageCollectionError::ListInstances { source }
+        })?
+    };
+    let instances: Vec<_> = instances
+        .into_iter()
+        .filter(|i| ctx.config.instance_tags.iter().all(|(k, v)| i.tags.get(k) == Some(v)))
+        .collect();
+    let nodes_api: Api<Node> = Api::all(ctx.client.clone());
+    let nodes = nodes_api
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| GarbageCollectionError::ListNodes { source })?
+        .items;
+    for instance_id in collect::leaked_instances(&instances, &nodes, ctx.config.grace_period, SystemTime::now()) {
+        let provisioner = instances
+            .iter()
+            .find(|i| i.id == instance_id)
+            .and_then(|i| i.tags.get(PROVISIONER_NAME_LABEL).cloned())
+            .unwrap_or_default();
+        let result = {
+            let _timer = ctx.metrics.cloudprovider_duration.with_label_values(&["delete"]).start_timer();
+            ctx.cloud.delete(&instance_id).await
+        };
+        match result {
+            Ok(()) => info!(instance_id = %instance_id, provisioner = %provisioner, "garbage collected instance without a node"),
+            Err(e) => {
+                ctx.metrics.cloudprovider_errors.with_label_values(&["delete", e.kind()]).inc();
+                warn!(instance_id = %instance_id, error = %telemetry::chain(&e), "terminating leaked instance; retrying next pass");
+            }
+        }
+    }
+    let selected = nodes_api
+        .list(&ListParams::default().labels(&ctx.config.node_selector))
+        .await
+        .map_err(|source| GarbageCollectionError::ListNodes { source })?
+        .items;
+    for (node_name, instance_id) in collect::nodes_to_check(&selected, ctx.config.grace_period, Utc::now()) {
+        let result = {
+            let _timer = ctx.metrics.cloudprovider_duration.with_label_values(&["get"]).start_timer();
+            ctx.cloud.get(&instance_id).await
+        };
+        match result {
+            Ok(_) => continue,
+            Err(e) if e.is_not_found() => {}
+            Err(e) => {
+                ctx.metrics.cloudprovider_errors.with_label_values(&["get", e.kind()]).inc();
+                warn!(node = %node_name, instance_id = %instance_id, error = %telemetry::chain(&e), "looking up the instance of node; retrying next pass");
+                continue;
+            }
+        }
+        let Some(node) = selected.iter().find(|n| n.name_any() == node_name) else {
+            continue;
+        };
+        let params = DeleteParams {
+            preconditions: node.uid().map(|uid| kube::api::Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match nodes_api.delete(&node_name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => continue,
+            Err(source) => {
+                warn!(node = %node_name, error = %telemetry::chain(&source), "deleting node whose instance is gone; retrying next pass");
+                continue;
+            }
+        }
+        let provisioner = node.labels().get(PROVISIONER_NAME_LABEL).cloned().unwrap_or_default();
+        ctx.metrics
+            .nodes_terminated
+            .with_label_values(&[&provisioner, metrics::reason::GARBAGE_COLLECTED])
+            .inc();
+        info!(node = %node_name, instance_id = %instance_id, provisioner = %provisioner, "garbage collected node whose instance is gone");
+        let note = format!("Instance {instance_id} no longer exists; deleting the node");
+        publish(
+            &ctx.recorder,
+            node,
+            EventType::Normal,
+            "GarbageCollected",
+            "GarbageCollecting",
+            &note,
+        )
+        .await;
+    }
+    Ok(())
+}
+
+/// What can go wrong in a garbage-collection pass.
+#[derive(Debug, thiserror::Error)]
+pub enum GarbageCollectionError {
+    /// The cluster's instances could not be listed.
+    #[error("listing the cluster's instances")]
+    ListInstances {
+        /// Why.
+        #[source]
+        source: cloudprovider::Error,
+    },
+    /// The Nodes could not be listed.
+    #[error("listing nodes")]
+    ListNodes {
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+}

@@ -1,0 +1,368 @@
+//! Termination: every Node carrying our finalizer that is being deleted (by deprovisioning, the
+//! garbage collector or `kubectl delete node`) is cordoned, drained through the Eviction API,
+//! its instance terminated, and only then the finalizer released (karpenter-behavior.md §6.1).
+//!
+//! A periodic reconcile (1 s) over a Node reflector: every step reads the state it acts on and is
+//! idempotent, so a restart or a leader hand-over at any point just carries on. `drain.rs`
+//! decides which pods go and in which order.
+
+pub mod drain;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::chrono::Utc;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Resource, ResourceExt};
+use tokio::sync::{watch, Mutex};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, instrument, warn};
+
+use crate::apis::v1alpha5::labels::{PROVISIONER_NAME_LABEL, TERMINATION_FINALIZER};
+use crate::cloudprovider::{self, instance_id_from_provider_id, CloudProvider};
+use crate::metrics::Metrics;
+use crate::telemetry;
+use drain::PodName;
+
+/// Label that keeps a draining node out of external load balancers.
+pub const EXCLUDE_FROM_LB_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+/// First retry delay of a pod whose eviction was refused; doubles up to `MAX_EVICTION_BACKOFF`.
+const MIN_EVICTION_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_EVICTION_BACKOFF: Duration = Duration::from_secs(10);
+/// At most one `FailedDraining` event per node this often.
+const DRAINING_EVENT_PERIOD: Duration = Duration::from_secs(30);
+
+/// Settings of the termination controller.
+#[derive(Clone, Debug)]
+pub struct TerminationConfig {
+    /// How often deleting nodes are reconciled.
+    pub interval: Duration,
+}
+
+impl Default for TerminationConfig {
+    fn default() -> Self {
+        TerminationConfig {
+            interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What the termination loop shares between passes.
+pub struct Context {
+    /// Kubernetes client.
+    pub client: kube::Client,
+    /// The cloud.
+    pub cloud: Arc<dyn CloudProvider>,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Settings.
+    pub config: TerminationConfig,
+    recorder: Recorder,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Pod → when its eviction may be tried again, and the delay after that.
+    backoff: HashMap<PodName, (Instant, Duration)>,
+    /// Node → when the last `FailedDraining` event was published.
+    draining_events: HashMap<String, Instant>,
+}
+
+impl Context {
+    /// A context for the controller.
+    pub fn new(client: kube::Client, cloud: Arc<dyn CloudProvider>, metrics: Metrics, config: TerminationConfig) -> Arc<Context> {
+        Arc::new(Context {
+            recorder: recorder(&client),
+            client,
+            cloud,
+            metrics,
+            config,
+            state: Mutex::default(),
+        })
+    }
+}
+
+/// The event recorder every controller of karpenter-rs uses.
+pub(crate) fn recorder(client: &kube::Client) -> Recorder {
+    let reporter = Reporter {
+        controller: "karpenter-rs".into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    Recorder::new(client.clone(), reporter)
+}
+
+/// Publishes an event on `object`; a failure is only logged.
+pub(crate) async fn publish<K: Resource<DynamicType = ()>>(
+    recorder: &Recorder,
+    object: &K,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: &str,
+) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.chars().take(1024).collect()),
+        action: action.into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &object.object_ref(&())).await {
+        debug!(error = %e, reason, "publishing event");
+    }
+}
+
+/// A reflector store of `api`, kept up to date until `shutdown`.
+pub(crate) fn reflect<K>(api: Api<K>, config: watcher::Config, shutdown: &CancellationToken) -> Store<K>
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, config).default_backoff().reflect(writer).applied_objects();
+    let shutdown = shutdown.clone();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                next = stream.next() => match next {
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => debug!(error = %e, "watch error; retrying with back-off"),
+                    None => return,
+                }
+            }
+        }
+    });
+    reader
+}
+
+/// Whether `node` is ours to finalize now: it carries our finalizer and is being deleted.
+pub fn is_terminating(node: &Node) -> bool {
+    node.metadata.deletion_timestamp.is_some() && node.finalizers().iter().any(|f| f == TERMINATION_FINALIZER)
+}
+
+/// Runs the termination controller until `shutdown`; reconciles only while `leading` is true.
+pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
+    let nodes = reflect(Api::<Node>::all(ctx.client.clone()), watcher::Config::default(), &shutdown);
+    let mut ticker = tokio::time::interval(ctx.config.interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        if !*leading.borrow() {
+            continue;
+        }
+        if nodes.wait_until_ready().await.is_err() {
+            continue;
+        }
+        let terminating: Vec<Arc<Node>> = nodes.state().into_iter().filter(|n| is_terminating(n)).collect();
+        let results = futures::future::join_all(terminating.iter().map(|node| reconcile(&ctx, node))).await;
+        for (node, result) in terminating.iter().zip(results) {
+            if let Err(e) = result {
+                warn!(node = %node.name_any(), error = %telemetry::chain(&e), "terminating node; retrying");
+            }
+        }
+        let mut state = ctx.state.lock().await;
+        let now = Instant::now();
+        state
+            .backoff
+            .retain(|_, (until, _)| now.duration_since(*until) < Duration::from_secs(300));
+        state
+            .draining_events
+            .retain(|name, _| terminating.iter().any(|n| n.name_any() == *name));
+    }
+}
+
+/// One step forward for one deleting node.
+#[instrument(skip_all, fields(node = %node.name_any()))]
+async fn reconcile(ctx: &Context, node: &Node) -> Result<(), TerminationError> {
+    let name = node.name_any();
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    // 1. cordon
+    if node.spec.as_ref().and_then(|s| s.unschedulable) != Some(true) {
+        let patch = serde_json::json!({
+            "metadata": {"labels": {EXCLUDE_FROM_LB_LABEL: "karpenter"}},
+            "spec": {"unschedulable": true},
+        });
+        match nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => info!(node = %name, "cordoned node"),
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+            Err(source) => return Err(TerminationError::Cordon { node: name, source }),
+        }
+    }
+    // 2. drain
+    let pods_api: Api<Pod> = Api::all(ctx.client.clone());
+    let pods = pods_api
+        .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
+        .await
+        .map_err(|source| TerminationError::ListPods {
+            node: name.clone(),
+            source,
+        })?;
+    let plan = drain::plan(&pods.items, Utc::now());
+    if !plan.is_complete() {
+        for pod in &plan.evict {
+            evict(ctx, pod).await;
+        }
+        let mut state = ctx.state.lock().await;
+        let due = state
+            .draining_events
+            .get(&name)
+            .is_none_or(|t| t.elapsed() >= DRAINING_EVENT_PERIOD);
+        if due {
+            state.draining_events.insert(name.clone(), Instant::now());
+            drop(state);
+            let note = format!("{} pods are waiting to be evicted", plan.remaining());
+            debug!(node = %name, remaining = plan.remaining(), "draining node");
+            publish(&ctx.recorder, node, EventType::Normal, "FailedDraining", "Draining", &note).await;
+        }
+        return Ok(());
+    }
+    // 3. terminate the instance (one that is already gone counts as terminated)
+    let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default();
+    if let Some(instance_id) = instance_id_from_provider_id(provider_id) {
+        let result = {
+            let _timer = ctx.metrics.cloudprovider_duration.with_label_values(&["delete"]).start_timer();
+            ctx.cloud.delete(instance_id).await
+        };
+        if let Err(source) = result {
+            ctx.metrics.cloudprovider_errors.with_label_values(&["delete", source.kind()]).inc();
+            return Err(TerminationError::Terminate {
+                node: name,
+                instance_id: instance_id.to_string(),
+                source,
+            });
+        }
+        info!(node = %name, instance_id, "terminated instance");
+    }
+    // 4. remove our finalizer only: the test makes the patch fail if the list changed meanwhile
+    let Some(index) = node.finalizers().iter().position(|f| f == TERMINATION_FINALIZER) else {
+        return Ok(());
+    };
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": TERMINATION_FINALIZER},
+        {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
+    ]))
+    .expect("a JSON patch of two operations is well-formed");
+    match nodes.patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch)).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(source) => return Err(TerminationError::RemoveFinalizer { node: name, source }),
+    }
+    let provisioner = node.labels().get(PROVISIONER_NAME_LABEL).cloned().unwrap_or_default();
+    let elapsed = node
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map(|t| (Utc::now() - t.0).num_milliseconds() as f64 / 1000.0);
+    info!(node = %name, provisioner = %provisioner, seconds_since_deletion = elapsed, "deleted node");
+    Ok(())
+}
+
+/// Evicts one pod through the `policy/v1` Eviction subresource, unless it is backing off after
+/// a refusal. 404 means it is gone already; 429 means a PodDisruptionBudget refuses for now.
+async fn evict(ctx: &Context, pod: &PodName) {
+    {
+        let state = ctx.state.lock().await;
+        if state.backoff.get(pod).is_some_and(|(until, _)| Instant::now() < *until) {
+            return;
+        }
+    }
+    let body = serde_json::json!({
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod.name, "namespace": pod.namespace},
+    });
+    let request = axum::http::Request::post(format!("/api/v1/namespaces/{}/pods/{}/eviction", pod.namespace, pod.name))
+        .header(axum::http::header::CONTENT_TYPE, "application/json")
+        .body(serde_json::to_vec(&body).expect("a JSON value serializes"))
+        .expect("an eviction request is well-formed");
+    let refused = match ctx.client.request::<serde_json::Value>(request).await {
+        Ok(_) => {
+            info!(pod = %pod, "evicted pod");
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace);
+            if let Ok(Some(p)) = pods.get_opt(&pod.name).await {
+                publish(&ctx.recorder, &p, EventType::Normal, "Evicted", "Evicting", "Evicted pod").await;
+            }
+            false
+        }
+        Err(kube::Error::Api(e)) if e.code == 404 => false,
+        Err(kube::Error::Api(e)) if e.code == 429 => {
+            warn!(pod = %pod, reason = %e.message, "evicting pod violates a PodDisruptionBudget; retrying");
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace);
+            if let Ok(Some(p)) = pods.get_opt(&pod.name).await {
+                let note = format!("Evicting pod violates a PDB: {}", e.message);
+                publish(&ctx.recorder, &p, EventType::Warning, "FailedEviction", "Evicting", &note).await;
+            }
+            true
+        }
+        Err(e) => {
+            warn!(pod = %pod, error = %telemetry::chain(&e), "evicting pod; retrying");
+            true
+        }
+    };
+    let mut state = ctx.state.lock().await;
+    if refused {
+        let delay = state
+            .backoff
+            .get(pod)
+            .map(|(_, d)| (*d * 2).min(MAX_EVICTION_BACKOFF))
+            .unwrap_or(MIN_EVICTION_BACKOFF);
+        state.backoff.insert(pod.clone(), (Instant::now() + delay, delay));
+    } else {
+        state.backoff.remove(pod);
+    }
+}
+
+/// What can go wrong terminating a node.
+#[derive(Debug, thiserror::Error)]
+pub enum TerminationError {
+    /// The node could not be cordoned.
+    #[error("cordoning node {node}")]
+    Cordon {
+        /// The node.
+        node: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+    /// Its pods could not be listed.
+    #[error("listing the pods of node {node}")]
+    ListPods {
+        /// The node.
+        node: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+    /// The instance could not be terminated.
+    #[error("terminating instance {instance_id} of node {node}")]
+    Terminate {
+        /// The node.
+        node: String,
+        /// The instance.
+        instance_id: String,
+        /// Why.
+        #[source]
+        source: cloudprovider::Error,
+    },
+    /// The finalizer could not be removed.
+    #[error("removing finalizer {TERMINATION_FINALIZER} from node {node}")]
+    RemoveFinalizer {
+        /// The node.
+        node: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+}

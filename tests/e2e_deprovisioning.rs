@@ -1,0 +1,467 @@
+//! Deprovisioning, termination and garbage collection end to end on the local cluster and the EC2
+//! emulator: empty nodes go after `ttlSecondsAfterEmpty`, `kubectl delete node` drains and
+//! terminates, a `karpenter.sh/do-not-evict` pod holds an expired node, and leaked instances and
+//! Nodes whose instance is gone are collected.
+//!
+//! The in-process controllers deprovision and collect only what these tests create: nodes
+//! labelled `e2e.karpenter-rs/suite=deprovisioning` (from the test Provisioners' labels) and
+//! instances tagged the same, so other work on the shared local cluster is left alone.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use karpenter_rs::apis::v1alpha1::AwsNodeTemplate;
+use karpenter_rs::cloudprovider::aws::AwsCloudProvider;
+use karpenter_rs::cloudprovider::{instance_id_from_provider_id, CloudProvider, InstanceOption, LaunchRequest, NodeTemplate};
+use karpenter_rs::controllers::deprovisioning::DeprovisioningConfig;
+use karpenter_rs::controllers::garbagecollection::GarbageCollectionConfig;
+use kube::ResourceExt;
+use serde_json::json;
+use support::{cluster, fixture, kubectl, kubectl_ok, unique, AdmissionWebhook, Cluster, Controller, Loops, CLUSTER_NAME};
+
+const SUITE_KEY: &str = "e2e.karpenter-rs/suite";
+const SUITE: &str = "deprovisioning";
+const EMPTINESS_ANNOTATION: &str = "karpenter.sh/emptiness-timestamp";
+
+fn setup() -> (&'static Cluster, &'static Controller) {
+    static WEBHOOK: OnceLock<AdmissionWebhook> = OnceLock::new();
+    static CONTROLLER: OnceLock<Controller> = OnceLock::new();
+    let cluster = cluster();
+    WEBHOOK.get_or_init(|| AdmissionWebhook::start(cluster));
+    let controller = CONTROLLER.get_or_init(|| {
+        let selector = format!("karpenter.sh/provisioner-name,{SUITE_KEY}={SUITE}");
+        Controller::start_all(
+            cluster,
+            Loops {
+                termination: Default::default(),
+                deprovisioning: DeprovisioningConfig {
+                    interval: Duration::from_secs(2),
+                    node_selector: selector.clone(),
+                    ..Default::default()
+                },
+                garbage_collection: GarbageCollectionConfig {
+                    interval: Duration::from_secs(5),
+                    startup_interval: Duration::from_secs(5),
+                    grace_period: Duration::from_secs(20),
+                    instance_tags: BTreeMap::from([(SUITE_KEY.to_string(), SUITE.to_string())]),
+                    node_selector: selector,
+                    ..Default::default()
+                },
+            },
+        )
+    });
+    (cluster, controller)
+}
+
+fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn items<T: serde::de::DeserializeOwned>(json_text: &str) -> Vec<T> {
+    serde_json::from_value(serde_json::from_str::<serde_json::Value>(json_text).unwrap()["items"].clone()).unwrap()
+}
+
+fn cloud(controller: &Controller, cluster: &Cluster) -> AwsCloudProvider {
+    controller.block_on(AwsCloudProvider::new(support::cloud_config(cluster))).unwrap()
+}
+
+fn instance_id(node: &Node) -> String {
+    let provider_id = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.provider_id.clone())
+        .expect("our nodes have a providerID");
+    instance_id_from_provider_id(&provider_id)
+        .expect("an aws:/// provider ID")
+        .to_string()
+}
+
+/// Whether EC2 says the instance is gone (not found, or terminated).
+fn instance_terminated(controller: &Controller, cloud: &AwsCloudProvider, id: &str) -> bool {
+    match controller.block_on(cloud.get(id)) {
+        Ok(instance) => instance.state == "terminated" || instance.state == "shutting-down",
+        Err(e) => e.is_not_found(),
+    }
+}
+
+/// A Provisioner like the first write-up's `service`, with its own names, node type and TTLs, its
+/// AWSNodeTemplate, and a namespace for the workload.
+struct Scenario {
+    cluster: &'static Cluster,
+    template: String,
+    provisioner: String,
+    namespace: String,
+    node_type: String,
+}
+
+impl Scenario {
+    fn create(cluster: &'static Cluster, base: &str, ttl_after_empty: Option<i64>, ttl_until_expired: Option<i64>) -> Scenario {
+        let suffix = unique(base);
+        let scenario = Scenario {
+            cluster,
+            template: format!("lt-{suffix}"),
+            provisioner: format!("service-{suffix}"),
+            namespace: format!("ns-{suffix}"),
+            node_type: format!("service-{suffix}"),
+        };
+        let mut template = fixture("first-writeup/awsnodetemplate.yaml");
+        template["metadata"]["name"] = json!(scenario.template);
+        let mut provisioner = fixture("first-writeup/provisioner.yaml");
+        provisioner["metadata"]["name"] = json!(scenario.provisioner);
+        provisioner["spec"]["providerRef"]["name"] = json!(scenario.template);
+        provisioner["spec"]["labels"]["nodeType"] = json!(scenario.node_type);
+        provisioner["spec"]["labels"][SUITE_KEY] = json!(SUITE);
+        let spec = provisioner["spec"].as_object_mut().unwrap();
+        spec.remove("ttlSecondsAfterEmpty");
+        spec.remove("ttlSecondsUntilExpired");
+        if let Some(ttl) = ttl_after_empty {
+            spec.insert("ttlSecondsAfterEmpty".into(), json!(ttl));
+        }
+        if let Some(ttl) = ttl_until_expired {
+            spec.insert("ttlSecondsUntilExpired".into(), json!(ttl));
+        }
+        kubectl_ok(cluster, &["create", "namespace", &scenario.namespace], None);
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&template.to_string()));
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&provisioner.to_string()));
+        scenario
+    }
+
+    /// The first write-up's nginx Deployment (2 replicas), pinned to this scenario's nodes.
+    fn deploy_nginx(&self) {
+        let mut deployment = fixture("first-writeup/nginx-deployment.yaml");
+        deployment["metadata"]["namespace"] = json!(self.namespace);
+        deployment["spec"]["template"]["spec"]["nodeSelector"]["nodeType"] = json!(self.node_type);
+        kubectl_ok(self.cluster, &["apply", "-f", "-"], Some(&deployment.to_string()));
+    }
+
+    /// A bare pod for this scenario's nodes, with the given annotations.
+    fn create_pod(&self, name: &str, annotations: serde_json::Value) {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": self.namespace, "annotations": annotations},
+            "spec": {
+                "nodeSelector": {"nodeType": self.node_type},
+                "tolerations": [{"key": "service", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+                "containers": [{"name": "c", "image": "nginx"}]
+            }
+        });
+        kubectl_ok(self.cluster, &["apply", "-f", "-"], Some(&pod.to_string()));
+    }
+
+    fn pods(&self) -> Vec<Pod> {
+        items(&kubectl_ok(
+            self.cluster,
+            &["get", "pods", "-n", &self.namespace, "-o", "json"],
+            None,
+        ))
+    }
+
+    /// Waits until `n` pods run; returns the nodes they run on. (Usually one; another
+    /// provisioning controller running against the shared cluster may add a second node.)
+    fn wait_running(&self, n: usize) -> BTreeSet<String> {
+        let running = wait_for(&format!("{n} pods Running"), Duration::from_secs(150), || {
+            let running: Vec<Pod> = self
+                .pods()
+                .into_iter()
+                .filter(|p| {
+                    p.metadata.deletion_timestamp.is_none() && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                })
+                .collect();
+            (running.len() == n).then_some(running)
+        });
+        running
+            .iter()
+            .map(|p| p.spec.as_ref().unwrap().node_name.clone().unwrap())
+            .collect()
+    }
+
+    fn nodes(&self) -> Vec<Node> {
+        let selector = format!("karpenter.sh/provisioner-name={}", self.provisioner);
+        items(&kubectl_ok(self.cluster, &["get", "nodes", "-l", &selector, "-o", "json"], None))
+    }
+
+    fn node(&self, name: &str) -> Option<Node> {
+        self.nodes().into_iter().find(|n| n.name_any() == name)
+    }
+
+    /// Deletes everything the scenario created: the namespace, the nodes (through the
+    /// termination controller, or by dropping the finalizer if that does not finish), the
+    /// instances, the Provisioner and the template.
+    fn clean_up(&self, controller: &Controller) {
+        kubectl(self.cluster, &["delete", "namespace", &self.namespace, "--wait=false"], None);
+        kubectl(self.cluster, &["delete", "provisioner", &self.provisioner, "--wait=false"], None);
+        let nodes = self.nodes();
+        for node in &nodes {
+            kubectl(self.cluster, &["delete", "node", &node.name_any(), "--wait=false"], None);
+        }
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while !self.nodes().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        for node in self.nodes() {
+            let patch = json!({"metadata": {"finalizers": null}}).to_string();
+            kubectl(
+                self.cluster,
+                &["patch", "node", &node.name_any(), "--type=merge", "-p", &patch],
+                None,
+            );
+        }
+        let cloud = cloud(controller, self.cluster);
+        for node in &nodes {
+            let _ = controller.block_on(cloud.delete(&instance_id(node)));
+        }
+        kubectl(self.cluster, &["delete", "awsnodetemplate", &self.template, "--wait=false"], None);
+    }
+}
+
+/// Runs `body`, then cleans up, and re-raises a failure of `body`.
+fn with_scenario(scenario: Scenario, controller: &Controller, body: impl FnOnce(&Scenario)) {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&scenario)));
+    scenario.clean_up(controller);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+#[test]
+fn first_write_up_node_is_removed_once_empty_for_ttl_seconds_after_empty() {
+    let (cluster, controller) = setup();
+    let scenario = Scenario::create(cluster, "empty", Some(30), Some(1_209_600));
+    with_scenario(scenario, controller, |s| {
+        s.deploy_nginx();
+        s.wait_running(2);
+        let nodes = s.nodes();
+        let instances: Vec<String> = nodes.iter().map(instance_id).collect();
+        let marked: Vec<&Node> = nodes
+            .iter()
+            .filter(|n| n.annotations().contains_key(EMPTINESS_ANNOTATION))
+            .collect();
+        assert!(marked.len() < nodes.len(), "a node running the pods is not marked empty");
+
+        kubectl_ok(cluster, &["delete", "deployment", "nginx-karpenter", "-n", &s.namespace], None);
+        for node in &nodes {
+            let name = node.name_any();
+            let marked = wait_for("the emptiness annotation", Duration::from_secs(90), || {
+                match s.node(&name) {
+                    Some(n) => n.annotations().get(EMPTINESS_ANNOTATION).cloned().map(Some),
+                    None => Some(None), // already gone: it was marked and deleted in between
+                }
+            });
+            if let Some(marked) = marked {
+                k8s_openapi::chrono::DateTime::parse_from_rfc3339(&marked).expect("the annotation is RFC 3339");
+            }
+        }
+        wait_for("the empty nodes to be gone", Duration::from_secs(150), || {
+            s.nodes().is_empty().then_some(())
+        });
+        let cloud = cloud(controller, cluster);
+        for instance in &instances {
+            wait_for("the instances to be terminated", Duration::from_secs(30), || {
+                instance_terminated(controller, &cloud, instance).then_some(())
+            });
+        }
+
+        let metrics = controller.metrics.render();
+        let expected = format!(
+            "karpenter_nodes_terminated{{provisioner=\"{}\",reason=\"emptiness\"}}",
+            s.provisioner
+        );
+        assert!(metrics.contains(&expected), "{expected} in\n{metrics}");
+        assert!(
+            metrics.contains("karpenter_deprovisioning_actions_performed{action=\"emptiness/delete\"}"),
+            "{metrics}"
+        );
+    });
+}
+
+#[test]
+fn deleting_a_node_drains_it_and_terminates_its_instance() {
+    let (cluster, controller) = setup();
+    let scenario = Scenario::create(cluster, "delete", None, None);
+    with_scenario(scenario, controller, |s| {
+        s.create_pod("web", json!({}));
+        let node_name = s.wait_running(1).into_iter().next().unwrap();
+        let instance = instance_id(&s.node(&node_name).unwrap());
+
+        kubectl_ok(cluster, &["delete", "node", &node_name, "--wait=false"], None);
+        wait_for("the pod to be evicted", Duration::from_secs(90), || {
+            s.pods().is_empty().then_some(())
+        });
+        wait_for("the node to be gone", Duration::from_secs(90), || {
+            s.node(&node_name).is_none().then_some(())
+        });
+        let cloud = cloud(controller, cluster);
+        assert!(
+            instance_terminated(controller, &cloud, &instance),
+            "instance {instance} terminated before the node went"
+        );
+    });
+}
+
+#[test]
+fn scaling_to_zero_and_back_within_the_ttl_keeps_the_node() {
+    let (cluster, controller) = setup();
+    let scenario = Scenario::create(cluster, "rescale", Some(60), None);
+    with_scenario(scenario, controller, |s| {
+        s.deploy_nginx();
+        let used = s.wait_running(2);
+
+        kubectl_ok(
+            cluster,
+            &["scale", "deployment", "nginx-karpenter", "-n", &s.namespace, "--replicas=0"],
+            None,
+        );
+        for name in &used {
+            wait_for("the emptiness annotation", Duration::from_secs(90), || {
+                s.node(name).and_then(|n| n.annotations().get(EMPTINESS_ANNOTATION).cloned())
+            });
+        }
+        let scaled_up_at = k8s_openapi::chrono::Utc::now();
+        kubectl_ok(
+            cluster,
+            &["scale", "deployment", "nginx-karpenter", "-n", &s.namespace, "--replicas=2"],
+            None,
+        );
+        let back = s.wait_running(2);
+        for name in &back {
+            let created = s.node(name).and_then(|n| n.metadata.creation_timestamp).expect("the node exists").0;
+            assert!(
+                created < scaled_up_at,
+                "pods came back to node {name}, kept from before the scale-up, not a new one"
+            );
+            wait_for("the emptiness annotation to be removed", Duration::from_secs(60), || {
+                s.node(name)
+                    .filter(|n| !n.annotations().contains_key(EMPTINESS_ANNOTATION))
+                    .map(|_| ())
+            });
+            let node = s.node(name).expect("the node is kept");
+            assert!(node.metadata.deletion_timestamp.is_none(), "node {name} is not being deleted");
+        }
+    });
+}
+
+#[test]
+fn a_do_not_evict_pod_blocks_expiration_until_it_is_lifted() {
+    let (cluster, controller) = setup();
+    let scenario = Scenario::create(cluster, "pinned", None, Some(30));
+    with_scenario(scenario, controller, |s| {
+        s.create_pod("pinned", json!({"karpenter.sh/do-not-evict": "true"}));
+        let node_name = s.wait_running(1).into_iter().next().unwrap();
+        let instance = instance_id(&s.node(&node_name).unwrap());
+
+        wait_for(
+            "a BlockedDeprovisioning event on the expired node",
+            Duration::from_secs(120),
+            || {
+                let selector = format!("involvedObject.name={node_name},reason=BlockedDeprovisioning");
+                let out = kubectl_ok(cluster, &["get", "events", "-A", "--field-selector", &selector, "-o", "json"], None);
+                (!items::<serde_json::Value>(&out).is_empty()).then_some(())
+            },
+        );
+        let node = s.node(&node_name).expect("the blocked node is kept");
+        assert!(node.metadata.deletion_timestamp.is_none(), "the blocked node is not being deleted");
+
+        kubectl_ok(
+            cluster,
+            &[
+                "annotate",
+                "pod",
+                "pinned",
+                "-n",
+                &s.namespace,
+                "karpenter.sh/do-not-evict=false",
+                "--overwrite",
+            ],
+            None,
+        );
+        wait_for("the expired node to be gone", Duration::from_secs(150), || {
+            s.node(&node_name).is_none().then_some(())
+        });
+        let cloud = cloud(controller, cluster);
+        assert!(instance_terminated(controller, &cloud, &instance), "instance {instance} terminated");
+        let metrics = controller.metrics.render();
+        assert!(
+            metrics.contains("karpenter_deprovisioning_actions_performed{action=\"expiration/delete\"}"),
+            "{metrics}"
+        );
+    });
+}
+
+#[test]
+fn an_instance_without_a_node_is_terminated_after_the_grace_period() {
+    let (cluster, controller) = setup();
+    let cloud = cloud(controller, cluster);
+    let text = std::fs::read_to_string(support::repo_root().join("tests/fixtures/first-writeup/awsnodetemplate.yaml")).unwrap();
+    let template: AwsNodeTemplate = serde_yaml::from_str(&text).unwrap();
+    let mut node_template = NodeTemplate::from_node_template(&template.spec, CLUSTER_NAME).unwrap();
+    node_template.tags.insert(SUITE_KEY.into(), SUITE.into());
+    let provisioner = unique("leak");
+    let request = LaunchRequest {
+        provisioner_name: provisioner.clone(),
+        node_name: None,
+        template: node_template,
+        instance_options: vec![InstanceOption {
+            instance_type: "t3.large".into(),
+            zone: "ap-northeast-2a".into(),
+            capacity_type: "on-demand".into(),
+            price: 0.104,
+        }],
+        labels: BTreeMap::from([("karpenter.sh/provisioner-name".to_string(), provisioner.clone())]),
+        taints: vec![],
+        startup_taints: vec![],
+        kubelet: Default::default(),
+        spot_max_price: None,
+    };
+    let instance = controller.block_on(cloud.create(&request)).expect("launching an instance");
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        assert!(!instance_terminated(controller, &cloud, &instance.id), "the instance runs at first");
+        wait_for("the leaked instance to be terminated", Duration::from_secs(120), || {
+            instance_terminated(controller, &cloud, &instance.id).then_some(())
+        });
+    }));
+    let _ = controller.block_on(cloud.delete(&instance.id));
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+#[test]
+fn a_node_whose_instance_is_gone_is_deleted_and_released() {
+    let (cluster, _controller) = setup();
+    let name = unique("orphan-node");
+    let node = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"karpenter.sh/provisioner-name": "gone", SUITE_KEY: SUITE},
+            "finalizers": ["karpenter.sh/termination"]
+        },
+        "spec": {"providerID": "aws:///ap-northeast-2a/i-0123456789abcdef0"}
+    });
+    kubectl_ok(cluster, &["create", "-f", "-"], Some(&node.to_string()));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for("the node to be deleted and released", Duration::from_secs(120), || {
+            let out = kubectl(cluster, &["get", "node", &name, "-o", "name"], None);
+            (!out.status.success()).then_some(())
+        });
+    }));
+    if result.is_err() {
+        let patch = json!({"metadata": {"finalizers": null}}).to_string();
+        kubectl(cluster, &["patch", "node", &name, "--type=merge", "-p", &patch], None);
+        kubectl(cluster, &["delete", "node", &name, "--wait=false"], None);
+    }
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
