@@ -23,7 +23,7 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run the admission webhook, metrics and health servers (the controller joins with the provisioning work).
+    /// Run the admission webhook, the controllers (provisioning, deprovisioning, termination, garbage collection), metrics and health servers.
     Run(RunArgs),
     /// Run the admission webhook, metrics and health servers only (split deployments, tests).
     Webhook(RunArgs),
@@ -159,7 +159,10 @@ impl RunArgs {
         crate::controllers::provisioning::ProvisioningConfig {
             cluster_name: self.cluster_name.clone(),
             region: self.aws_region.clone(),
-            windows: crate::controllers::provisioning::batcher::BatchWindows { idle: self.batch_idle_duration, max: self.batch_max_duration },
+            windows: crate::controllers::provisioning::batcher::BatchWindows {
+                idle: self.batch_idle_duration,
+                max: self.batch_max_duration,
+            },
             bind_pods: self.bind_pods,
         }
     }

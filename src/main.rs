@@ -10,11 +10,11 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
+use karpenter_rs::cloudprovider::aws::AwsCloudProvider;
 use karpenter_rs::config::{CertsArgs, Cli, Command, CrdsArgs, RunArgs, WebhookConfigArgs};
+use karpenter_rs::controllers::{leader, provisioning};
 use karpenter_rs::metrics::Metrics;
 use karpenter_rs::probes::{self, Readiness};
-use karpenter_rs::cloudprovider::aws::AwsCloudProvider;
-use karpenter_rs::controllers::{leader, provisioning};
 use karpenter_rs::webhook::registration::{self, Target};
 use karpenter_rs::{certs, crds, telemetry, webhook};
 
@@ -99,7 +99,9 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
     let (client, cloud) = loop {
         let connected = async {
             let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
-            let cloud = AwsCloudProvider::new(args.cloud()).await.context("setting up the AWS cloud provider")?;
+            let cloud = AwsCloudProvider::new(args.cloud())
+                .await
+                .context("setting up the AWS cloud provider")?;
             anyhow::Ok((client, cloud))
         };
         tokio::select! {

@@ -8,8 +8,8 @@ const WEBHOOK_BUCKETS: &[f64] = &[0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05
 
 /// Buckets of controller and cloud durations, in seconds (Karpenter's `DurationBuckets`).
 const DURATION_BUCKETS: &[f64] = &[
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5,
-    5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0, 120.0, 150.0, 300.0, 450.0, 600.0,
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0,
+    3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0, 120.0, 150.0, 300.0, 450.0, 600.0,
 ];
 
 /// `result` label values of admission requests.
@@ -92,22 +92,35 @@ impl Metrics {
         )
         .expect("metric options are valid");
         let nodes_created = IntCounterVec::new(
-            Opts::new("karpenter_nodes_created", "Nodes launched, by provisioner, zone, instance type and capacity type."),
+            Opts::new(
+                "karpenter_nodes_created",
+                "Nodes launched, by provisioner, zone, instance type and capacity type.",
+            ),
             &["provisioner", "zone", "instance_type", "capacity_type"],
         )
         .expect("metric options are valid");
         let scheduling_duration = Histogram::with_opts(
-            HistogramOpts::new("karpenter_provisioner_scheduling_duration_seconds", "Duration of a provisioning pass: snapshot, simulation and launches.")
-                .buckets(DURATION_BUCKETS.to_vec()),
+            HistogramOpts::new(
+                "karpenter_provisioner_scheduling_duration_seconds",
+                "Duration of a provisioning pass: snapshot, simulation and launches.",
+            )
+            .buckets(DURATION_BUCKETS.to_vec()),
         )
         .expect("metric options are valid");
         let cloudprovider_duration = HistogramVec::new(
-            HistogramOpts::new("karpenter_cloudprovider_duration_seconds", "Duration of cloud provider calls, by method.").buckets(DURATION_BUCKETS.to_vec()),
+            HistogramOpts::new(
+                "karpenter_cloudprovider_duration_seconds",
+                "Duration of cloud provider calls, by method.",
+            )
+            .buckets(DURATION_BUCKETS.to_vec()),
             &["method"],
         )
         .expect("metric options are valid");
         let cloudprovider_errors = IntCounterVec::new(
-            Opts::new("karpenter_cloudprovider_errors_total", "Failed cloud provider calls, by method and error kind."),
+            Opts::new(
+                "karpenter_cloudprovider_errors_total",
+                "Failed cloud provider calls, by method and error kind.",
+            ),
             &["method", "error"],
         )
         .expect("metric options are valid");
@@ -117,12 +130,18 @@ impl Metrics {
         )
         .expect("metric options are valid");
         let nodes_terminated = IntCounterVec::new(
-            Opts::new("karpenter_nodes_terminated", "Nodes deleted by karpenter-rs, by provisioner and reason."),
+            Opts::new(
+                "karpenter_nodes_terminated",
+                "Nodes deleted by karpenter-rs, by provisioner and reason.",
+            ),
             &["provisioner", "reason"],
         )
         .expect("metric options are valid");
         let deprovisioning_actions = IntCounterVec::new(
-            Opts::new("karpenter_deprovisioning_actions_performed", "Deprovisioning actions performed, by action (<method>/delete)."),
+            Opts::new(
+                "karpenter_deprovisioning_actions_performed",
+                "Deprovisioning actions performed, by action (<method>/delete).",
+            ),
             &["action"],
         )
         .expect("metric options are valid");

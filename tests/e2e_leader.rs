@@ -49,7 +49,11 @@ async fn exactly_one_replica_leads_and_the_other_takes_over() {
         assert!(!(*a.borrow() && *b.borrow()), "two leaders");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let (leader_stop, leader_task, follower) = if *a.borrow() { (stop_a, task_a, b.clone()) } else { (stop_b, task_b, a.clone()) };
+    let (leader_stop, leader_task, follower) = if *a.borrow() {
+        (stop_a, task_a, b.clone())
+    } else {
+        (stop_b, task_b, a.clone())
+    };
     leader_stop.cancel();
     leader_task.await.unwrap();
     wait_until("the other replica takes over", || *follower.borrow()).await;

@@ -44,12 +44,19 @@ fn clean_up_nodes(cluster: &Cluster, controller: &Controller, provisioner: &str)
         let client = support::client(cluster).await;
         let nodes: Api<Node> = Api::all(client);
         let cloud = AwsCloudProvider::new(support::cloud_config(cluster)).await.unwrap();
-        let list = nodes.list(&ListParams::default().labels(&format!("karpenter.sh/provisioner-name={provisioner}"))).await.unwrap();
+        let list = nodes
+            .list(&ListParams::default().labels(&format!("karpenter.sh/provisioner-name={provisioner}")))
+            .await
+            .unwrap();
         for node in list {
             let patch = json!({"metadata": {"finalizers": null}});
             let _ = nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await;
             let _ = nodes.delete(&node.name_any(), &Default::default()).await;
-            if let Some(id) = node.spec.and_then(|s| s.provider_id).and_then(|p| p.rsplit('/').next().map(str::to_string)) {
+            if let Some(id) = node
+                .spec
+                .and_then(|s| s.provider_id)
+                .and_then(|p| p.rsplit('/').next().map(str::to_string))
+            {
                 cloud.delete(&id).await.unwrap();
             }
         }
@@ -88,32 +95,69 @@ fn first_write_up_launches_one_node_and_runs_nginx_on_it() {
                 .collect();
             (running.len() == 2).then_some(running)
         });
-        let node_names: Vec<String> = running.iter().map(|p| p.spec.as_ref().unwrap().node_name.clone().unwrap()).collect();
+        let node_names: Vec<String> = running
+            .iter()
+            .map(|p| p.spec.as_ref().unwrap().node_name.clone().unwrap())
+            .collect();
         assert_eq!(node_names[0], node_names[1], "both replicas on one node");
         let node: Node = serde_json::from_str(&kubectl_ok(cluster, &["get", "node", &node_names[0], "-o", "json"], None)).unwrap();
         let labels: BTreeMap<String, String> = node.labels().clone();
         assert_eq!(labels["karpenter.sh/provisioner-name"], provisioner_name);
         assert_eq!(labels["nodeType"], node_type);
         assert_eq!(labels["karpenter.sh/capacity-type"], "on-demand");
-        assert!(["t3.large", "t3.xlarge"].contains(&labels["node.kubernetes.io/instance-type"].as_str()), "{labels:?}");
-        assert!(["ap-northeast-2a", "ap-northeast-2c"].contains(&labels["topology.kubernetes.io/zone"].as_str()), "{labels:?}");
+        assert!(
+            ["t3.large", "t3.xlarge"].contains(&labels["node.kubernetes.io/instance-type"].as_str()),
+            "{labels:?}"
+        );
+        assert!(
+            ["ap-northeast-2a", "ap-northeast-2c"].contains(&labels["topology.kubernetes.io/zone"].as_str()),
+            "{labels:?}"
+        );
         let taints = node.spec.as_ref().unwrap().taints.clone().unwrap_or_default();
-        assert!(taints.iter().any(|t| t.key == "service" && t.value.as_deref() == Some("true") && t.effect == "NoSchedule"), "{taints:?}");
+        assert!(
+            taints
+                .iter()
+                .any(|t| t.key == "service" && t.value.as_deref() == Some("true") && t.effect == "NoSchedule"),
+            "{taints:?}"
+        );
         assert_eq!(node.finalizers(), ["karpenter.sh/termination"]);
 
         // The instance exists in EC2 with our tags.
-        let instance_id = node.spec.as_ref().unwrap().provider_id.clone().unwrap().rsplit('/').next().unwrap().to_string();
+        let instance_id = node
+            .spec
+            .as_ref()
+            .unwrap()
+            .provider_id
+            .clone()
+            .unwrap()
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .to_string();
         let instance = controller.block_on(async {
             let cloud = AwsCloudProvider::new(support::cloud_config(cluster)).await.unwrap();
             cloud.get(&instance_id).await.unwrap()
         });
         assert_eq!(instance.tags.get("karpenter.sh/provisioner-name"), Some(&provisioner_name));
-        assert_eq!(instance.tags.get("karpenter.sh/discovery").map(String::as_str), Some("ssungz-cluster"), "template tags");
-        assert_eq!(instance.tags.get("kubernetes.io/cluster/ssungz-cluster").map(String::as_str), Some("owned"));
+        assert_eq!(
+            instance.tags.get("karpenter.sh/discovery").map(String::as_str),
+            Some("ssungz-cluster"),
+            "template tags"
+        );
+        assert_eq!(
+            instance.tags.get("kubernetes.io/cluster/ssungz-cluster").map(String::as_str),
+            Some("owned")
+        );
         assert_eq!(instance.instance_type, labels["node.kubernetes.io/instance-type"]);
 
         let metrics = controller.metrics.render();
-        assert!(metrics.contains(&format!("karpenter_nodes_created{{capacity_type=\"on-demand\",instance_type=\"{}\"", instance.instance_type)), "{metrics}");
+        assert!(
+            metrics.contains(&format!(
+                "karpenter_nodes_created{{capacity_type=\"on-demand\",instance_type=\"{}\"",
+                instance.instance_type
+            )),
+            "{metrics}"
+        );
     }));
 
     kubectl_ok(cluster, &["delete", "namespace", &namespace, "--wait=false"], None);
@@ -139,7 +183,12 @@ fn pods_no_provisioner_serves_get_an_event_and_launch_nothing() {
     let event = wait_for("a FailedProvisioning event", Duration::from_secs(90), || {
         let out = kubectl_ok(cluster, &["get", "events", "-n", &namespace, "-o", "json"], None);
         let events: serde_json::Value = serde_json::from_str(&out).unwrap();
-        events["items"].as_array().unwrap().iter().find(|e| e["reason"] == "FailedProvisioning").cloned()
+        events["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["reason"] == "FailedProvisioning")
+            .cloned()
     });
     assert_eq!(event["involvedObject"]["name"], "orphan");
     let out = kubectl_ok(cluster, &["get", "nodes", "-l", "nodeType=nobody-serves-this", "-o", "name"], None);

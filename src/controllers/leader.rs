@@ -48,7 +48,9 @@ pub enum Action {
 
 /// The pure decision.
 pub fn decide(lease: Option<&Lease>, identity: &str, now: DateTime<Utc>, lease_duration: Duration) -> Action {
-    let Some(spec) = lease.map(|l| l.spec.clone().unwrap_or_default()) else { return Action::Create };
+    let Some(spec) = lease.map(|l| l.spec.clone().unwrap_or_default()) else {
+        return Action::Create;
+    };
     let holder = spec.holder_identity.clone().unwrap_or_default();
     if holder == identity {
         return Action::Renew;
@@ -111,7 +113,11 @@ async fn try_acquire_or_renew(api: &Api<Lease>, config: &LeaderConfig) -> Result
         (Action::Follow { .. }, _) => return Ok(false),
         (Action::Create, _) => {
             let lease = Lease {
-                metadata: ObjectMeta { name: Some(config.name.clone()), namespace: Some(config.namespace.clone()), ..Default::default() },
+                metadata: ObjectMeta {
+                    name: Some(config.name.clone()),
+                    namespace: Some(config.namespace.clone()),
+                    ..Default::default()
+                },
                 spec: Some(LeaseSpec {
                     holder_identity: Some(config.identity.clone()),
                     lease_duration_seconds: Some(seconds),
@@ -145,7 +151,9 @@ async fn try_acquire_or_renew(api: &Api<Lease>, config: &LeaderConfig) -> Result
 }
 
 async fn release(api: &Api<Lease>, config: &LeaderConfig) {
-    let Ok(Some(mut lease)) = api.get_opt(&config.name).await else { return };
+    let Ok(Some(mut lease)) = api.get_opt(&config.name).await else {
+        return;
+    };
     let spec = lease.spec.get_or_insert_with(Default::default);
     if spec.holder_identity.as_deref() != Some(config.identity.as_str()) {
         return;
@@ -181,9 +189,20 @@ mod tests {
         let d = Duration::from_secs(15);
         assert_eq!(decide(None, "a", now, d), Action::Create);
         assert_eq!(decide(Some(&lease(Some("a"), Some(999))), "a", now, d), Action::Renew);
-        assert_eq!(decide(Some(&lease(Some("b"), Some(990))), "a", now, d), Action::Follow { holder: "b".into() });
-        assert_eq!(decide(Some(&lease(Some("b"), Some(980))), "a", now, d), Action::TakeOver, "expired 5 s ago");
+        assert_eq!(
+            decide(Some(&lease(Some("b"), Some(990))), "a", now, d),
+            Action::Follow { holder: "b".into() }
+        );
+        assert_eq!(
+            decide(Some(&lease(Some("b"), Some(980))), "a", now, d),
+            Action::TakeOver,
+            "expired 5 s ago"
+        );
         assert_eq!(decide(Some(&lease(None, None)), "a", now, d), Action::TakeOver, "released");
-        assert_eq!(decide(Some(&lease(Some("b"), None)), "a", now, d), Action::TakeOver, "never renewed");
+        assert_eq!(
+            decide(Some(&lease(Some("b"), None)), "a", now, d),
+            Action::TakeOver,
+            "never renewed"
+        );
     }
 }

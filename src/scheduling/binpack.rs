@@ -84,8 +84,21 @@ fn merge_requirements(
     if !node.is_compatible(&pod.requirements) {
         return Err(());
     }
-    if pod.requirements.is_empty() && groups.is_empty() {
-        return Ok(None);
+    if pod.requirements.is_empty() {
+        // The node's requirements stand as they are unless topology narrows them; checking
+        // before cloning keeps rejections (e.g. hostname anti-affinity) cheap.
+        if groups.is_empty() {
+            return Ok(None);
+        }
+        let extra = topology.add_requirements(groups, pod, node, host).map_err(|_| ())?;
+        if extra.is_empty() {
+            return Ok(None);
+        }
+        if !node.is_compatible(&extra) {
+            return Err(());
+        }
+        let mut merged = node.clone();
+        return Ok(merged.add_all(&extra).then_some(merged));
     }
     let mut merged = node.clone();
     merged.add_all(&pod.requirements);
@@ -108,13 +121,7 @@ fn narrows_instance_types(merged: &Requirements, base: &Requirements, template: 
 }
 
 /// Places pod `i` on an existing node if it fits there.
-pub(crate) fn add_to_existing(
-    node: &mut ExistingState,
-    i: usize,
-    pod: &PodState,
-    groups: &[GroupRef],
-    topology: &mut Topology,
-) -> bool {
+pub(crate) fn add_to_existing(node: &mut ExistingState, i: usize, pod: &PodState, groups: &[GroupRef], topology: &mut Topology) -> bool {
     if first_untolerated(&pod.tolerations, &node.taints).is_some() || ports_conflict(&node.host_ports, &pod.host_ports) {
         return false;
     }
@@ -161,8 +168,7 @@ pub(crate) fn add_to_planned(
         .copied()
         .filter(|o| {
             let c = &template.candidates[*o];
-            requests.fits(&c.allocatable)
-                && narrowed.is_none_or(|m| c.it.requirements.overlaps(m) && c.it.has_matching_offering(m))
+            requests.fits(&c.allocatable) && narrowed.is_none_or(|m| c.it.requirements.overlaps(m) && c.it.has_matching_offering(m))
         })
         .collect();
     if options.is_empty() {
@@ -214,7 +220,7 @@ pub(crate) fn new_node(
     if !groups.is_empty() {
         let extra = topology
             .add_requirements(groups, pod, &reqs, host)
-            .map_err(|e| topology.explain(&e))?;
+            .map_err(|e| topology.explain(&e, pod, &reqs))?;
         reqs.compatible(&extra)
             .map_err(|e| format!("incompatible topology requirements, {e}"))?;
         reqs.add_all(&extra);

@@ -9,9 +9,7 @@ use std::collections::BTreeMap;
 use crate::apis::quantity::parse_quantity;
 use crate::apis::v1alpha5::KubeletConfiguration;
 
-use super::resources::{
-    to_units, Resources, AMD_GPU, AWS_NEURON, CPU, EPHEMERAL_STORAGE, HABANA_GAUDI, MEMORY, NVIDIA_GPU, PODS,
-};
+use super::resources::{to_units, Resources, AMD_GPU, AWS_NEURON, CPU, EPHEMERAL_STORAGE, HABANA_GAUDI, MEMORY, NVIDIA_GPU, PODS};
 
 /// Share of an instance's memory the hypervisor and OS take (`aws.vmMemoryOverheadPercent`).
 pub const DEFAULT_VM_MEMORY_OVERHEAD_PERCENT: f64 = 0.075;
@@ -235,7 +233,10 @@ pub fn eviction_signal_bytes(capacity_bytes: i64, signal: &str) -> Option<i64> {
 pub fn capacity(facts: &InstanceFacts, settings: &NodeSettings) -> Resources {
     let mut r = Resources::zero()
         .with(CPU, facts.vcpus * 1000)
-        .with(MEMORY, memory_capacity_mib(facts.memory_mib, settings.vm_memory_overhead_percent) * MIB)
+        .with(
+            MEMORY,
+            memory_capacity_mib(facts.memory_mib, settings.vm_memory_overhead_percent) * MIB,
+        )
         .with(PODS, max_pods(facts, settings))
         .with(
             EPHEMERAL_STORAGE,
@@ -362,7 +363,15 @@ mod tests {
 
     #[test]
     fn kube_reserved_cpu_follows_the_tiers() {
-        let cases = [(1000, 60), (2000, 70), (4000, 80), (8000, 90), (48000, 190), (96000, 310), (500, 30)];
+        let cases = [
+            (1000, 60),
+            (2000, 70),
+            (4000, 80),
+            (8000, 90),
+            (48000, 190),
+            (96000, 310),
+            (500, 30),
+        ];
         for (cpu, want) in cases {
             assert_eq!(kube_reserved_cpu_millis(cpu), want, "{cpu}m");
         }

@@ -7,8 +7,8 @@ use std::cmp::Ordering;
 use std::sync::Arc;
 
 use crate::apis::v1alpha5::labels::{
-    ARCH_LABEL, CAPACITY_TYPE_LABEL, INSTANCE_CATEGORY_LABEL, INSTANCE_FAMILY_LABEL, INSTANCE_GENERATION_LABEL,
-    INSTANCE_TYPE_LABEL, OS_LABEL, REGION_LABEL, ZONE_LABEL,
+    ARCH_LABEL, CAPACITY_TYPE_LABEL, INSTANCE_CATEGORY_LABEL, INSTANCE_FAMILY_LABEL, INSTANCE_GENERATION_LABEL, INSTANCE_TYPE_LABEL,
+    OS_LABEL, REGION_LABEL, ZONE_LABEL,
 };
 
 use super::capacity::{self, InstanceFacts, NodeSettings, Overhead};
@@ -95,11 +95,11 @@ impl InstanceType {
             .with(INSTANCE_CPU_LABEL, one(facts.vcpus.to_string()))
             .with(INSTANCE_MEMORY_LABEL, one(facts.memory_mib.to_string()))
             .with(INSTANCE_PODS_LABEL, one(self.capacity.pods.to_string()))
-            .with(
-                INSTANCE_ENCRYPTION_IN_TRANSIT_LABEL,
-                one(facts.encryption_in_transit.to_string()),
-            );
-        r.add(ZONE_LABEL, Requirement::in_values(self.available_offerings().map(|o| o.zone.clone())));
+            .with(INSTANCE_ENCRYPTION_IN_TRANSIT_LABEL, one(facts.encryption_in_transit.to_string()));
+        r.add(
+            ZONE_LABEL,
+            Requirement::in_values(self.available_offerings().map(|o| o.zone.clone())),
+        );
         r.add(
             CAPACITY_TYPE_LABEL,
             Requirement::in_values(self.available_offerings().map(|o| o.capacity_type.clone())),

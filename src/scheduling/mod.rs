@@ -12,18 +12,18 @@
 //! - `nodes`, `template`, `binpack`, `plan`: existing nodes, Provisioner templates, fitting a pod
 //!   onto a node, and the solve loop.
 
-pub mod binpack;
+mod binpack;
 pub mod capacity;
 pub mod instance_types;
 pub mod nodes;
 pub mod plan;
 pub mod pods;
-pub mod preferences;
+mod preferences;
 pub mod requirements;
 pub mod resources;
 pub mod taints;
-pub mod template;
-pub mod topology;
+mod template;
+mod topology;
 
 #[cfg(test)]
 pub(crate) mod testing;

@@ -4,16 +4,16 @@
 //! nowhere has one preference relaxed and goes to the back of the queue, until a full pass makes no
 //! progress. Pure and deterministic: the same input gives the same plan. No I/O here.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Taint};
 
-use crate::apis::v1alpha5::labels::{HOSTNAME_LABEL, INSTANCE_TYPE_LABEL};
+use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, HOSTNAME_LABEL, INSTANCE_TYPE_LABEL, ZONE_LABEL};
 use crate::apis::v1alpha5::Provisioner;
 
 use super::binpack::{add_to_existing, add_to_planned, new_node, ExistingState, PlannedNode};
-use super::instance_types::{order_by_price, InstanceType, Offering};
+use super::instance_types::{InstanceType, Offering};
 use super::nodes::ExistingNode;
 use super::pods::{daemon_requirement_alternatives, host_ports, is_daemonset_pod, validate_pod, PodKey, PodState};
 use super::preferences::relax;
@@ -148,6 +148,7 @@ pub fn simulate(input: &SimulationInput) -> Plan {
         topology.update(i, p);
     }
     let existing = existing_states(&input.nodes, &daemons, &mut topology);
+    topology.start_placeholders();
 
     let mut s = Solver {
         tolerate_prefer_no_schedule: templates.iter().any(NodeTemplate::has_prefer_no_schedule_taint),
@@ -157,6 +158,7 @@ pub fn simulate(input: &SimulationInput) -> Plan {
         existing,
         planned: Vec::new(),
         order: Vec::new(),
+        price_orders: HashMap::new(),
     };
     let unschedulable = s.solve();
 
@@ -168,7 +170,7 @@ pub fn simulate(input: &SimulationInput) -> Plan {
     plan.existing_assignments.sort();
     plan.unschedulable = unschedulable;
     plan.unschedulable.sort();
-    plan.new_nodes = s.planned.iter().map(|n| s.node_request(n)).collect();
+    plan.new_nodes = (0..s.planned.len()).map(|n| s.node_request(n)).collect();
     plan
 }
 
@@ -218,6 +220,9 @@ struct Solver<'a> {
     planned: Vec<PlannedNode>,
     /// Indices into `planned`, fewest pods first (ties: planned earlier first).
     order: Vec<usize>,
+    /// Per (template, zone requirement, capacity-type requirement): candidate indices with an
+    /// allowed offering, cheapest first.
+    price_orders: HashMap<(usize, Option<Requirement>, Option<Requirement>), Vec<usize>>,
 }
 
 impl Solver<'_> {
@@ -272,7 +277,8 @@ impl Solver<'_> {
                 return Ok(());
             }
         }
-        for pos in 0..self.order.len() {
+        let skip_planned = self.topology.excludes_all_planned(&groups, self.planned.len());
+        for pos in (0..self.order.len()).filter(|_| !skip_planned) {
             let n = self.order[pos];
             let node = &mut self.planned[n];
             if add_to_planned(node, &self.templates[node.template], i, pod, &groups, &mut self.topology) {
@@ -311,13 +317,43 @@ impl Solver<'_> {
         }
     }
 
-    fn node_request(&self, n: &PlannedNode) -> NodeRequest {
-        let t = &self.templates[n.template];
-        let mut requirements = n.requirements.clone();
+    /// The launch request for a planned node: placeholder hostname dropped, options ordered by
+    /// their cheapest allowed offering (ties by name) and capped, instance types added to the
+    /// requirements.
+    fn node_request(&mut self, n: usize) -> NodeRequest {
+        let node = &self.planned[n];
+        let t = &self.templates[node.template];
+        let mut requirements = node.requirements.clone();
         requirements.remove(HOSTNAME_LABEL);
-        let mut options: Vec<Arc<InstanceType>> = n.options.iter().map(|o| t.candidates[*o].it.clone()).collect();
-        order_by_price(&mut options, &requirements);
-        options.truncate(MAX_INSTANCE_TYPE_OPTIONS);
+        // Nodes with the same zone and capacity-type requirements share one price order.
+        let key = (
+            node.template,
+            requirements.get(ZONE_LABEL).cloned(),
+            requirements.get(CAPACITY_TYPE_LABEL).cloned(),
+        );
+        let order = self.price_orders.entry(key).or_insert_with(|| {
+            let mut priced: Vec<(f64, usize)> = t
+                .candidates
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| c.it.cheapest_matching(&requirements).map(|o| (o.price, i)))
+                .collect();
+            priced.sort_by(|(pa, a), (pb, b)| {
+                pa.total_cmp(pb)
+                    .then_with(|| t.candidates[*a].it.name.cmp(&t.candidates[*b].it.name))
+            });
+            priced.into_iter().map(|(_, i)| i).collect()
+        });
+        let mut chosen = vec![false; t.candidates.len()];
+        for o in &node.options {
+            chosen[*o] = true;
+        }
+        let options: Vec<Arc<InstanceType>> = order
+            .iter()
+            .filter(|i| chosen[**i])
+            .take(MAX_INSTANCE_TYPE_OPTIONS)
+            .map(|i| t.candidates[*i].it.clone())
+            .collect();
         requirements.add(
             INSTANCE_TYPE_LABEL,
             Requirement::in_values(options.iter().map(|it| it.name.clone())),
@@ -327,8 +363,8 @@ impl Solver<'_> {
             labels: requirements.labels(),
             requirements,
             instance_type_options: options,
-            pods: n.pods.iter().map(|i| self.pods[*i].key.clone()).collect(),
-            requests: n.requests.clone(),
+            pods: node.pods.iter().map(|i| self.pods[*i].key.clone()).collect(),
+            requests: node.requests.clone(),
             taints: t.taints.clone(),
             startup_taints: t.startup_taints.clone(),
         }
@@ -338,7 +374,7 @@ impl Solver<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, PROVISIONER_NAME_LABEL, ZONE_LABEL};
+    use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
     use crate::scheduling::nodes::ExistingNode;
     use crate::scheduling::testing::{catalogue, instance_type, node, pod, provisioner, taint, PodBuilder};
 
@@ -419,7 +455,9 @@ mod tests {
                 "incompatible with provisioner \"service\", did not tolerate taint service=true:NoSchedule",
             ),
             (
-                pod("undeclared-label").tolerate("service", "true", "NoSchedule").node_selector("team", "a"),
+                pod("undeclared-label")
+                    .tolerate("service", "true", "NoSchedule")
+                    .node_selector("team", "a"),
                 "incompatible with provisioner \"service\", incompatible requirements, label \"team\" does not have known values",
             ),
             (
@@ -430,7 +468,10 @@ mod tests {
                 nginx("too-big").cpu("100"),
                 "no instance type has room for requests cpu=100, pods=1 (of 2 instance types matching the requirements)",
             ),
-            (nginx("gpu").gpu(1), "no instance type has room for requests pods=1, nvidia.com/gpu=1"),
+            (
+                nginx("gpu").gpu(1),
+                "no instance type has room for requests pods=1, nvidia.com/gpu=1",
+            ),
         ];
         for (p, want) in cases {
             let name = p.clone().build().metadata.name.expect("named");
@@ -478,7 +519,12 @@ mod tests {
         let placed: usize = plan.new_nodes.iter().map(|n| n.pods.len()).sum();
         assert_eq!(placed, 200);
         // The largest catalogue types take 58 pods (ENI limit): ⌈200 / 58⌉ = 4 nodes.
-        assert_eq!(plan.new_nodes.len(), 4, "{:?}", plan.new_nodes.iter().map(|n| n.pods.len()).collect::<Vec<_>>());
+        assert_eq!(
+            plan.new_nodes.len(),
+            4,
+            "{:?}",
+            plan.new_nodes.iter().map(|n| n.pods.len()).collect::<Vec<_>>()
+        );
         for n in &plan.new_nodes {
             let cheapest = n.cheapest().map(|(it, _)| it);
             assert!(cheapest.is_some_and(|it| n.requests.fits(&it.allocatable())), "{n:?}");
@@ -501,6 +547,28 @@ mod tests {
     }
 
     #[test]
+    fn anti_affinity_groups_of_different_apps_share_nodes() {
+        let pods: Vec<PodBuilder> = ["a", "b"]
+            .iter()
+            .flat_map(|app| {
+                (0..3).map(move |i| {
+                    pod(&format!("{app}{i}"))
+                        .label("app", app)
+                        .cpu("100m")
+                        .anti_affinity(HOSTNAME_LABEL, &[("app", app)])
+                })
+            })
+            .collect();
+        let plan = simulate(&input(vec![provisioner("default").build()], pods));
+        let apps: Vec<String> = plan
+            .new_nodes
+            .iter()
+            .map(|n| n.pods.iter().map(|p| &p.name[..1]).collect::<Vec<_>>().join(""))
+            .collect();
+        assert_eq!(apps, ["ab", "ab", "ab"]);
+    }
+
+    #[test]
     fn pods_without_anti_affinity_share_nodes_with_those_that_have_it_unless_selected() {
         let plan = simulate(&input(
             vec![provisioner("default").build()],
@@ -512,7 +580,11 @@ mod tests {
         ));
         // web-2 is selected by web's required anti-affinity (inverse direction): separate node.
         assert_eq!(plan.new_nodes.len(), 2, "{:?}", plan.new_nodes);
-        let with_web = plan.new_nodes.iter().find(|n| n.pods.iter().any(|p| p.name == "web")).expect("web placed");
+        let with_web = plan
+            .new_nodes
+            .iter()
+            .find(|n| n.pods.iter().any(|p| p.name == "web"))
+            .expect("web placed");
         assert!(!with_web.pods.iter().any(|p| p.name == "web-2"));
     }
 
@@ -531,12 +603,14 @@ mod tests {
             taint("example.com/agent-not-ready:NoExecute"),
         ];
         in_flight.startup_taints = vec![taint("example.com/agent-not-ready:NoExecute")];
-        let mut inp = input(vec![service()], vec![nginx("a").cpu("800m"), nginx("b").cpu("800m"), nginx("c").cpu("800m")]);
+        let mut inp = input(
+            vec![service()],
+            vec![nginx("a").cpu("800m"), nginx("b").cpu("800m"), nginx("c").cpu("800m")],
+        );
         inp.nodes = vec![in_flight, existing];
         let plan = simulate(&inp);
         assert!(plan.new_nodes.is_empty(), "{:?}", plan.new_nodes);
-        let got: Vec<(String, String)> =
-            plan.existing_assignments.iter().map(|(p, n)| (p.name.clone(), n.clone())).collect();
+        let got: Vec<(String, String)> = plan.existing_assignments.iter().map(|(p, n)| (p.name.clone(), n.clone())).collect();
         // Initialised nodes first: ip-10-0-0-1 has 1 core left, so one pod; the in-flight node
         // takes the other two (its startup and not-ready taints are ignored).
         assert_eq!(
@@ -733,6 +807,19 @@ mod tests {
         ));
         assert!(plan.new_nodes.is_empty());
         assert_eq!(plan.ignored.len(), 1);
+    }
+
+    #[test]
+    fn startup_taints_need_no_toleration_and_travel_with_the_request() {
+        let p = provisioner("cilium")
+            .startup_taint("node.cilium.io/agent-not-ready=true:NoExecute")
+            .build();
+        let plan = simulate(&input(vec![p], vec![pod("p")]));
+        let [node] = plan.new_nodes.as_slice() else {
+            panic!("want one node: {plan:?}")
+        };
+        assert_eq!(node.startup_taints, vec![taint("node.cilium.io/agent-not-ready=true:NoExecute")]);
+        assert!(node.taints.is_empty());
     }
 
     #[test]

@@ -72,7 +72,11 @@ pub fn validate_pod(pod: &Pod) -> Result<(), String> {
             .child("preferredDuringSchedulingIgnoredDuringExecution")
             .index(i)
             .child("preference");
-        terms.push((path, t.preference.match_expressions.as_deref(), t.preference.match_fields.as_deref()));
+        terms.push((
+            path,
+            t.preference.match_expressions.as_deref(),
+            t.preference.match_fields.as_deref(),
+        ));
     }
     for (path, exprs, fields) in terms {
         if fields.is_some_and(|f| !f.is_empty()) {
@@ -81,7 +85,9 @@ pub fn validate_pod(pod: &Pod) -> Result<(), String> {
         for (j, r) in exprs.unwrap_or_default().iter().enumerate() {
             let rpath = path.child("matchExpressions").index(j);
             if r.key == PROVISIONER_NAME_LABEL && r.operator == "DoesNotExist" {
-                return Err(format!("{rpath}: {PROVISIONER_NAME_LABEL} DoesNotExist keeps the pod off provisioned nodes"));
+                return Err(format!(
+                    "{rpath}: {PROVISIONER_NAME_LABEL} DoesNotExist keeps the pod off provisioned nodes"
+                ));
             }
             let errs: Vec<String> = validate_requirement(r, &rpath)
                 .into_iter()
@@ -130,9 +136,7 @@ pub struct HostPort {
 impl HostPort {
     /// Whether two bindings collide: same protocol and port, and the same IP or either on all addresses.
     pub fn conflicts(&self, other: &HostPort) -> bool {
-        self.port == other.port
-            && self.protocol == other.protocol
-            && (self.ip == other.ip || self.ip == "0.0.0.0" || other.ip == "0.0.0.0")
+        self.port == other.port && self.protocol == other.protocol && (self.ip == other.ip || self.ip == "0.0.0.0" || other.ip == "0.0.0.0")
     }
 }
 
@@ -149,7 +153,11 @@ pub fn host_ports(pod: &Pod) -> Vec<HostPort> {
             let port = p.host_port.filter(|hp| *hp > 0)?;
             Some(HostPort {
                 protocol: p.protocol.clone().unwrap_or_else(|| "TCP".to_string()),
-                ip: p.host_ip.clone().filter(|ip| !ip.is_empty()).unwrap_or_else(|| "0.0.0.0".to_string()),
+                ip: p
+                    .host_ip
+                    .clone()
+                    .filter(|ip| !ip.is_empty())
+                    .unwrap_or_else(|| "0.0.0.0".to_string()),
                 port,
             })
         })
@@ -209,11 +217,7 @@ impl PodState {
         let pod_affinity = affinity.pod_affinity.unwrap_or_default();
         let pod_anti_affinity = affinity.pod_anti_affinity.unwrap_or_default();
         let weighted = |v: Option<Vec<k8s_openapi::api::core::v1::WeightedPodAffinityTerm>>| {
-            let mut out: Vec<(i32, PodAffinityTerm)> = v
-                .unwrap_or_default()
-                .into_iter()
-                .map(|w| (w.weight, w.pod_affinity_term))
-                .collect();
+            let mut out: Vec<(i32, PodAffinityTerm)> = v.unwrap_or_default().into_iter().map(|w| (w.weight, w.pod_affinity_term)).collect();
             out.sort_by_key(|(w, _)| std::cmp::Reverse(*w));
             out
         };
@@ -244,9 +248,7 @@ impl PodState {
             required_terms,
             preferred_terms,
             spread: spec.topology_spread_constraints.clone().unwrap_or_default(),
-            affinity: pod_affinity
-                .required_during_scheduling_ignored_during_execution
-                .unwrap_or_default(),
+            affinity: pod_affinity.required_during_scheduling_ignored_during_execution.unwrap_or_default(),
             preferred_affinity: weighted(pod_affinity.preferred_during_scheduling_ignored_during_execution),
             anti_affinity: pod_anti_affinity
                 .required_during_scheduling_ignored_during_execution

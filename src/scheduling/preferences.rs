@@ -19,10 +19,16 @@ pub(crate) fn relax(pod: &mut PodState, tolerate_prefer_no_schedule_taints: bool
         Some("removed required node affinity term #0".to_string())
     } else if !pod.preferred_affinity.is_empty() {
         let (w, t) = pod.preferred_affinity.remove(0);
-        Some(format!("removed preferred pod affinity term (weight {w}, topologyKey {})", t.topology_key))
+        Some(format!(
+            "removed preferred pod affinity term (weight {w}, topologyKey {})",
+            t.topology_key
+        ))
     } else if !pod.preferred_anti_affinity.is_empty() {
         let (w, t) = pod.preferred_anti_affinity.remove(0);
-        Some(format!("removed preferred pod anti-affinity term (weight {w}, topologyKey {})", t.topology_key))
+        Some(format!(
+            "removed preferred pod anti-affinity term (weight {w}, topologyKey {})",
+            t.topology_key
+        ))
     } else if !pod.preferred_terms.is_empty() {
         let (w, _) = pod.preferred_terms.remove(0);
         Some(format!("removed preferred node affinity term (weight {w})"))

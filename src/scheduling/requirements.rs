@@ -484,7 +484,7 @@ impl Requirements {
             .keys()
             .map(String::as_str)
             .chain(WELL_KNOWN_LABELS.iter().copied())
-            .map(|k| (edit_distance(&lower, &k.to_lowercase()), k))
+            .map(|k| (crate::apis::decode::edit_distance(&lower, &k.to_lowercase()), k))
             .filter(|(d, _)| *d <= 2)
             .min()
             .map(|(_, k)| format!(" (typo of {k:?}?)"))
@@ -522,21 +522,6 @@ impl fmt::Display for Requirements {
         }
         Ok(())
     }
-}
-
-/// Levenshtein distance, for "did you mean" hints.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != *cb);
-            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 #[cfg(test)]
@@ -587,13 +572,25 @@ mod tests {
             .with(ZONE_LABEL, r("In", &["ap-northeast-2a", "ap-northeast-2c"]));
         let cases = [
             (Requirements::new().with("nodeType", r("In", &["service-2023"])), Ok(())),
-            (Requirements::new().with("nodeType", r("In", &["other"])), Err("key nodeType, In [other] not in In [service-2023]")),
-            (Requirements::new().with("team", r("In", &["a"])), Err("label \"team\" does not have known values")),
-            (Requirements::new().with("nodetype", r("In", &["a"])), Err("(typo of \"nodeType\"?)")),
+            (
+                Requirements::new().with("nodeType", r("In", &["other"])),
+                Err("key nodeType, In [other] not in In [service-2023]"),
+            ),
+            (
+                Requirements::new().with("team", r("In", &["a"])),
+                Err("label \"team\" does not have known values"),
+            ),
+            (
+                Requirements::new().with("nodetype", r("In", &["a"])),
+                Err("(typo of \"nodeType\"?)"),
+            ),
             (Requirements::new().with("team", r("NotIn", &["a"])), Ok(())),
             (Requirements::new().with("team", r("DoesNotExist", &[])), Ok(())),
             (Requirements::new().with(ARCH_LABEL, r("In", &["arm64"])), Ok(())),
-            (Requirements::new().with(ZONE_LABEL, r("In", &["ap-northeast-2b"])), Err("key topology.kubernetes.io/zone")),
+            (
+                Requirements::new().with(ZONE_LABEL, r("In", &["ap-northeast-2b"])),
+                Err("key topology.kubernetes.io/zone"),
+            ),
             (Requirements::new().with(ZONE_LABEL, r("NotIn", &["ap-northeast-2a"])), Ok(())),
         ];
         for (pod, want) in cases {

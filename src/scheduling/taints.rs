@@ -96,7 +96,10 @@ mod tests {
     fn names_the_first_untolerated_taint() {
         let taints = [taint("a=1:NoSchedule"), taint("b:PreferNoSchedule")];
         let tols = [toleration("a", "Exists", "", "")];
-        assert_eq!(tolerates_all(&tols, &taints), Err("did not tolerate taint b:PreferNoSchedule".to_string()));
+        assert_eq!(
+            tolerates_all(&tols, &taints),
+            Err("did not tolerate taint b:PreferNoSchedule".to_string())
+        );
         assert_eq!(tolerates_all(&[tolerate_prefer_no_schedule(), tols[0].clone()], &taints), Ok(()));
     }
 }

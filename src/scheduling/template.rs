@@ -47,16 +47,10 @@ impl NodeTemplate {
     /// The template of `provisioner` over `instance_types`, with `nodes` counting against its
     /// limits and `daemonset_pods` making up its overhead. Spot offerings above
     /// `spec.provider.spotPrice` are treated as unavailable.
-    pub fn new(
-        provisioner: &Provisioner,
-        instance_types: &[Arc<InstanceType>],
-        nodes: &[ExistingNode],
-        daemonset_pods: &[Pod],
-    ) -> Self {
+    pub fn new(provisioner: &Provisioner, instance_types: &[Arc<InstanceType>], nodes: &[ExistingNode], daemonset_pods: &[Pod]) -> Self {
         let name = provisioner.metadata.name.clone().unwrap_or_default();
         let spec = &provisioner.spec;
-        let mut requirements =
-            Requirements::from_node_selector_requirements(spec.requirements.as_deref().unwrap_or_default());
+        let mut requirements = Requirements::from_node_selector_requirements(spec.requirements.as_deref().unwrap_or_default());
         requirements.add_all(&Requirements::from_labels(spec.labels.iter().flatten()));
         requirements.add(PROVISIONER_NAME_LABEL, Requirement::in_values([name.clone()]));
         let taints = spec.taints.clone().unwrap_or_default();
@@ -75,10 +69,12 @@ impl NodeTemplate {
                 it,
             })
             .collect();
-        let instance_type_keys = candidates
-            .iter()
-            .flat_map(|c| c.it.requirements.iter().map(|(k, _)| k.to_string()))
-            .collect();
+        let mut instance_type_keys = BTreeSet::new();
+        for (k, _) in candidates.iter().flat_map(|c| c.it.requirements.iter()) {
+            if !instance_type_keys.contains(k) {
+                instance_type_keys.insert(k.to_string());
+            }
+        }
         let mut daemon_overhead = Resources::zero();
         for d in daemonset_pods {
             let tolerations = d.spec.as_ref().and_then(|s| s.tolerations.clone()).unwrap_or_default();
@@ -91,7 +87,10 @@ impl NodeTemplate {
         }
         let remaining = spec.limits.as_ref().and_then(|l| l.resources.as_ref()).map(|limits| {
             let mut usage = Resources::zero();
-            for n in nodes.iter().filter(|n| !n.marked_for_deletion && n.provisioner() == Some(name.as_str())) {
+            for n in nodes
+                .iter()
+                .filter(|n| !n.marked_for_deletion && n.provisioner() == Some(name.as_str()))
+            {
                 usage.add(&n.capacity);
             }
             limits

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     Affinity, Container, ContainerPort, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodAffinity,
-    PodAffinityTerm, PodAntiAffinity, PodSpec, PreferredSchedulingTerm, ResourceRequirements, Taint, Toleration,
-    TopologySpreadConstraint, WeightedPodAffinityTerm,
+    PodAffinityTerm, PodAntiAffinity, PodSpec, PreferredSchedulingTerm, ResourceRequirements, Taint, Toleration, TopologySpreadConstraint,
+    WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference, Time};

@@ -75,13 +75,7 @@ impl Selector {
                 .match_expressions
                 .iter()
                 .flatten()
-                .map(|e| {
-                    (
-                        e.key.clone(),
-                        e.operator.clone(),
-                        e.values.iter().flatten().cloned().collect(),
-                    )
-                })
+                .map(|e| (e.key.clone(), e.operator.clone(), e.values.iter().flatten().cloned().collect()))
                 .collect(),
         }
     }
@@ -134,6 +128,8 @@ struct Group {
     node_filter: Vec<Requirements>,
     counts: Vec<u32>,
     nonzero: BTreeSet<u32>,
+    /// How many placeholder hostnames (nodes planned in this run) have a non-zero count.
+    placeholders_hit: usize,
 }
 
 impl Group {
@@ -179,13 +175,9 @@ pub(crate) enum GroupRef {
     Inverse(usize),
 }
 
-/// Why a topology constraint cannot be met on a node: the group and the domains considered.
-#[derive(Clone, Debug)]
-pub(crate) struct Unsatisfiable {
-    group: GroupRef,
-    pod_domains: Requirement,
-    node_domains: Requirement,
-}
+/// Which group a pod cannot satisfy on a node (`explain` turns it into a message).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Unsatisfiable(GroupRef);
 
 /// Every topology group of a simulation run and the domains they count.
 pub(crate) struct Topology<'a> {
@@ -198,6 +190,8 @@ pub(crate) struct Topology<'a> {
     inverse_index: HashMap<String, usize>,
     owned: Vec<Vec<usize>>,
     owned_inverse: Vec<Vec<usize>>,
+    /// Hostname ids from here on are placeholders of planned nodes (see `start_placeholders`).
+    placeholder_base: u32,
 }
 
 impl<'a> Topology<'a> {
@@ -231,9 +225,26 @@ impl<'a> Topology<'a> {
             inverse_index: HashMap::new(),
             owned: vec![Vec::new(); pod_count],
             owned_inverse: vec![Vec::new(); pod_count],
+            placeholder_base: u32::MAX,
         };
         t.count_existing_anti_affinities();
         t
+    }
+
+    /// Marks every hostname registered from now on as a placeholder of a planned node. Call once,
+    /// after the existing nodes' hostnames are registered.
+    pub fn start_placeholders(&mut self) {
+        self.placeholder_base = self.universes.get(HOSTNAME_LABEL).map_or(0, |u| u.names.len() as u32);
+    }
+
+    /// Whether a hostname anti-affinity group among `groups` already holds a pod on each of the
+    /// `planned` nodes planned so far, so none of them can take this pod (saves trying them one by one).
+    pub fn excludes_all_planned(&self, groups: &[GroupRef], planned: usize) -> bool {
+        planned > 0
+            && groups.iter().any(|r| {
+                let g = self.group(*r);
+                g.is_hostname && g.kind == Kind::AntiAffinity && g.placeholders_hit >= planned
+            })
     }
 
     /// The interned id of a hostname (registering it as a domain).
@@ -246,8 +257,9 @@ impl<'a> Topology<'a> {
         match term.namespace_selector.as_ref() {
             None if listed.is_empty() => Namespaces::Some([own.to_string()].into()),
             None => Namespaces::Some(listed),
-            Some(sel) if sel.match_labels.as_ref().is_none_or(|m| m.is_empty())
-                && sel.match_expressions.as_ref().is_none_or(|e| e.is_empty()) =>
+            Some(sel)
+                if sel.match_labels.as_ref().is_none_or(|m| m.is_empty())
+                    && sel.match_expressions.as_ref().is_none_or(|e| e.is_empty()) =>
             {
                 Namespaces::All
             }
@@ -276,6 +288,7 @@ impl<'a> Topology<'a> {
             node_filter: Vec::new(),
             counts: Vec::new(),
             nonzero: BTreeSet::new(),
+            placeholders_hit: 0,
         }
     }
 
@@ -363,6 +376,7 @@ impl<'a> Topology<'a> {
                 node_filter: pod.node_filter.clone(),
                 counts: Vec::new(),
                 nonzero: BTreeSet::new(),
+                placeholders_hit: 0,
             });
         }
         for t in pod.affinity.iter().chain(pod.preferred_affinity.iter().map(|(_, t)| t)) {
@@ -432,35 +446,26 @@ impl<'a> Topology<'a> {
         let exists = Requirement::exists();
         for r in groups {
             let g = self.group(*r);
-            let pod_domains = pod.requirements.get(&g.key).unwrap_or(&exists);
+            let pod_domains = pod.requirements.get(&g.key);
             if g.is_hostname {
                 if !self.host_allowed(g, pod, pod_domains, host) {
-                    return Err(Unsatisfiable {
-                        group: *r,
-                        pod_domains: pod_domains.clone(),
-                        node_domains: node_reqs.get(&g.key).cloned().unwrap_or_else(Requirement::exists),
-                    });
+                    return Err(Unsatisfiable(*r));
                 }
                 continue;
             }
             let node_domains = node_reqs.get(&g.key).unwrap_or(&exists);
-            let domains = self.next_domains(g, pod, pod_domains, node_domains);
+            let domains = self.next_domains(g, pod, pod_domains.unwrap_or(&exists), node_domains);
             if domains.is_empty() {
-                return Err(Unsatisfiable {
-                    group: *r,
-                    pod_domains: pod_domains.clone(),
-                    node_domains: node_domains.clone(),
-                });
+                return Err(Unsatisfiable(*r));
             }
             out.add(&g.key, domains);
         }
         Ok(out)
     }
 
-    fn host_allowed(&self, g: &Group, pod: &PodState, pod_domains: &Requirement, host: u32) -> bool {
-        let hosts = &self.universes[HOSTNAME_LABEL];
-        let name = &hosts.names[host as usize];
-        if !pod_domains.has(name) {
+    fn host_allowed(&self, g: &Group, pod: &PodState, pod_domains: Option<&Requirement>, host: u32) -> bool {
+        let name = |id: u32| self.universes[HOSTNAME_LABEL].names[id as usize].as_str();
+        if pod_domains.is_some_and(|d| !d.has(name(host))) {
             return false;
         }
         let count = g.count(host);
@@ -470,7 +475,7 @@ impl<'a> Topology<'a> {
             Kind::Affinity => {
                 count > 0
                     || (g.selects(&pod.key.namespace, &pod.labels)
-                        && !g.nonzero.iter().any(|id| pod_domains.has(&hosts.names[*id as usize])))
+                        && !g.nonzero.iter().any(|id| pod_domains.is_none_or(|d| d.has(name(*id)))))
             }
         }
     }
@@ -490,7 +495,9 @@ impl<'a> Topology<'a> {
                     .min()
                     .unwrap_or(i64::from(i32::MAX));
                 let candidates: Vec<u32> = if node_domains.is_complement() {
-                    (0..u.names.len() as u32).filter(|id| node_domains.has(&u.names[*id as usize])).collect()
+                    (0..u.names.len() as u32)
+                        .filter(|id| node_domains.has(&u.names[*id as usize]))
+                        .collect()
                 } else {
                     node_domains.values().iter().filter_map(|v| u.ids.get(v).copied()).collect()
                 };
@@ -569,21 +576,29 @@ impl<'a> Topology<'a> {
             }
             let ids = ids_for(&mut self.universes, g, g.kind == Kind::AntiAffinity);
             for id in ids {
-                self.groups[gi].record(id);
+                Self::record_placed(&mut self.groups[gi], id, self.placeholder_base);
             }
         }
         for k in 0..self.owned_inverse[i].len() {
             let gi = self.owned_inverse[i][k];
             let ids = ids_for(&mut self.universes, &self.inverse[gi], true);
             for id in ids {
-                self.inverse[gi].record(id);
+                Self::record_placed(&mut self.inverse[gi], id, self.placeholder_base);
             }
         }
     }
 
-    /// The message for an unsatisfiable constraint, with the group's counts per domain.
-    pub fn explain(&self, e: &Unsatisfiable) -> String {
-        let g = self.group(e.group);
+    fn record_placed(g: &mut Group, id: u32, placeholder_base: u32) {
+        if g.is_hostname && id >= placeholder_base && g.count(id) == 0 {
+            g.placeholders_hit += 1;
+        }
+        g.record(id);
+    }
+
+    /// The message for an unsatisfiable constraint of `pod` on a node with `node_reqs`, with the
+    /// group's counts per domain.
+    pub fn explain(&self, e: &Unsatisfiable, pod: &PodState, node_reqs: &Requirements) -> String {
+        let g = self.group(e.0);
         let empty = Universe::default();
         let u = self.universes.get(&g.key).unwrap_or(&empty);
         let mut counts: Vec<String> = g
@@ -595,17 +610,18 @@ impl<'a> Topology<'a> {
         if g.nonzero.len() > 5 {
             counts.push(format!("and {} more", g.nonzero.len() - 5));
         }
-        let direction = match e.group {
+        let direction = match e.0 {
             GroupRef::Forward(_) => "",
             GroupRef::Inverse(_) => "inverse ",
         };
+        let show = |r: Option<&Requirement>| r.map_or_else(|| "Exists".to_string(), ToString::to_string);
         format!(
             "unsatisfiable {direction}{} constraint on {} (counts: {{{}}}, pod domains: {}, node domains: {})",
             g.kind.name(),
             g.key,
             counts.join(", "),
-            e.pod_domains,
-            e.node_domains
+            show(pod.requirements.get(&g.key)),
+            show(node_reqs.get(&g.key))
         )
     }
 }
@@ -631,53 +647,42 @@ mod tests {
         assert!(Selector::new(Some(&sel)).matches(&labels));
     }
 
+    fn web(name: &str) -> PodState {
+        PodState::new(
+            &pod(name)
+                .label("app", "web")
+                .spread(ZONE, 1, "DoNotSchedule", &[("app", "web")])
+                .build(),
+        )
+    }
+
+    const ZONE: &str = "topology.kubernetes.io/zone";
+
     #[test]
-    fn spread_picks_the_emptiest_allowed_zone() {
-        let seeds: BTreeMap<String, BTreeSet<String>> =
-            [("topology.kubernetes.io/zone".to_string(), ["a", "b", "c"].map(String::from).into())].into();
+    fn spread_picks_the_emptiest_allowed_zone_and_refuses_too_much_skew() {
+        let seeds: BTreeMap<String, BTreeSet<String>> = [(ZONE.to_string(), ["a", "b", "c"].map(String::from).into())].into();
         let nodes = [];
         let ns = BTreeMap::new();
-        let mut t = Topology::new(&nodes, &ns, &seeds, 4);
-        let pods: Vec<PodState> = (0..4)
-            .map(|i| {
-                PodState::new(
-                    &pod(&format!("p{i}"))
-                        .label("app", "web")
-                        .spread("topology.kubernetes.io/zone", 1, "DoNotSchedule", &[("app", "web")])
-                        .build(),
-                )
-            })
-            .collect();
+        let pods: Vec<PodState> = (0..5).map(|i| web(&format!("p{i}"))).collect();
+        let mut t = Topology::new(&nodes, &ns, &seeds, pods.len());
         let mut zones = Vec::new();
-        for (i, p) in pods.iter().enumerate() {
+        for (i, p) in pods.iter().enumerate().take(4) {
             t.update(i, p);
             let host = t.hostname_id(&format!("h{i}"));
             let groups = t.matching(i, p);
             let reqs = t.add_requirements(&groups, p, &Requirements::new(), host).expect("satisfiable");
-            let zone = reqs.get("topology.kubernetes.io/zone").and_then(|r| r.any()).expect("pinned").to_string();
+            zones.push(reqs.get(ZONE).and_then(|r| r.any()).expect("pinned").to_string());
             t.record(i, p, &reqs, host);
-            zones.push(zone);
         }
         assert_eq!(zones, ["a", "b", "c", "a"]);
-        // A node pinned to zone a cannot take a fifth pod while b and c have one each.
-        let p = PodState::new(&pods[0].clone_with_name("p4"));
-        let mut t2 = t;
-        t2.owned.push(Vec::new());
-        t2.owned_inverse.push(Vec::new());
-        t2.update(4, &p);
-        let host = t2.hostname_id("h4");
-        let node = Requirements::new().with("topology.kubernetes.io/zone", Requirement::in_values(["a"]));
-        let groups = t2.matching(4, &p);
-        let err = t2.add_requirements(&groups, &p, &node, host).expect_err("zone a is full");
-        assert!(t2.explain(&err).contains("unsatisfiable topology spread constraint on topology.kubernetes.io/zone"));
-    }
-
-    impl PodState {
-        fn clone_with_name(&self, name: &str) -> k8s_openapi::api::core::v1::Pod {
-            pod(name)
-                .label("app", "web")
-                .spread("topology.kubernetes.io/zone", 1, "DoNotSchedule", &[("app", "web")])
-                .build()
-        }
+        // A node pinned to zone a cannot take a fifth pod while b and c hold one each.
+        t.update(4, &pods[4]);
+        let host = t.hostname_id("h4");
+        let node = Requirements::new().with(ZONE, Requirement::in_values(["a"]));
+        let groups = t.matching(4, &pods[4]);
+        let err = t.add_requirements(&groups, &pods[4], &node, host).expect_err("zone a is full");
+        assert!(t
+            .explain(&err, &pods[4], &node)
+            .contains("unsatisfiable topology spread constraint on topology.kubernetes.io/zone (counts: {a=2, b=1, c=1}"));
     }
 }

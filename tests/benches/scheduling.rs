@@ -14,7 +14,7 @@
 //! r5a, r5ad, r5b, r5d, r5dn, r5n, r6a, r6i, r6id, r6idn, r6in, r7a, r7i), 9 arm64 Graviton
 //! families (c6g, c6gd, c7g, m6g, m6gd, m7g, r6g, r6gd, r7g) and 2 GPU families (g4dn, g5: one
 //! NVIDIA GPU per 4 vCPUs, at most 4); the 6th/7th-generation x86 families also get 32xlarge and
-//! 48xlarge: 444 types. vCPUs: large 2, xlarge 4,
+//! 48xlarge: 438 types (344 of them allowed by the bench Provisioner). vCPUs: large 2, xlarge 4,
 //! 2xlarge 8 ... 24xlarge 96, 32xlarge 128, 48xlarge 192; memory per vCPU: c 2 GiB, m and t
 //! 4 GiB, r 8 GiB, g 4 GiB; ENIs × IPv4 as EC2 publishes them per size. On-demand price =
 //! (vCPU × $0.0304 + GiB × $0.0044) × family factor (5th gen 1.0, c 1.08, r 0.96, AMD `a` 0.9,
@@ -87,9 +87,9 @@ fn families() -> Vec<(&'static str, i64, f64, &'static str, i64, bool)> {
         out.push((f, 4, if f == "t3a" { 0.87 * 0.9 } else { 0.87 }, "amd64", 0, big));
     }
     let x86 = [
-        "c5", "c5a", "c5ad", "c5d", "c5n", "c6a", "c6i", "c6id", "c6in", "c7a", "c7i", "m5", "m5a", "m5ad", "m5d", "m5dn", "m5n",
-        "m6a", "m6i", "m6id", "m6idn", "m6in", "m7a", "m7i", "r5", "r5a", "r5ad", "r5b", "r5d", "r5dn", "r5n", "r6a", "r6i",
-        "r6id", "r6idn", "r6in", "r7a", "r7i",
+        "c5", "c5a", "c5ad", "c5d", "c5n", "c6a", "c6i", "c6id", "c6in", "c7a", "c7i", "m5", "m5a", "m5ad", "m5d", "m5dn", "m5n", "m6a",
+        "m6i", "m6id", "m6idn", "m6in", "m7a", "m7i", "r5", "r5a", "r5ad", "r5b", "r5d", "r5dn", "r5n", "r6a", "r6i", "r6id", "r6idn",
+        "r6in", "r7a", "r7i",
     ];
     for f in x86 {
         let category = &f[..1];
@@ -182,7 +182,12 @@ fn catalogue() -> Vec<Arc<InstanceType>> {
                     })
                 })
                 .collect();
-            out.push(Arc::new(InstanceType::from_facts(&facts, offerings, &NodeSettings::default(), Some("us-east-1"))));
+            out.push(Arc::new(InstanceType::from_facts(
+                &facts,
+                offerings,
+                &NodeSettings::default(),
+                Some("us-east-1"),
+            )));
         }
     }
     out
@@ -331,7 +336,7 @@ fn first_fit_decreasing(requests: &[Resources], allowed: &[Arc<InstanceType>]) -
         .max_by_key(|a| (a.cpu_millis, a.memory_bytes))
         .expect("some allowed type");
     let mut sorted: Vec<&Resources> = requests.iter().collect();
-    sorted.sort_by(|a, b| (b.cpu_millis, b.memory_bytes).cmp(&(a.cpu_millis, a.memory_bytes)));
+    sorted.sort_by_key(|r| std::cmp::Reverse((r.cpu_millis, r.memory_bytes)));
     let mut bins: Vec<Resources> = Vec::new();
     for r in sorted {
         match bins.iter_mut().find(|b| b.plus(r).fits(&bin)) {
@@ -347,7 +352,7 @@ fn baseline(variant: Variant, requests: &[Resources], allowed: &[Arc<InstanceTyp
         Variant::Plain => first_fit_decreasing(requests, allowed),
         Variant::ZonalSpread => {
             let mut sorted: Vec<Resources> = requests.to_vec();
-            sorted.sort_by(|a, b| (b.cpu_millis, b.memory_bytes).cmp(&(a.cpu_millis, a.memory_bytes)));
+            sorted.sort_by_key(|r| std::cmp::Reverse((r.cpu_millis, r.memory_bytes)));
             (0..ZONES.len())
                 .map(|z| {
                     let share: Vec<Resources> = sorted.iter().skip(z).step_by(ZONES.len()).cloned().collect();
@@ -405,7 +410,11 @@ fn report(n: usize, variant: Variant, types: &[Arc<InstanceType>]) {
 
 fn bench(c: &mut Criterion) {
     let types = catalogue();
-    println!("catalogue: {} instance types, {} allowed by the bench Provisioner", types.len(), allowed(&types).len());
+    println!(
+        "catalogue: {} instance types, {} allowed by the bench Provisioner",
+        types.len(),
+        allowed(&types).len()
+    );
     println!("RESULT | pods | variant | median ms | pods/s | nodes | FFD nodes | $/h | lower bound $/h | $/h over bound | unschedulable |");
     for variant in [Variant::Plain, Variant::ZonalSpread, Variant::HostnameAntiAffinity] {
         let mut group = c.benchmark_group(format!("simulate/{}", variant.name()));

@@ -245,7 +245,11 @@ pub struct Controller {
 impl Controller {
     /// Starts the controller.
     pub fn start(cluster: &Cluster) -> Controller {
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
         let shutdown = CancellationToken::new();
         let metrics = Metrics::new();
         let config = karpenter_rs::controllers::provisioning::ProvisioningConfig {
@@ -258,12 +262,18 @@ impl Controller {
         let (token, m) = (shutdown.clone(), metrics.clone());
         let kube_client = runtime.block_on(client(cluster));
         runtime.spawn(async move {
-            let cloud = karpenter_rs::cloudprovider::aws::AwsCloudProvider::new(cloud_config).await.expect("cloud provider");
+            let cloud = karpenter_rs::cloudprovider::aws::AwsCloudProvider::new(cloud_config)
+                .await
+                .expect("cloud provider");
             let ctx = karpenter_rs::controllers::provisioning::Context::new(kube_client, std::sync::Arc::new(cloud), m, config);
             let (_leading_tx, leading) = tokio::sync::watch::channel(true);
             karpenter_rs::controllers::provisioning::run(ctx, leading, token).await;
         });
-        Controller { runtime, shutdown, metrics }
+        Controller {
+            runtime,
+            shutdown,
+            metrics,
+        }
     }
 
     /// Runs a future on the controller's runtime.

@@ -19,7 +19,10 @@ pub struct BatchWindows {
 
 impl Default for BatchWindows {
     fn default() -> Self {
-        BatchWindows { idle: Duration::from_secs(1), max: Duration::from_secs(10) }
+        BatchWindows {
+            idle: Duration::from_secs(1),
+            max: Duration::from_secs(10),
+        }
     }
 }
 

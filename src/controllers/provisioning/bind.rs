@@ -12,8 +12,11 @@ use kube::Api;
 use crate::apis::quantity::parse_quantity;
 
 /// Taints the node lifecycle puts on a node that is not ready yet.
-pub const EPHEMERAL_TAINTS: &[&str] =
-    &["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable", "node.cloudprovider.kubernetes.io/uninitialized"];
+pub const EPHEMERAL_TAINTS: &[&str] = &[
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.cloudprovider.kubernetes.io/uninitialized",
+];
 
 /// Whether pods planned for `node` may be bound to it now.
 pub fn is_ready_for_pods(node: &Node, startup_taints: &[Taint], requested: &BTreeMap<String, f64>) -> bool {
@@ -27,10 +30,12 @@ pub fn is_ready_for_pods(node: &Node, startup_taints: &[Taint], requested: &BTre
         .iter()
         .any(|t| EPHEMERAL_TAINTS.contains(&t.key.as_str()) || startup_taints.iter().any(|s| s.key == t.key && s.effect == t.effect));
     let allocatable = node.status.as_ref().and_then(|s| s.allocatable.clone()).unwrap_or_default();
-    let advertises = requested
-        .iter()
-        .filter(|(_, amount)| **amount > 0.0)
-        .all(|(resource, _)| allocatable.get(resource).and_then(|q| parse_quantity(&q.0)).is_some_and(|v| v > 0.0));
+    let advertises = requested.iter().filter(|(_, amount)| **amount > 0.0).all(|(resource, _)| {
+        allocatable
+            .get(resource)
+            .and_then(|q| parse_quantity(&q.0))
+            .is_some_and(|v| v > 0.0)
+    });
     ready && !blocked && advertises
 }
 
@@ -49,11 +54,22 @@ pub enum BindOutcome {
 /// first, or a pod that no longer exists, is not an error.
 pub async fn bind(pods: &Api<Pod>, pod: &str, node: &str) -> Result<BindOutcome, kube::Error> {
     let binding = Binding {
-        metadata: ObjectMeta { name: Some(pod.to_string()), ..Default::default() },
-        target: ObjectReference { api_version: Some("v1".into()), kind: Some("Node".into()), name: Some(node.to_string()), ..Default::default() },
+        metadata: ObjectMeta {
+            name: Some(pod.to_string()),
+            ..Default::default()
+        },
+        target: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.to_string()),
+            ..Default::default()
+        },
     };
     let body = serde_json::to_vec(&binding).expect("a Binding serializes");
-    match pods.create_subresource::<serde_json::Value>("binding", pod, &PostParams::default(), body).await {
+    match pods
+        .create_subresource::<serde_json::Value>("binding", pod, &PostParams::default(), body)
+        .await
+    {
         Ok(_) => Ok(BindOutcome::Bound),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(BindOutcome::AlreadyBound),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(BindOutcome::Gone),
@@ -81,20 +97,43 @@ mod tests {
     #[test]
     fn binds_once_ready_untainted_and_advertising() {
         let requested = BTreeMap::from([("cpu".to_string(), 0.5), ("nvidia.com/gpu".to_string(), 1.0)]);
-        let startup = [Taint { key: "cni".into(), effect: "NoSchedule".into(), ..Default::default() }];
+        let startup = [Taint {
+            key: "cni".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }];
         let service_taint = json!([{"key": "service", "value": "true", "effect": "NoSchedule"}]);
-        assert!(is_ready_for_pods(&ready(service_taint.clone(), json!({"cpu": "2", "nvidia.com/gpu": "1"})), &startup, &requested));
-        assert!(!is_ready_for_pods(&ready(service_taint.clone(), json!({"cpu": "2"})), &startup, &requested), "GPU not registered yet");
-        assert!(
-            !is_ready_for_pods(&ready(json!([{"key": "cni", "effect": "NoSchedule"}]), json!({"cpu": "2", "nvidia.com/gpu": "1"})), &startup, &requested),
-            "startup taint left"
-        );
-        assert!(!is_ready_for_pods(
-            &ready(json!([{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]), json!({"cpu": "2", "nvidia.com/gpu": "1"})),
+        assert!(is_ready_for_pods(
+            &ready(service_taint.clone(), json!({"cpu": "2", "nvidia.com/gpu": "1"})),
             &startup,
             &requested
         ));
-        let not_ready = node(json!({"metadata": {"name": "n"}, "status": {"conditions": [{"type": "Ready", "status": "False"}], "allocatable": {"cpu": "2"}}}));
+        assert!(
+            !is_ready_for_pods(&ready(service_taint.clone(), json!({"cpu": "2"})), &startup, &requested),
+            "GPU not registered yet"
+        );
+        assert!(
+            !is_ready_for_pods(
+                &ready(
+                    json!([{"key": "cni", "effect": "NoSchedule"}]),
+                    json!({"cpu": "2", "nvidia.com/gpu": "1"})
+                ),
+                &startup,
+                &requested
+            ),
+            "startup taint left"
+        );
+        assert!(!is_ready_for_pods(
+            &ready(
+                json!([{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]),
+                json!({"cpu": "2", "nvidia.com/gpu": "1"})
+            ),
+            &startup,
+            &requested
+        ));
+        let not_ready = node(
+            json!({"metadata": {"name": "n"}, "status": {"conditions": [{"type": "Ready", "status": "False"}], "allocatable": {"cpu": "2"}}}),
+        );
         assert!(!is_ready_for_pods(&not_ready, &[], &BTreeMap::new()));
     }
 }

@@ -26,9 +26,19 @@ pub fn facts(info: &InstanceTypeInfo) -> InstanceFacts {
         gpus: info
             .gpus
             .iter()
-            .map(|g| GpuFacts { name: g.name.clone(), manufacturer: g.manufacturer.clone(), count: g.count, memory_mib: g.memory_mib })
+            .map(|g| GpuFacts {
+                name: g.name.clone(),
+                manufacturer: g.manufacturer.clone(),
+                count: g.count,
+                memory_mib: g.memory_mib,
+            })
             .collect(),
-        neuron_devices: info.accelerators.iter().filter(|a| a.manufacturer.eq_ignore_ascii_case("aws")).map(|a| a.count).sum(),
+        neuron_devices: info
+            .accelerators
+            .iter()
+            .filter(|a| a.manufacturer.eq_ignore_ascii_case("aws"))
+            .map(|a| a.count)
+            .sum(),
         hypervisor: info.hypervisor.clone(),
         bare_metal: info.bare_metal,
         local_nvme_gb: info.local_nvme_gb.unwrap_or(0),
@@ -56,7 +66,12 @@ pub fn instance_types(
                 .offerings
                 .iter()
                 .filter(|o| zones.contains(&o.zone))
-                .map(|o| Offering { zone: o.zone.clone(), capacity_type: o.capacity_type.clone(), price: o.price, available: o.available })
+                .map(|o| Offering {
+                    zone: o.zone.clone(),
+                    capacity_type: o.capacity_type.clone(),
+                    price: o.price,
+                    available: o.available,
+                })
                 .collect();
             Arc::new(InstanceType::from_facts(&facts(info), offerings, &settings, Some(region)))
         })
@@ -65,7 +80,12 @@ pub fn instance_types(
 
 /// What to ask the cloud for: every available offering of the planned node's instance types that
 /// its requirements allow, cheapest first (spot above `spot_max_price` left out).
-pub fn launch_request(request: &NodeRequest, provisioner: &Provisioner, template: NodeTemplate, spot_max_price: Option<f64>) -> LaunchRequest {
+pub fn launch_request(
+    request: &NodeRequest,
+    provisioner: &Provisioner,
+    template: NodeTemplate,
+    spot_max_price: Option<f64>,
+) -> LaunchRequest {
     let mut options: Vec<InstanceOption> = request
         .instance_type_options
         .iter()
@@ -74,10 +94,20 @@ pub fn launch_request(request: &NodeRequest, provisioner: &Provisioner, template
                 .iter()
                 .filter(|o| o.available && offering_allowed(o, &request.requirements))
                 .filter(|o| o.capacity_type != "spot" || spot_max_price.is_none_or(|max| o.price <= max))
-                .map(|o| InstanceOption { instance_type: it.name.clone(), zone: o.zone.clone(), capacity_type: o.capacity_type.clone(), price: o.price })
+                .map(|o| InstanceOption {
+                    instance_type: it.name.clone(),
+                    zone: o.zone.clone(),
+                    capacity_type: o.capacity_type.clone(),
+                    price: o.price,
+                })
         })
         .collect();
-    options.sort_by(|a, b| a.price.total_cmp(&b.price).then_with(|| a.instance_type.cmp(&b.instance_type)).then_with(|| a.zone.cmp(&b.zone)));
+    options.sort_by(|a, b| {
+        a.price
+            .total_cmp(&b.price)
+            .then_with(|| a.instance_type.cmp(&b.instance_type))
+            .then_with(|| a.zone.cmp(&b.zone))
+    });
     LaunchRequest {
         provisioner_name: request.provisioner.clone(),
         node_name: None,

@@ -86,7 +86,10 @@ struct Stores {
 impl Context {
     /// A context for the controller.
     pub fn new(client: kube::Client, cloud: Arc<dyn CloudProvider>, metrics: Metrics, config: ProvisioningConfig) -> Arc<Context> {
-        let reporter = Reporter { controller: "karpenter-rs".into(), instance: std::env::var("POD_NAME").ok() };
+        let reporter = Reporter {
+            controller: "karpenter-rs".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
         Arc::new(Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
@@ -131,7 +134,10 @@ fn start_watches(ctx: &Arc<Context>, shutdown: &CancellationToken) -> Stores {
         K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
     {
         let (reader, writer) = reflector::store();
-        let stream = watcher(api, watcher::Config::default()).default_backoff().reflect(writer).applied_objects();
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .applied_objects();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
@@ -196,7 +202,11 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
     // pending with no node, so it cannot get a second one.
     let nodes = stores.nodes.state();
     let all_pods = stores.pods.state();
-    let pending: Vec<Pod> = all_pods.iter().filter(|p| pods::is_provisionable(p)).map(|p| (**p).clone()).collect();
+    let pending: Vec<Pod> = all_pods
+        .iter()
+        .filter(|p| pods::is_provisionable(p))
+        .map(|p| (**p).clone())
+        .collect();
     if pending.is_empty() {
         return Ok(());
     }
@@ -205,7 +215,12 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
     let mut zones: HashMap<String, BTreeSet<String>> = HashMap::new();
     for p in &provisioners {
         let resolved = match node_template(ctx, stores, p) {
-            Ok(t) => ctx.cloud.resolve(&t.0).await.map(|status| (t, status)).map_err(|e| telemetry::chain(&e)),
+            Ok(t) => ctx
+                .cloud
+                .resolve(&t.0)
+                .await
+                .map(|status| (t, status))
+                .map_err(|e| telemetry::chain(&e)),
             Err(reason) => Err(reason),
         };
         match resolved {
@@ -221,9 +236,16 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
         }
     }
     let catalogue = {
-        let _timer = ctx.metrics.cloudprovider_duration.with_label_values(&["instance_types"]).start_timer();
+        let _timer = ctx
+            .metrics
+            .cloudprovider_duration
+            .with_label_values(&["instance_types"])
+            .start_timer();
         ctx.cloud.instance_types().await.inspect_err(|e| {
-            ctx.metrics.cloudprovider_errors.with_label_values(&["instance_types", e.kind()]).inc();
+            ctx.metrics
+                .cloudprovider_errors
+                .with_label_values(&["instance_types", e.kind()])
+                .inc();
         })?
     };
     let input = SimulationInput {
@@ -253,18 +275,36 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
     for (key, reason) in &plan.unschedulable {
         if let Some(pod) = pending.iter().find(|p| PodKey::of(p) == *key) {
             debug!(pod = %pods::pod_key(pod), %reason, "pod cannot be provisioned for");
-            publish(ctx, pod, EventType::Warning, "FailedProvisioning", &format!("Failed to provision new node: {reason}")).await;
+            publish(
+                ctx,
+                pod,
+                EventType::Warning,
+                "FailedProvisioning",
+                &format!("Failed to provision new node: {reason}"),
+            )
+            .await;
         }
     }
     let (provisioners, templates, pending) = (&provisioners, &templates, &pending);
     let launches = plan.new_nodes.iter().map(|request| async move {
-        let Some(provisioner) = provisioners.iter().find(|p| p.name_any() == request.provisioner) else { return };
-        let Some((template, spot_max)) = templates.get(&request.provisioner) else { return };
+        let Some(provisioner) = provisioners.iter().find(|p| p.name_any() == request.provisioner) else {
+            return;
+        };
+        let Some((template, spot_max)) = templates.get(&request.provisioner) else {
+            return;
+        };
         match launch(ctx, request, provisioner, template.clone(), *spot_max).await {
             Ok(node_name) => {
                 for key in &request.pods {
                     if let Some(pod) = pending.iter().find(|p| PodKey::of(p) == *key) {
-                        publish(ctx, pod, EventType::Normal, "Nominated", &format!("Pod should schedule on node {node_name}")).await;
+                        publish(
+                            ctx,
+                            pod,
+                            EventType::Normal,
+                            "Nominated",
+                            &format!("Pod should schedule on node {node_name}"),
+                        )
+                        .await;
                     }
                 }
             }
@@ -297,7 +337,11 @@ fn node_template(ctx: &Context, stores: &Stores, provisioner: &Provisioner) -> R
         let node_template = NodeTemplate::from_node_template(&template.spec, cluster).map_err(|e| e.to_string())?;
         return Ok((node_template, None));
     }
-    let raw = provisioner.spec.provider.clone().ok_or("neither spec.provider nor spec.providerRef is set")?;
+    let raw = provisioner
+        .spec
+        .provider
+        .clone()
+        .ok_or("neither spec.provider nor spec.providerRef is set")?;
     let provider: AwsProvider = serde_json::from_value(raw).map_err(|e| format!("spec.provider: {e}"))?;
     let node_template = NodeTemplate::from_provider(&provider, cluster).map_err(|e| e.to_string())?;
     Ok((node_template, cloudprovider::spot_max_price(&provider)))
@@ -315,13 +359,18 @@ async fn launch(
 ) -> Result<String, LaunchError> {
     let launch_request = catalogue::launch_request(request, provisioner, template, spot_max_price);
     if launch_request.instance_options.is_empty() {
-        return Err(LaunchError::NoOffering { provisioner: request.provisioner.clone() });
+        return Err(LaunchError::NoOffering {
+            provisioner: request.provisioner.clone(),
+        });
     }
     let instance = {
         let _timer = ctx.metrics.cloudprovider_duration.with_label_values(&["create"]).start_timer();
         ctx.cloud.create(&launch_request).await.map_err(|source| {
             ctx.metrics.cloudprovider_errors.with_label_values(&["create", source.kind()]).inc();
-            LaunchError::Create { provisioner: request.provisioner.clone(), source }
+            LaunchError::Create {
+                provisioner: request.provisioner.clone(),
+                source,
+            }
         })?
     };
     let instance_type = request.instance_type_options.iter().find(|t| t.name == instance.instance_type);
@@ -342,12 +391,21 @@ async fn launch(
             if let Err(e) = ctx.cloud.delete(&instance.id).await {
                 warn!(instance_id = %instance.id, error = %e, "terminating the instance whose node could not be created; the garbage collector will retry");
             }
-            return Err(LaunchError::RegisterNode { node: node_name, instance_id: instance.id, source });
+            return Err(LaunchError::RegisterNode {
+                node: node_name,
+                instance_id: instance.id,
+                source,
+            });
         }
     }
     ctx.metrics
         .nodes_created
-        .with_label_values(&[&request.provisioner, &instance.zone, &instance.instance_type, &instance.capacity_type])
+        .with_label_values(&[
+            &request.provisioner,
+            &instance.zone,
+            &instance.instance_type,
+            &instance.capacity_type,
+        ])
         .inc();
     info!(
         provisioner = %request.provisioner,
@@ -435,7 +493,11 @@ fn daemonset_pods(daemonsets: &[Arc<DaemonSet>]) -> Vec<Pod> {
         .iter()
         .filter_map(|ds| {
             let template = ds.spec.as_ref()?.template.clone();
-            Some(Pod { metadata: template.metadata.unwrap_or_default(), spec: template.spec, status: None })
+            Some(Pod {
+                metadata: template.metadata.unwrap_or_default(),
+                spec: template.spec,
+                status: None,
+            })
         })
         .collect()
 }
@@ -455,14 +517,17 @@ async fn bind_loop(ctx: Arc<Context>, stores: Stores, shutdown: CancellationToke
                 done.push(node_name.clone());
                 continue;
             }
-            let Some(node) = stores.nodes.state().into_iter().find(|n| n.name_any() == *node_name) else { continue };
+            let Some(node) = stores.nodes.state().into_iter().find(|n| n.name_any() == *node_name) else {
+                continue;
+            };
             if !bind::is_ready_for_pods(&node, &plan.startup_taints, &plan.requested) {
                 continue;
             }
             if ctx.config.bind_pods {
                 for key in &plan.pods {
                     let unbound = stores.pods.state().into_iter().find(|p| PodKey::of(p) == *key).filter(|p| {
-                        p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_none_or(str::is_empty) && p.metadata.deletion_timestamp.is_none()
+                        p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_none_or(str::is_empty)
+                            && p.metadata.deletion_timestamp.is_none()
                     });
                     let Some(pod) = unbound else { continue };
                     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
@@ -473,7 +538,9 @@ async fn bind_loop(ctx: Arc<Context>, stores: Stores, shutdown: CancellationToke
                                 info!(pod = %pods::pod_key(&pod), node = %node_name, "bound pod");
                             }
                         }
-                        Err(e) => warn!(pod = %pods::pod_key(&pod), node = %node_name, error = %e, "binding pod; the scheduler will place it"),
+                        Err(e) => {
+                            warn!(pod = %pods::pod_key(&pod), node = %node_name, error = %e, "binding pod; the scheduler will place it")
+                        }
                     }
                 }
             }
@@ -494,7 +561,13 @@ fn bind_label(outcome: &bind::BindOutcome) -> &'static str {
 }
 
 async fn publish<K: Resource<DynamicType = ()>>(ctx: &Context, object: &K, type_: EventType, reason: &str, note: &str) {
-    let event = Event { type_, reason: reason.into(), note: Some(note.chars().take(1024).collect()), action: "Provisioning".into(), secondary: None };
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.chars().take(1024).collect()),
+        action: "Provisioning".into(),
+        secondary: None,
+    };
     if let Err(e) = ctx.recorder.publish(&event, &object.object_ref(&())).await {
         debug!(error = %e, reason, "publishing event");
     }

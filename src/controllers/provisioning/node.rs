@@ -114,7 +114,11 @@ mod tests {
         let mut p: Provisioner =
             serde_yaml::from_str(include_str!("../../../tests/fixtures/first-writeup/provisioner.yaml")).expect("fixture parses");
         p.metadata.uid = Some("uid-1".into());
-        p.spec.startup_taints = Some(vec![Taint { key: "cni".into(), effect: "NoSchedule".into(), ..Default::default() }]);
+        p.spec.startup_taints = Some(vec![Taint {
+            key: "cni".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }]);
         p
     }
 
@@ -143,7 +147,10 @@ mod tests {
         assert_eq!(labels["karpenter.sh/capacity-type"], "on-demand");
         assert_eq!(labels["topology.kubernetes.io/zone"], "ap-northeast-2a");
         assert_eq!(labels["node.kubernetes.io/instance-type"], "t3.large");
-        assert_eq!(v["spec"]["taints"], json!([{"key": "service", "value": "true", "effect": "NoSchedule"}, {"key": "cni", "effect": "NoSchedule"}]));
+        assert_eq!(
+            v["spec"]["taints"],
+            json!([{"key": "service", "value": "true", "effect": "NoSchedule"}, {"key": "cni", "effect": "NoSchedule"}])
+        );
         assert_eq!(v["metadata"]["finalizers"], json!(["karpenter.sh/termination"]));
         assert_eq!(v["metadata"]["ownerReferences"][0]["kind"], "Provisioner");
         assert_eq!(v["status"]["allocatable"]["cpu"], "1930m");
@@ -159,7 +166,10 @@ mod tests {
     #[test]
     fn the_cloud_wins_over_user_labels_for_what_it_knows() {
         let mut p = service();
-        p.spec.labels.get_or_insert_with(Default::default).insert("topology.kubernetes.io/zone".into(), "elsewhere".into());
+        p.spec
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert("topology.kubernetes.io/zone".into(), "elsewhere".into());
         let node = node_for(&p, &instance(), &BTreeMap::from([("team".to_string(), "a".to_string())]));
         let labels = node.metadata.labels.unwrap();
         assert_eq!(labels["topology.kubernetes.io/zone"], "ap-northeast-2a");

@@ -7,12 +7,17 @@ use k8s_openapi::api::core::v1::Pod;
 /// kube-scheduler (a pod the scheduler has not tried yet is left to it), and neither a DaemonSet
 /// pod nor a static/mirror pod (owned by a Node).
 pub fn is_provisionable(pod: &Pod) -> bool {
-    let spec_bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
+    let spec_bound = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
     let status = pod.status.as_ref();
     let nominated = status.and_then(|s| s.nominated_node_name.as_deref()).is_some_and(|n| !n.is_empty());
-    let unschedulable = status
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable")));
+    let unschedulable = status.and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable"))
+    });
     let terminating = pod.metadata.deletion_timestamp.is_some();
     !spec_bound && !nominated && unschedulable && !terminating && !is_daemon_or_mirror(pod)
 }
@@ -28,7 +33,11 @@ pub fn is_daemon_or_mirror(pod: &Pod) -> bool {
 
 /// `namespace/name`, as pods are named in logs and events.
 pub fn pod_key(pod: &Pod) -> String {
-    format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or("default"), pod.metadata.name.as_deref().unwrap_or(""))
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or("")
+    )
 }
 
 #[cfg(test)]
@@ -46,7 +55,9 @@ mod tests {
 
     #[test]
     fn considers_pods_the_scheduler_marked_unschedulable() {
-        assert!(is_provisionable(&pod(json!({"metadata": {"name": "a"}, "spec": {"containers": []}, "status": unschedulable()}))));
+        assert!(is_provisionable(&pod(
+            json!({"metadata": {"name": "a"}, "spec": {"containers": []}, "status": unschedulable()})
+        )));
     }
 
     #[test]
