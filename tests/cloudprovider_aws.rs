@@ -5,9 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::panic::AssertUnwindSafe;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use aws_sdk_ec2::types::Filter;
 use base64::Engine;
@@ -15,42 +13,15 @@ use futures::FutureExt;
 use k8s_openapi::api::core::v1::Taint;
 use karpenter_rs::apis::v1alpha1::AwsNodeTemplate;
 use karpenter_rs::cloudprovider::aws::AwsCloudProvider;
-use karpenter_rs::cloudprovider::{CloudConfig, CloudProvider, Error, InstanceOption, LaunchRequest, NodeTemplate, StaticCredentials};
+use karpenter_rs::cloudprovider::{CloudConfig, CloudProvider, Error, InstanceOption, LaunchRequest, NodeTemplate};
 
-const CLUSTER_NAME: &str = "ssungz-cluster";
+mod support;
 
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use support::{repo_root, unique, CLUSTER_NAME};
 
-/// The variables of target/local-cluster/env, after tests/cluster/up.sh (a no-op when the
-/// cluster is already up) has run once for this test binary.
+/// The variables of target/local-cluster/env (the cluster is brought up once per test binary).
 fn local_env() -> &'static HashMap<String, String> {
-    static ENV: OnceLock<HashMap<String, String>> = OnceLock::new();
-    ENV.get_or_init(|| {
-        let up = Command::new("bash")
-            .arg(repo_root().join("tests/cluster/up.sh"))
-            .stdin(Stdio::null())
-            .output()
-            .expect("running tests/cluster/up.sh");
-        assert!(
-            up.status.success(),
-            "tests/cluster/up.sh failed:\n{}{}",
-            String::from_utf8_lossy(&up.stdout),
-            String::from_utf8_lossy(&up.stderr)
-        );
-        read_env(&repo_root().join("target/local-cluster/env"))
-    })
-}
-
-/// Parses `export KEY=VALUE` lines (values as bash's `printf %q` writes them).
-fn read_env(path: &Path) -> HashMap<String, String> {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    text.lines()
-        .filter_map(|l| l.strip_prefix("export "))
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.trim_matches('\'').replace("\\ ", " ")))
-        .collect()
+    &support::cluster().env
 }
 
 /// The ids fixtures.py seeded into moto.
@@ -60,20 +31,12 @@ fn fixtures() -> serde_json::Value {
 }
 
 fn config() -> CloudConfig {
-    let env = local_env();
-    let endpoint = env["AWS_ENDPOINT_URL"].clone();
+    let config = support::cloud_config(support::cluster());
+    let endpoint = config.endpoint_url.clone().unwrap_or_default();
     assert!(
         endpoint.starts_with("http://127.0.0.1:"),
         "moto must be on loopback, got {endpoint}"
     );
-    let mut config = CloudConfig::new(CLUSTER_NAME, env["CLUSTER_ENDPOINT"].clone());
-    config.region = Some(env["AWS_REGION"].clone());
-    config.endpoint_url = Some(endpoint);
-    config.credentials = Some(StaticCredentials {
-        access_key_id: env["AWS_ACCESS_KEY_ID"].clone(),
-        secret_access_key: env["AWS_SECRET_ACCESS_KEY"].clone(),
-    });
-    config.default_instance_profile = Some("KarpenterNodeInstanceProfile".into());
     config
 }
 
@@ -86,14 +49,6 @@ fn first_write_up_template() -> NodeTemplate {
     let text = std::fs::read_to_string(repo_root().join("tests/fixtures/first-writeup/awsnodetemplate.yaml")).unwrap();
     let template: AwsNodeTemplate = serde_yaml::from_str(&text).expect("the fixture is an AWSNodeTemplate");
     NodeTemplate::from_node_template(&template.spec, CLUSTER_NAME).expect("the fixture's settings are supported")
-}
-
-fn unique(base: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    format!("{base}-{}-{nanos:x}", std::process::id())
 }
 
 fn option(instance_type: &str, zone: &str, price: f64) -> InstanceOption {
