@@ -195,3 +195,93 @@ fn pods_no_provisioner_serves_get_an_event_and_launch_nothing() {
     assert!(out.trim().is_empty(), "no node launched: {out}");
     kubectl_ok(cluster, &["delete", "namespace", &namespace, "--wait=false"], None);
 }
+
+/// A Provisioner with its own label, from the first write-up's, plus the template it references.
+fn service_provisioner(cluster: &Cluster, suffix: &str, edit: impl FnOnce(&mut serde_json::Value)) -> (String, String, String) {
+    let (template_name, provisioner_name, node_type) = (format!("lt-{suffix}"), format!("p-{suffix}"), format!("t-{suffix}"));
+    let mut template = fixture("first-writeup/awsnodetemplate.yaml");
+    template["metadata"]["name"] = json!(template_name);
+    let mut provisioner = fixture("first-writeup/provisioner.yaml");
+    provisioner["metadata"]["name"] = json!(provisioner_name);
+    provisioner["spec"]["providerRef"]["name"] = json!(template_name);
+    provisioner["spec"]["labels"]["nodeType"] = json!(node_type);
+    edit(&mut provisioner);
+    kubectl_ok(cluster, &["apply", "-f", "-"], Some(&template.to_string()));
+    kubectl_ok(cluster, &["apply", "-f", "-"], Some(&provisioner.to_string()));
+    (template_name, provisioner_name, node_type)
+}
+
+/// A Deployment of `replicas` pods selecting `node_type` and tolerating the service taint.
+fn deployment(namespace: &str, node_type: &str, replicas: i64, edit: impl FnOnce(&mut serde_json::Value)) -> serde_json::Value {
+    let mut d = fixture("first-writeup/nginx-deployment.yaml");
+    d["metadata"]["namespace"] = json!(namespace);
+    d["spec"]["replicas"] = json!(replicas);
+    d["spec"]["template"]["spec"]["nodeSelector"]["nodeType"] = json!(node_type);
+    edit(&mut d);
+    d
+}
+
+fn our_nodes(cluster: &Cluster, provisioner: &str) -> Vec<Node> {
+    let out = kubectl_ok(
+        cluster,
+        &[
+            "get",
+            "nodes",
+            "-l",
+            &format!("karpenter.sh/provisioner-name={provisioner}"),
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    serde_json::from_value(serde_json::from_str::<serde_json::Value>(&out).unwrap()["items"].clone()).unwrap()
+}
+
+fn running_pods(cluster: &Cluster, namespace: &str) -> Vec<Pod> {
+    let out = kubectl_ok(cluster, &["get", "pods", "-n", namespace, "-o", "json"], None);
+    let pods: Vec<Pod> = serde_json::from_value(serde_json::from_str::<serde_json::Value>(&out).unwrap()["items"].clone()).unwrap();
+    pods.into_iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .collect()
+}
+
+fn clean_up(cluster: &Cluster, controller: &Controller, namespace: &str, template: &str, provisioner: &str) {
+    kubectl_ok(cluster, &["delete", "namespace", namespace, "--wait=false"], None);
+    clean_up_nodes(cluster, controller, provisioner);
+    kubectl_ok(cluster, &["delete", "provisioner", provisioner, "--wait=false"], None);
+    kubectl_ok(cluster, &["delete", "awsnodetemplate", template, "--wait=false"], None);
+}
+
+#[test]
+fn zone_spread_launches_a_node_in_each_allowed_zone() {
+    let (cluster, controller) = setup();
+    let suffix = unique("spread");
+    let namespace = format!("ns-{suffix}");
+    let (template, provisioner, node_type) = service_provisioner(cluster, &suffix, |_| {});
+    kubectl_ok(cluster, &["create", "namespace", &namespace], None);
+    let d = deployment(&namespace, &node_type, 2, |d| {
+        d["spec"]["template"]["spec"]["topologySpreadConstraints"] = json!([{
+            "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "nginx-karpenter"}}
+        }]);
+    });
+    kubectl_ok(cluster, &["apply", "-f", "-"], Some(&d.to_string()));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for("2 pods Running", Duration::from_secs(120), || {
+            (running_pods(cluster, &namespace).len() == 2).then_some(())
+        });
+        let zones: std::collections::BTreeSet<String> = our_nodes(cluster, &provisioner)
+            .iter()
+            .map(|n| n.labels()["topology.kubernetes.io/zone"].clone())
+            .collect();
+        assert_eq!(
+            zones,
+            ["ap-northeast-2a".to_string(), "ap-northeast-2c".to_string()].into(),
+            "one node per allowed zone"
+        );
+    }));
+    clean_up(cluster, controller, &namespace, &template, &provisioner);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}

@@ -287,12 +287,8 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
     }
     let (provisioners, templates, pending) = (&provisioners, &templates, &pending);
     let launches = plan.new_nodes.iter().map(|request| async move {
-        let Some(provisioner) = provisioners.iter().find(|p| p.name_any() == request.provisioner) else {
-            return;
-        };
-        let Some((template, spot_max)) = templates.get(&request.provisioner) else {
-            return;
-        };
+        let provisioner = provisioners.iter().find(|p| p.name_any() == request.provisioner)?;
+        let (template, spot_max) = templates.get(&request.provisioner)?;
         match launch(ctx, request, provisioner, template.clone(), *spot_max).await {
             Ok(node_name) => {
                 for key in &request.pods {
@@ -307,18 +303,23 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
                         .await;
                     }
                 }
+                Some(node_name)
             }
             Err(e) => {
                 warn!(provisioner = %request.provisioner, error = %telemetry::chain(&e), "launch failed");
                 publish(ctx, provisioner.as_ref(), EventType::Warning, "LaunchFailed", &telemetry::chain(&e)).await;
+                None
             }
         }
     });
-    futures::future::join_all(launches).await;
-    // The next pass must see the Nodes just created, or it would launch for the same pods again.
-    let planned: Vec<String> = ctx.planned.lock().await.keys().cloned().collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline && !planned.iter().all(|n| stores.nodes.state().iter().any(|x| x.name_any() == *n)) {
+    let launched: Vec<String> = futures::future::join_all(launches).await.into_iter().flatten().collect();
+    // The next pass must see every Node this one created (they count against limits and hold
+    // the pods planned for them), or it would launch for the same pods again.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !launched.iter().all(|n| stores.nodes.get(&reflector::ObjectRef::new(n)).is_some()) {
+        if Instant::now() > deadline {
+            return Err("nodes created by this pass did not appear in the node cache within 30 s".into());
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(())
@@ -384,9 +385,20 @@ async fn launch(
         .map(|o| o.price)
         .unwrap_or_default();
     let nodes: Api<Node> = Api::all(ctx.client.clone());
-    match nodes.create(&PostParams::default(), &node).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
+    let created = match nodes.create(&PostParams::default(), &node).await {
+        // A Node of that name exists: fine if it is this instance's (a retried create), not if
+        // the name belongs to another instance (private addresses are reused after termination).
+        Err(kube::Error::Api(e)) if e.code == 409 => match nodes.get(&node_name).await {
+            Ok(existing) if existing.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(launched.provider_id().as_str()) => {
+                Ok(())
+            }
+            Ok(_) => Err(kube::Error::Api(e)),
+            Err(source) => Err(source),
+        },
+        other => other.map(|_| ()),
+    };
+    match created {
+        Ok(()) => {}
         Err(source) => {
             if let Err(e) = ctx.cloud.delete(&instance.id).await {
                 warn!(instance_id = %instance.id, error = %e, "terminating the instance whose node could not be created; the garbage collector will retry");
