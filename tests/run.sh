@@ -12,6 +12,8 @@ else
   trap 'bash tests/cluster/down.sh' EXIT
 fi
 bash tests/cluster/up.sh >/dev/null
+# A karpenter-rs left by `up.sh --with-karpenter` would provision for the tests' pods too.
+bash tests/cluster/down.sh --karpenter-only
 
 log=$(mktemp)
 status=0

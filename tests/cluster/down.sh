@@ -7,6 +7,7 @@
 # (STOP_TIMEOUT) of grace, then SIGKILL. Pid files and the env file are
 # removed; logs, kubeconfig, certificates and fixtures.json are left for
 # post-mortems. Idempotent: with nothing running it just cleans up and exits 0.
+# `down.sh --karpenter-only` stops only the karpenter-rs of `up.sh --with-karpenter`.
 set -euo pipefail
 
 # shellcheck source=lib.sh source-path=SCRIPTDIR
@@ -21,6 +22,12 @@ mkdir -p "$PIDS"
 exec 8>"$STATE/.lock"
 flock 8
 
+if [[ "${1:-}" == "--karpenter-only" ]]; then
+  # Leave the cluster running; stop only the karpenter-rs that up.sh --with-karpenter started.
+  stop_components karpenter
+  rm -f "$STATE/karpenter.env"
+  exit 0
+fi
 stop_all
 rm -f "$STATE/env" "$STATE/karpenter.env"
 echo "[down.sh] stopped; logs kept in $LOGS" >&2
