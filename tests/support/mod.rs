@@ -243,37 +243,9 @@ pub struct Controller {
 }
 
 impl Controller {
-    /// Starts the controller.
+    /// Starts the provisioning controller alone.
     pub fn start(cluster: &Cluster) -> Controller {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let shutdown = CancellationToken::new();
-        let metrics = Metrics::new();
-        let config = karpenter_rs::controllers::provisioning::ProvisioningConfig {
-            cluster_name: CLUSTER_NAME.into(),
-            region: cluster.env["AWS_REGION"].clone(),
-            windows: Default::default(),
-            bind_pods: true,
-        };
-        let cloud_config = cloud_config(cluster);
-        let (token, m) = (shutdown.clone(), metrics.clone());
-        let kube_client = runtime.block_on(client(cluster));
-        runtime.spawn(async move {
-            let cloud = karpenter_rs::cloudprovider::aws::AwsCloudProvider::new(cloud_config)
-                .await
-                .expect("cloud provider");
-            let ctx = karpenter_rs::controllers::provisioning::Context::new(kube_client, std::sync::Arc::new(cloud), m, config);
-            let (_leading_tx, leading) = tokio::sync::watch::channel(true);
-            karpenter_rs::controllers::provisioning::run(ctx, leading, token).await;
-        });
-        Controller {
-            runtime,
-            shutdown,
-            metrics,
-        }
+        Self::start_with(cluster, None)
     }
 
     /// Runs a future on the controller's runtime.
@@ -299,6 +271,11 @@ impl Controller {
     /// Starts the provisioning controller plus termination, deprovisioning and garbage
     /// collection, all leading from the start (one replica), sharing one cloud provider.
     pub fn start_all(cluster: &Cluster, loops: Loops) -> Controller {
+        Self::start_with(cluster, Some(loops))
+    }
+
+    /// Provisioning, plus `loops` when given, on a runtime of their own.
+    fn start_with(cluster: &Cluster, loops: Option<Loops>) -> Controller {
         use karpenter_rs::controllers::{deprovisioning, garbagecollection, provisioning, termination};
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -322,12 +299,14 @@ impl Controller {
                 .expect("cloud provider");
             let cloud: std::sync::Arc<dyn karpenter_rs::cloudprovider::CloudProvider> = std::sync::Arc::new(cloud);
             let (_leading_tx, leading) = tokio::sync::watch::channel(true);
-            let t = termination::Context::new(kube_client.clone(), cloud.clone(), m.clone(), loops.termination);
-            tokio::spawn(termination::run(t, leading.clone(), token.clone()));
-            let d = deprovisioning::Context::new(kube_client.clone(), m.clone(), loops.deprovisioning);
-            tokio::spawn(deprovisioning::run(d, leading.clone(), token.clone()));
-            let g = garbagecollection::Context::new(kube_client.clone(), cloud.clone(), m.clone(), loops.garbage_collection);
-            tokio::spawn(garbagecollection::run(g, leading.clone(), token.clone()));
+            if let Some(loops) = loops {
+                let t = termination::Context::new(kube_client.clone(), cloud.clone(), m.clone(), loops.termination);
+                tokio::spawn(termination::run(t, leading.clone(), token.clone()));
+                let d = deprovisioning::Context::new(kube_client.clone(), m.clone(), loops.deprovisioning);
+                tokio::spawn(deprovisioning::run(d, leading.clone(), token.clone()));
+                let g = garbagecollection::Context::new(kube_client.clone(), cloud.clone(), m.clone(), loops.garbage_collection);
+                tokio::spawn(garbagecollection::run(g, leading.clone(), token.clone()));
+            }
             let ctx = provisioning::Context::new(kube_client, cloud, m, config);
             provisioning::run(ctx, leading, token).await;
         });
