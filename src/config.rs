@@ -119,6 +119,21 @@ pub struct RunArgs {
     /// Bind planned pods to their new node once it is ready, instead of waiting for the scheduler (`run` only).
     #[arg(long, env = "BIND_PODS", default_value_t = true, action = clap::ArgAction::Set)]
     pub bind_pods: bool,
+    /// How often empty and expired nodes are looked for (`run` only).
+    #[arg(long, env = "DEPROVISIONING_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub deprovisioning_interval: Duration,
+    /// How long the replacements of an expired node may take to become Ready before the node is
+    /// put back into service and tried again later (`run` only).
+    #[arg(long, env = "REPLACEMENT_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    pub replacement_timeout: Duration,
+    /// How often the garbage collector looks for leaked instances and orphaned Nodes, once past
+    /// its first 20 passes, which run every 10 s (`run` only).
+    #[arg(long, env = "GC_INTERVAL", default_value = "2m", value_parser = parse_duration)]
+    pub gc_interval: Duration,
+    /// How old an instance without a Node must be before the garbage collector terminates it
+    /// (`run` only).
+    #[arg(long, env = "GC_GRACE_PERIOD", default_value = "2m", value_parser = parse_duration)]
+    pub gc_grace_period: Duration,
     /// Run the controllers only on the replica holding the leader Lease (`run` only).
     #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
@@ -164,6 +179,24 @@ impl RunArgs {
                 max: self.batch_max_duration,
             },
             bind_pods: self.bind_pods,
+        }
+    }
+
+    /// The deprovisioning controller's settings.
+    pub fn deprovisioning(&self) -> crate::controllers::deprovisioning::DeprovisioningConfig {
+        crate::controllers::deprovisioning::DeprovisioningConfig {
+            interval: self.deprovisioning_interval,
+            replacement_timeout: self.replacement_timeout,
+            ..Default::default()
+        }
+    }
+
+    /// The garbage collector's settings.
+    pub fn garbage_collection(&self) -> crate::controllers::garbagecollection::GarbageCollectionConfig {
+        crate::controllers::garbagecollection::GarbageCollectionConfig {
+            interval: self.gc_interval,
+            grace_period: self.gc_grace_period,
+            ..Default::default()
         }
     }
 

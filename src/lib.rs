@@ -8,6 +8,7 @@ pub mod cloudprovider;
 pub mod config;
 pub mod controllers;
 pub mod crds;
+pub mod failpoint;
 pub mod metrics;
 pub mod probes;
 pub mod scheduling;

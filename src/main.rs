@@ -137,11 +137,11 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
     // is idempotent and re-read from the API, so a new leader picks up a half-drained node.
     let termination = termination::Context::new(client.clone(), cloud.clone(), metrics.clone(), Default::default());
     let termination = tokio::spawn(termination::run(termination, leading_rx.clone(), shutdown.clone()));
-    let deprovisioning = deprovisioning::Context::new(client.clone(), metrics.clone(), Default::default());
-    let deprovisioning = tokio::spawn(deprovisioning::run(deprovisioning, leading_rx.clone(), shutdown.clone()));
-    let collector = garbagecollection::Context::new(client.clone(), cloud.clone(), metrics.clone(), Default::default());
+    let collector = garbagecollection::Context::new(client.clone(), cloud.clone(), metrics.clone(), args.garbage_collection());
     let collector = tokio::spawn(garbagecollection::run(collector, leading_rx.clone(), shutdown.clone()));
-    let ctx = provisioning::Context::new(client, cloud, metrics, args.provisioning());
+    let ctx = provisioning::Context::new(client.clone(), cloud, metrics.clone(), args.provisioning());
+    let deprovisioning = deprovisioning::Context::new(client, metrics, args.deprovisioning(), ctx.clone());
+    let deprovisioning = tokio::spawn(deprovisioning::run(deprovisioning, leading_rx.clone(), shutdown.clone()));
     info!(leader_elect = args.leader_elect, "controllers started");
     provisioning::run(ctx, leading_rx, shutdown).await;
     for task in [termination, deprovisioning, collector] {

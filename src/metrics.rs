@@ -1,7 +1,7 @@
 //! Every Prometheus metric karpenter-rs exports: names, help texts, labels and label values live
 //! here and nowhere else. `Metrics::new` registers them in a registry of their own.
 
-use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
 
 /// Latency buckets of admission requests, in seconds (1 ms .. 10 s).
 const WEBHOOK_BUCKETS: &[f64] = &[0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -58,8 +58,16 @@ pub struct Metrics {
     pub pods_bound: IntCounterVec,
     /// `karpenter_nodes_terminated{provisioner, reason}`: Nodes deleted by karpenter-rs.
     pub nodes_terminated: IntCounterVec,
-    /// `karpenter_deprovisioning_actions_performed{action}` (`<method>/delete`).
+    /// `karpenter_deprovisioning_actions_performed{action}` (`<method>/delete`, `<method>/replace`).
     pub deprovisioning_actions: IntCounterVec,
+    /// `karpenter_nodes_termination_time_seconds{provisioner}`: from the Node's deletion
+    /// timestamp to its finalizer removed (Karpenter's is a summary; a histogram aggregates).
+    pub termination_time: HistogramVec,
+    /// `karpenter_deprovisioning_replacement_node_initialized_seconds`: from launching the
+    /// replacements of an expired node to all of them Ready.
+    pub replacement_initialized: Histogram,
+    /// `karpenter_eviction_queue_depth`: pods of draining nodes still waiting to be evicted.
+    pub eviction_queue_depth: IntGauge,
 }
 
 impl Metrics {
@@ -145,6 +153,28 @@ impl Metrics {
             &["action"],
         )
         .expect("metric options are valid");
+        let termination_time = HistogramVec::new(
+            HistogramOpts::new(
+                "karpenter_nodes_termination_time_seconds",
+                "Time from a Node's deletion to its finalizer removed (drained, instance terminated), by provisioner.",
+            )
+            .buckets(DURATION_BUCKETS.to_vec()),
+            &["provisioner"],
+        )
+        .expect("metric options are valid");
+        let replacement_initialized = Histogram::with_opts(
+            HistogramOpts::new(
+                "karpenter_deprovisioning_replacement_node_initialized_seconds",
+                "Time from launching the replacements of a node being deprovisioned to all of them Ready.",
+            )
+            .buckets(DURATION_BUCKETS.to_vec()),
+        )
+        .expect("metric options are valid");
+        let eviction_queue_depth = IntGauge::new(
+            "karpenter_eviction_queue_depth",
+            "Pods of draining nodes still waiting to be evicted.",
+        )
+        .expect("metric options are valid");
         for collector in [
             Box::new(webhook_requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(webhook_duration.clone()),
@@ -156,6 +186,9 @@ impl Metrics {
             Box::new(pods_bound.clone()),
             Box::new(nodes_terminated.clone()),
             Box::new(deprovisioning_actions.clone()),
+            Box::new(termination_time.clone()),
+            Box::new(replacement_initialized.clone()),
+            Box::new(eviction_queue_depth.clone()),
         ] {
             registry.register(collector).expect("metric names are unique");
         }
@@ -175,6 +208,9 @@ impl Metrics {
             pods_bound,
             nodes_terminated,
             deprovisioning_actions,
+            termination_time,
+            replacement_initialized,
+            eviction_queue_depth,
         }
     }
 

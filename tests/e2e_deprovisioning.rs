@@ -392,7 +392,65 @@ fn a_do_not_evict_pod_blocks_expiration_until_it_is_lifted() {
         assert!(instance_terminated(controller, &cloud, &instance), "instance {instance} terminated");
         let metrics = controller.metrics.render();
         assert!(
-            metrics.contains("karpenter_deprovisioning_actions_performed{action=\"expiration/delete\"}"),
+            metrics.contains("karpenter_deprovisioning_actions_performed{action=\"expiration/replace\"}"),
+            "the pod's capacity is replaced before the node goes: {metrics}"
+        );
+    });
+}
+
+#[test]
+fn an_expired_node_is_replaced_first_and_drained_within_its_pdb() {
+    let (cluster, controller) = setup();
+    let scenario = Scenario::create(cluster, "roll", None, Some(45));
+    with_scenario(scenario, controller, |s| {
+        let pdb = json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "nginx", "namespace": s.namespace},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "nginx-karpenter"}}}
+        });
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&pdb.to_string()));
+        s.deploy_nginx();
+        let first: BTreeSet<String> = s.wait_running(2);
+
+        // Watch the workload until the first node is gone and both replicas run elsewhere: at no
+        // point may fewer than one replica be Ready (the PDB's minAvailable).
+        let ready = |pods: &[Pod]| {
+            pods.iter()
+                .filter(|p| {
+                    p.metadata.deletion_timestamp.is_none()
+                        && p.status
+                            .as_ref()
+                            .and_then(|st| st.conditions.as_ref())
+                            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                })
+                .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+                .collect::<Vec<String>>()
+        };
+        let deadline = Instant::now() + Duration::from_secs(240);
+        let mut fewest_ready = usize::MAX;
+        let new_nodes = loop {
+            assert!(Instant::now() < deadline, "the expired node was not rolled within 240 s");
+            let pods = s.pods();
+            let on = ready(&pods);
+            fewest_ready = fewest_ready.min(on.len());
+            let moved: BTreeSet<String> = on.iter().cloned().collect();
+            let first_gone = first.iter().all(|n| s.node(n).is_none());
+            if first_gone && on.len() == 2 && moved.is_disjoint(&first) {
+                break moved;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        };
+        assert!(fewest_ready >= 1, "fewer than minAvailable=1 replicas were Ready during the roll");
+        assert!(new_nodes.is_disjoint(&first));
+        // `expiration/replace` is counted only when replacements were launched and became Ready
+        // before the expired node was deleted.
+        let metrics = controller.metrics.render();
+        assert!(
+            metrics.contains("karpenter_deprovisioning_actions_performed{action=\"expiration/replace\"}"),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains(&format!("karpenter_nodes_termination_time_seconds_count{{provisioner=\"{}\"}}", s.provisioner)),
             "{metrics}"
         );
     });

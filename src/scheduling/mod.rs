@@ -35,3 +35,4 @@ pub use plan::{simulate, NodeRequest, Plan, ProvisionerInput, SimulationInput, M
 pub use pods::{validate_pod, PodKey};
 pub use requirements::{Requirement, Requirements};
 pub use resources::Resources;
+pub(crate) use topology::Selector;

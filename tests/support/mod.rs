@@ -299,15 +299,15 @@ impl Controller {
                 .expect("cloud provider");
             let cloud: std::sync::Arc<dyn karpenter_rs::cloudprovider::CloudProvider> = std::sync::Arc::new(cloud);
             let (_leading_tx, leading) = tokio::sync::watch::channel(true);
+            let ctx = provisioning::Context::new(kube_client.clone(), cloud.clone(), m.clone(), config);
             if let Some(loops) = loops {
                 let t = termination::Context::new(kube_client.clone(), cloud.clone(), m.clone(), loops.termination);
                 tokio::spawn(termination::run(t, leading.clone(), token.clone()));
-                let d = deprovisioning::Context::new(kube_client.clone(), m.clone(), loops.deprovisioning);
+                let d = deprovisioning::Context::new(kube_client.clone(), m.clone(), loops.deprovisioning, ctx.clone());
                 tokio::spawn(deprovisioning::run(d, leading.clone(), token.clone()));
-                let g = garbagecollection::Context::new(kube_client.clone(), cloud.clone(), m.clone(), loops.garbage_collection);
+                let g = garbagecollection::Context::new(kube_client, cloud, m, loops.garbage_collection);
                 tokio::spawn(garbagecollection::run(g, leading.clone(), token.clone()));
             }
-            let ctx = provisioning::Context::new(kube_client, cloud, m, config);
             provisioning::run(ctx, leading, token).await;
         });
         Controller {

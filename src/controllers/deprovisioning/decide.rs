@@ -1,12 +1,15 @@
 //! The pure decisions of deprovisioning, with the time passed in: emptiness
 //! (`ttlSecondsAfterEmpty`, karpenter-behavior.md §5.3) and expiration
-//! (`ttlSecondsUntilExpired`, §5.4), and the `karpenter.sh/do-not-evict` opt-out (§5.7).
+//! (`ttlSecondsUntilExpired`, §5.4), and what blocks a voluntary removal: the
+//! `karpenter.sh/do-not-evict` opt-out and PodDisruptionBudgets that allow no disruption (§5.2, §5.7).
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::chrono::{DateTime, Duration, Utc};
 
 use crate::apis::v1alpha5::labels::{DO_NOT_EVICT_ANNOTATION, EMPTINESS_TIMESTAMP_ANNOTATION, PROVISIONER_NAME_LABEL};
 use crate::controllers::termination::drain::{is_daemonset_pod, is_mirror_pod, is_terminal, is_terminating};
+use crate::scheduling::Selector;
 
 /// What to do about one node and `ttlSecondsAfterEmpty`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,6 +59,30 @@ pub fn do_not_evict(pods: &[Pod]) -> Option<&Pod> {
                 .map(String::as_str)
                 == Some("true")
     })
+}
+
+/// A PodDisruptionBudget that selects one of `pods` (in its namespace) and allows no disruption
+/// now (`status.disruptionsAllowed == 0`): `(pdb, pod)`, both as `namespace/name`. Terminal,
+/// terminating, DaemonSet and mirror pods are not evicted and so not counted.
+pub fn blocking_pdb(pods: &[Pod], pdbs: &[PodDisruptionBudget]) -> Option<(String, String)> {
+    let key = |namespace: Option<&String>, name: Option<&String>| {
+        format!("{}/{}", namespace.map_or("default", String::as_str), name.map_or("", String::as_str))
+    };
+    pods.iter()
+        .filter(|p| !(is_terminal(p) || is_terminating(p) || is_daemonset_pod(p) || is_mirror_pod(p)))
+        .find_map(|pod| {
+            let labels = pod.metadata.labels.clone().unwrap_or_default();
+            pdbs.iter()
+                .filter(|b| b.metadata.namespace == pod.metadata.namespace)
+                .filter(|b| b.status.as_ref().is_some_and(|s| s.disruptions_allowed == 0))
+                .find(|b| Selector::new(b.spec.as_ref().and_then(|s| s.selector.as_ref())).matches(&labels))
+                .map(|b| {
+                    (
+                        key(b.metadata.namespace.as_ref(), b.metadata.name.as_ref()),
+                        key(pod.metadata.namespace.as_ref(), pod.metadata.name.as_ref()),
+                    )
+                })
+        })
 }
 
 fn created(node: &Node) -> Option<DateTime<Utc>> {
@@ -135,16 +162,17 @@ pub fn expires_at(node: &Node, ttl_seconds_until_expired: Option<i64>) -> Option
 /// The outcome of an expiration pass.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Expiration {
-    /// The node to delete now (the one that expired first), if any.
-    pub delete: Option<String>,
-    /// Expired nodes kept because of a do-not-evict pod: (node, `namespace/name` of the pod).
+    /// The node to replace and delete now (the one that expired first), if any.
+    pub expire: Option<String>,
+    /// Expired nodes kept for now: (node, why), e.g. a do-not-evict pod or a PodDisruptionBudget
+    /// allowing no disruption.
     pub blocked: Vec<(String, String)>,
 }
 
-/// At most one expired node to delete, oldest expiry first, skipping nodes that run a
-/// do-not-evict pod. While a node of ours is being deleted nothing new is chosen, so a fleet
-/// rolls one node at a time.
-pub fn expiration(candidates: &[Candidate<'_>], now: DateTime<Utc>) -> Expiration {
+/// At most one expired node to replace, oldest expiry first, skipping nodes that run a
+/// do-not-evict pod or a pod whose PodDisruptionBudget allows no disruption now. While a node of
+/// ours is being deleted nothing new is chosen, so a fleet rolls one node at a time.
+pub fn expiration(candidates: &[Candidate<'_>], pdbs: &[PodDisruptionBudget], now: DateTime<Utc>) -> Expiration {
     let ours = |c: &&Candidate<'_>| {
         c.node
             .metadata
@@ -174,10 +202,16 @@ pub fn expiration(candidates: &[Candidate<'_>], now: DateTime<Utc>) -> Expiratio
                 pod.metadata.namespace.as_deref().unwrap_or("default"),
                 pod.metadata.name.as_deref().unwrap_or_default()
             );
-            outcome.blocked.push((name, pod_name));
+            outcome.blocked.push((name, format!("do-not-evict pod {pod_name}")));
             continue;
         }
-        outcome.delete = Some(name);
+        if let Some((pdb, pod)) = blocking_pdb(candidate.pods, pdbs) {
+            outcome
+                .blocked
+                .push((name, format!("PodDisruptionBudget {pdb} allows no disruption of pod {pod}")));
+            continue;
+        }
+        outcome.expire = Some(name);
         break;
     }
     outcome
@@ -317,12 +351,13 @@ mod tests {
                 candidate(&older, &[], Some(100)),
                 candidate(&young, &[], Some(100)),
             ],
+            &[],
             at(200),
         );
         assert_eq!(
             outcome,
             Expiration {
-                delete: Some("older".into()),
+                expire: Some("older".into()),
                 blocked: vec![]
             }
         );
@@ -331,8 +366,8 @@ mod tests {
     #[test]
     fn does_not_expire_before_the_ttl_or_without_one() {
         let n = node("n1", 0);
-        assert_eq!(expiration(&[candidate(&n, &[], Some(100))], at(100)).delete, None);
-        assert_eq!(expiration(&[candidate(&n, &[], None)], at(100_000)).delete, None);
+        assert_eq!(expiration(&[candidate(&n, &[], Some(100))], &[], at(100)).expire, None);
+        assert_eq!(expiration(&[candidate(&n, &[], None)], &[], at(100_000)).expire, None);
     }
 
     #[test]
@@ -342,12 +377,12 @@ mod tests {
             "pinned",
             json!({"metadata": {"annotations": {DO_NOT_EVICT_ANNOTATION: "true"}}}),
         )];
-        let outcome = expiration(&[candidate(&a, &pinned, Some(100)), candidate(&b, &[], Some(100))], at(200));
-        assert_eq!(outcome.delete.as_deref(), Some("b"));
-        assert_eq!(outcome.blocked, vec![("a".to_string(), "ns/pinned".to_string())]);
+        let outcome = expiration(&[candidate(&a, &pinned, Some(100)), candidate(&b, &[], Some(100))], &[], at(200));
+        assert_eq!(outcome.expire.as_deref(), Some("b"));
+        assert_eq!(outcome.blocked, vec![("a".to_string(), "do-not-evict pod ns/pinned".to_string())]);
         let not_true = [pod("p", json!({"metadata": {"annotations": {DO_NOT_EVICT_ANNOTATION: "false"}}}))];
         assert_eq!(
-            expiration(&[candidate(&a, &not_true, Some(100))], at(200)).delete.as_deref(),
+            expiration(&[candidate(&a, &not_true, Some(100))], &[], at(200)).expire.as_deref(),
             Some("a")
         );
     }
@@ -357,8 +392,53 @@ mod tests {
         let (a, mut b) = (node("a", 0), node("b", 0));
         b.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(150)));
         assert_eq!(
-            expiration(&[candidate(&a, &[], Some(100)), candidate(&b, &[], Some(100))], at(200)),
+            expiration(&[candidate(&a, &[], Some(100)), candidate(&b, &[], Some(100))], &[], at(200)),
             Expiration::default()
+        );
+    }
+
+    fn pdb(name: &str, selector: serde_json::Value, allowed: i32) -> PodDisruptionBudget {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"minAvailable": 1, "selector": selector},
+            "status": {"disruptionsAllowed": allowed, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pdb_allowing_no_disruption_blocks_expiration_of_the_nodes_it_covers() {
+        let (a, b) = (node("a", 0), node("b", 10));
+        let web = [pod("web-1", json!({"metadata": {"labels": {"app": "web"}}}))];
+        let db = [pod("db-1", json!({"metadata": {"labels": {"app": "db"}}}))];
+        let pdbs = [pdb("web", json!({"matchLabels": {"app": "web"}}), 0)];
+        let outcome = expiration(&[candidate(&a, &web, Some(100)), candidate(&b, &db, Some(100))], &pdbs, at(200));
+        assert_eq!(outcome.expire.as_deref(), Some("b"));
+        assert_eq!(
+            outcome.blocked,
+            vec![(
+                "a".to_string(),
+                "PodDisruptionBudget ns/web allows no disruption of pod ns/web-1".to_string()
+            )]
+        );
+        let allowing = [pdb("web", json!({"matchLabels": {"app": "web"}}), 1)];
+        assert_eq!(
+            expiration(&[candidate(&a, &web, Some(100))], &allowing, at(200)).expire.as_deref(),
+            Some("a")
+        );
+    }
+
+    #[test]
+    fn a_pdb_counts_only_for_live_pods_it_selects_in_its_namespace() {
+        let pdbs = [pdb("web", json!({"matchLabels": {"app": "web"}}), 0)];
+        let elsewhere = pod("web-1", json!({"metadata": {"namespace": "other", "labels": {"app": "web"}}}));
+        let finished = pod("web-2", json!({"metadata": {"labels": {"app": "web"}}, "status": {"phase": "Succeeded"}}));
+        let unlabelled = pod("web-3", json!({}));
+        assert_eq!(blocking_pdb(&[elsewhere, finished, unlabelled], &pdbs), None);
+        let everything = [pdb("all", json!({}), 0)];
+        assert_eq!(
+            blocking_pdb(&[pod("x", json!({}))], &everything),
+            Some(("ns/all".to_string(), "ns/x".to_string()))
         );
     }
 }

@@ -1,8 +1,14 @@
-//! Deprovisioning: a periodic pass (leader only) that expires nodes older than their
+//! Deprovisioning: a periodic pass (leader only) that replaces nodes older than their
 //! Provisioner's `ttlSecondsUntilExpired` (one at a time) and removes nodes that have been empty
-//! for `ttlSecondsAfterEmpty` (karpenter-behavior.md §5.1, §5.3, §5.4). Deleting a Node is all it
-//! does; the termination controller drains it and terminates its instance, and the provisioning
-//! controller replaces capacity for the evicted pods.
+//! for `ttlSecondsAfterEmpty` (karpenter-behavior.md §5.1, §5.3, §5.4, §5.8).
+//!
+//! An expired node is cordoned and marked `karpenter.sh/voluntary-disruption=expired`; the
+//! provisioning controller launches room for its pods (`provisioning::Context::replace`); once the
+//! replacements are Ready the node is deleted, and the termination controller drains it (the
+//! Eviction API honours PodDisruptionBudgets) and terminates its instance. Every step is stored
+//! on the Node, so a restart at any point carries on: a marked node still expired is picked
+//! again (its replacements now exist, so nothing more launches); one no longer expired is
+//! uncordoned. An empty node is simply deleted.
 //!
 //! `decide.rs` holds the decisions; this file reads the stores, applies them and writes.
 
@@ -10,9 +16,10 @@ pub mod decide;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::chrono::Utc;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::events::{EventType, Recorder};
@@ -25,6 +32,7 @@ use tracing::{debug, info, instrument, warn};
 
 use crate::apis::v1alpha5::labels::{EMPTINESS_TIMESTAMP_ANNOTATION, PROVISIONER_NAME_LABEL};
 use crate::apis::v1alpha5::Provisioner;
+use crate::controllers::provisioning;
 use crate::controllers::termination::{publish, recorder, reflect};
 use crate::metrics::{self, Metrics};
 use crate::telemetry;
@@ -40,6 +48,9 @@ pub struct DeprovisioningConfig {
     pub nomination: Duration,
     /// Label selector of the nodes considered (ours by default; narrower to shard or to test).
     pub node_selector: String,
+    /// How long the replacements of an expired node may take to become Ready before the
+    /// replacement is abandoned (the node uncordoned, tried again by a later pass).
+    pub replacement_timeout: Duration,
 }
 
 impl Default for DeprovisioningConfig {
@@ -48,9 +59,13 @@ impl Default for DeprovisioningConfig {
             interval: Duration::from_secs(10),
             nomination: Duration::from_secs(20),
             node_selector: PROVISIONER_NAME_LABEL.to_string(),
+            replacement_timeout: Duration::from_secs(10 * 60),
         }
     }
 }
+
+/// The annotation on a node being replaced, with the reason (`expired`).
+pub const VOLUNTARY_DISRUPTION_ANNOTATION: &str = "karpenter.sh/voluntary-disruption";
 
 /// What the deprovisioning loop needs.
 pub struct Context {
@@ -60,17 +75,25 @@ pub struct Context {
     pub metrics: Metrics,
     /// Settings.
     pub config: DeprovisioningConfig,
+    /// Launches the replacements of expired nodes.
+    pub provisioning: Arc<provisioning::Context>,
     recorder: Recorder,
 }
 
 impl Context {
     /// A context for the controller.
-    pub fn new(client: kube::Client, metrics: Metrics, config: DeprovisioningConfig) -> Arc<Context> {
+    pub fn new(
+        client: kube::Client,
+        metrics: Metrics,
+        config: DeprovisioningConfig,
+        provisioning: Arc<provisioning::Context>,
+    ) -> Arc<Context> {
         Arc::new(Context {
             recorder: recorder(&client),
             client,
             metrics,
             config,
+            provisioning,
         })
     }
 }
@@ -79,6 +102,7 @@ struct Stores {
     nodes: Store<Node>,
     pods: Store<Pod>,
     provisioners: Store<Provisioner>,
+    pdbs: Store<PodDisruptionBudget>,
 }
 
 /// Runs deprovisioning passes until `shutdown`, only while `leading` is true.
@@ -91,7 +115,8 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
             &shutdown,
         ),
         pods: reflect(Api::<Pod>::all(client.clone()), watcher::Config::default(), &shutdown),
-        provisioners: reflect(Api::<Provisioner>::all(client), watcher::Config::default(), &shutdown),
+        provisioners: reflect(Api::<Provisioner>::all(client.clone()), watcher::Config::default(), &shutdown),
+        pdbs: reflect(Api::<PodDisruptionBudget>::all(client), watcher::Config::default(), &shutdown),
     };
     let mut ticker = tokio::time::interval(ctx.config.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -109,13 +134,15 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
     }
 }
 
-/// One pass: read the stores, expire at most one node, then mark, unmark and delete empty ones.
+/// One pass: read the stores, replace at most one expired node, then mark, unmark and delete
+/// empty ones.
 #[instrument(skip_all)]
 async fn pass(ctx: &Context, stores: &Stores) -> Result<(), DeprovisioningError> {
     for ready in [
         stores.nodes.wait_until_ready().await,
         stores.pods.wait_until_ready().await,
         stores.provisioners.wait_until_ready().await,
+        stores.pdbs.wait_until_ready().await,
     ] {
         ready.map_err(|e| DeprovisioningError::Stores(e.to_string()))?;
     }
@@ -140,11 +167,11 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), DeprovisioningError>
             ttl_seconds_until_expired: provisioner_of(n).and_then(|p| p.spec.ttl_seconds_until_expired),
         })
         .collect();
-    let expiration = decide::expiration(&candidates, now);
-    for (node_name, pod) in &expiration.blocked {
-        debug!(node = %node_name, pod = %pod, "expired node kept: a pod is annotated karpenter.sh/do-not-evict");
+    let expiration = decide::expiration(&candidates, &stores.pdbs.state().iter().map(|b| (**b).clone()).collect::<Vec<_>>(), now);
+    for (node_name, why) in &expiration.blocked {
+        debug!(node = %node_name, reason = %why, "expired node kept for now");
         if let Some(node) = nodes.iter().find(|n| n.name_any() == *node_name) {
-            let note = format!("Cannot deprovision node due to do-not-evict pod {pod}");
+            let note = format!("Cannot deprovision node due to {why}");
             publish(
                 &ctx.recorder,
                 node.as_ref(),
@@ -156,7 +183,14 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), DeprovisioningError>
             .await;
         }
     }
-    if let Some(name) = &expiration.delete {
+    // A node marked for replacement by an earlier pass that is not being replaced now (it is no
+    // longer expired, or is blocked) goes back into service.
+    for node in nodes.iter().filter(|n| is_marked_for_replacement(n) && n.metadata.deletion_timestamp.is_none()) {
+        if expiration.expire.as_deref() != Some(node.name_any().as_str()) {
+            cordon(ctx, node, false).await?;
+        }
+    }
+    if let Some(name) = &expiration.expire {
         let node = nodes
             .iter()
             .find(|n| n.name_any() == *name)
@@ -164,13 +198,12 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), DeprovisioningError>
         let ttl = provisioner_of(node)
             .and_then(|p| p.spec.ttl_seconds_until_expired)
             .unwrap_or_default();
-        let note = format!("Node expired: older than ttlSecondsUntilExpired={ttl}s; deleting it");
-        publish(&ctx.recorder, node.as_ref(), EventType::Normal, "Expired", "Deprovisioning", &note).await;
-        delete_node(ctx, node, metrics::reason::EXPIRATION).await?;
-        return Ok(());
+        return expire(ctx, stores, node, ttl).await;
     }
 
-    // Emptiness: mark, unmark, and delete every node empty for its TTL.
+    // Emptiness: mark, unmark, and delete every node empty for its TTL. While a node of ours is
+    // draining, nodes are neither marked nor deleted: its evicted pods may be on their way to them.
+    let draining = nodes.iter().any(|n| n.metadata.deletion_timestamp.is_some());
     let nomination = k8s_openapi::chrono::Duration::from_std(ctx.config.nomination).unwrap_or_default();
     let mut errors = Vec::new();
     for node in &nodes {
@@ -178,6 +211,10 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), DeprovisioningError>
         let pods = pods_by_node.get(&node.name_any()).unwrap_or(&no_pods);
         let result = match decide::emptiness(node, pods, ttl, nomination, now) {
             Emptiness::Ignore | Emptiness::Occupied | Emptiness::Wait { .. } => Ok(()),
+            Emptiness::Mark | Emptiness::Delete if draining => {
+                debug!(node = %node.name_any(), "emptiness waits: a node is draining");
+                Ok(())
+            }
             Emptiness::Mark => mark(ctx, node, Some(decide::emptiness_timestamp(now)), ttl.unwrap_or_default()).await,
             Emptiness::Unmark => mark(ctx, node, None, ttl.unwrap_or_default()).await,
             Emptiness::Delete => delete_empty(ctx, node, ttl, nomination).await,
@@ -189,6 +226,83 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), DeprovisioningError>
     match errors.into_iter().next() {
         Some(e) => Err(e),
         None => Ok(()),
+    }
+}
+
+/// Whether an earlier pass cordoned `node` to replace it.
+fn is_marked_for_replacement(node: &Node) -> bool {
+    node.annotations().contains_key(VOLUNTARY_DISRUPTION_ANNOTATION)
+}
+
+/// Replaces an expired node: cordons and marks it, has the provisioning controller launch room
+/// for its pods, waits for the new nodes to be Ready, then deletes it (the termination controller
+/// drains it). A failed or timed-out replacement puts the node back into service.
+#[instrument(skip_all, fields(node = %node.name_any()))]
+async fn expire(ctx: &Context, stores: &Stores, node: &Node, ttl: i64) -> Result<(), DeprovisioningError> {
+    let name = node.name_any();
+    if !is_marked_for_replacement(node) {
+        let note = format!("Node expired: older than ttlSecondsUntilExpired={ttl}s; replacing it");
+        publish(&ctx.recorder, node, EventType::Normal, "Expired", "Deprovisioning", &note).await;
+    }
+    cordon(ctx, node, true).await?;
+    let started = Instant::now();
+    let launched = match ctx.provisioning.replace(&name).await {
+        Ok(launched) => launched,
+        Err(e) => {
+            cordon(ctx, node, false).await?;
+            return Err(DeprovisioningError::Replace {
+                node: name,
+                reason: telemetry::chain(e.as_ref()),
+            });
+        }
+    };
+    if !launched.is_empty() {
+        let note = format!("Launching replacement node(s) {}", launched.join(", "));
+        info!(node = %name, replacements = ?launched, "launched replacements for expired node");
+        publish(&ctx.recorder, node, EventType::Normal, "DeprovisioningLaunchingNode", "Deprovisioning", &note).await;
+        let deadline = started + ctx.config.replacement_timeout;
+        loop {
+            let ready = launched.iter().all(|n| {
+                stores
+                    .nodes
+                    .get(&kube::runtime::reflector::ObjectRef::new(n))
+                    .is_some_and(|n| decide::is_ready(&n))
+            });
+            if ready {
+                break;
+            }
+            if Instant::now() > deadline {
+                cordon(ctx, node, false).await?;
+                let note = format!("Replacement node(s) {} not Ready in time; keeping this node", launched.join(", "));
+                publish(&ctx.recorder, node, EventType::Warning, "DeprovisioningWaitingReadiness", "Deprovisioning", &note).await;
+                return Err(DeprovisioningError::Replace {
+                    node: name,
+                    reason: format!("replacements {launched:?} not Ready within {:?}", ctx.config.replacement_timeout),
+                });
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        ctx.metrics.replacement_initialized.observe(started.elapsed().as_secs_f64());
+    }
+    let action = if launched.is_empty() { "delete" } else { "replace" };
+    delete_node(ctx, node, metrics::reason::EXPIRATION, action).await
+}
+
+/// Cordons and marks `node` for replacement (`true`), or uncordons it and removes the mark.
+async fn cordon(ctx: &Context, node: &Node, replace: bool) -> Result<(), DeprovisioningError> {
+    let name = node.name_any();
+    let patch = serde_json::json!({
+        "metadata": {"annotations": {VOLUNTARY_DISRUPTION_ANNOTATION: replace.then_some("expired")}},
+        "spec": {"unschedulable": replace.then_some(true)},
+    });
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    match nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => {
+            info!(node = %name, "{}", if replace { "cordoned expired node for replacement" } else { "uncordoned node: not replaced" });
+            Ok(())
+        }
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(source) => Err(DeprovisioningError::Cordon { node: name, source }),
     }
 }
 
@@ -235,11 +349,12 @@ async fn delete_empty(
     }
     let note = format!("Node was empty for ttlSecondsAfterEmpty={}s; deleting it", ttl.unwrap_or_default());
     publish(&ctx.recorder, node, EventType::Normal, "Deleted", "Deprovisioning", &note).await;
-    delete_node(ctx, node, metrics::reason::EMPTINESS).await
+    delete_node(ctx, node, metrics::reason::EMPTINESS, "delete").await
 }
 
-/// Deletes the Node (the termination controller takes it from there) and counts it.
-async fn delete_node(ctx: &Context, node: &Node, method: &'static str) -> Result<(), DeprovisioningError> {
+/// Deletes the Node (the termination controller takes it from there) and counts it as
+/// `<method>/<action>`.
+async fn delete_node(ctx: &Context, node: &Node, method: &'static str, action: &'static str) -> Result<(), DeprovisioningError> {
     let name = node.name_any();
     let provisioner = node.labels().get(PROVISIONER_NAME_LABEL).cloned().unwrap_or_default();
     let nodes: Api<Node> = Api::all(ctx.client.clone());
@@ -258,10 +373,10 @@ async fn delete_node(ctx: &Context, node: &Node, method: &'static str) -> Result
     }
     ctx.metrics
         .deprovisioning_actions
-        .with_label_values(&[&format!("{method}/delete")])
+        .with_label_values(&[&format!("{method}/{action}")])
         .inc();
     ctx.metrics.nodes_terminated.with_label_values(&[&provisioner, method]).inc();
-    info!(node = %name, provisioner = %provisioner, "deprovisioning via {method} delete");
+    info!(node = %name, provisioner = %provisioner, "deprovisioning via {method} {action}");
     Ok(())
 }
 
@@ -288,6 +403,23 @@ pub enum DeprovisioningError {
         /// Why.
         #[source]
         source: kube::Error,
+    },
+    /// The node could not be cordoned or uncordoned.
+    #[error("cordoning or uncordoning node {node}")]
+    Cordon {
+        /// The node.
+        node: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+    /// The replacements of an expired node could not be provisioned or did not become Ready.
+    #[error("replacing expired node {node}: {reason}")]
+    Replace {
+        /// The node.
+        node: String,
+        /// Why.
+        reason: String,
     },
     /// The node could not be deleted.
     #[error("deleting node {node}")]

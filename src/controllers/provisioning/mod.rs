@@ -13,7 +13,7 @@ pub mod node;
 pub mod pods;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -64,6 +64,10 @@ pub struct Context {
     batcher: Batcher,
     /// Node name → pods planned onto it and what they request, until bound.
     planned: Mutex<HashMap<String, PlannedNode>>,
+    /// The caches, once `run` has started them.
+    stores: OnceLock<Stores>,
+    /// Held by a pass and by `replace`: one simulation-and-launch at a time.
+    pass_lock: Mutex<()>,
 }
 
 struct PlannedNode {
@@ -98,13 +102,48 @@ impl Context {
             config,
             batcher: Batcher::default(),
             planned: Mutex::new(HashMap::new()),
+            stores: OnceLock::new(),
+            pass_lock: Mutex::new(()),
         })
+    }
+
+    /// Provisions room for the pods of `node_name`, which is about to be drained (expiration,
+    /// karpenter-behavior.md §5.4): the simulation treats its pods as pending and the node as
+    /// gone, fills existing nodes first and launches what is still needed through the normal
+    /// path. Returns the names of the Nodes launched (none when the pods fit elsewhere). Runs
+    /// between passes, never beside one.
+    pub async fn replace(&self, node_name: &str) -> Result<Vec<String>, PassError> {
+        let stores = self.stores.get().ok_or("the provisioning controller is not running")?;
+        let _one_at_a_time = self.pass_lock.lock().await;
+        stores.ready().await?;
+        let nodes: Vec<Arc<Node>> = stores.nodes.state().into_iter().filter(|n| n.name_any() != node_name).collect();
+        let all_pods = stores.pods.state();
+        let mut pending: Vec<Pod> = all_pods
+            .iter()
+            .filter(|p| pods::is_provisionable(p))
+            .map(|p| (**p).clone())
+            .collect();
+        pending.extend(
+            all_pods
+                .iter()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name) && pods::is_displaced_by_drain(p))
+                .map(|p| {
+                    let mut pod = (**p).clone();
+                    if let Some(spec) = pod.spec.as_mut() {
+                        spec.node_name = None;
+                    }
+                    pod
+                }),
+        );
+        provision(self, stores, pending, &nodes, &all_pods).await
     }
 }
 
 /// Runs the provisioning controller until `shutdown`; passes only run while `leading` is true.
 pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
     let stores = start_watches(&ctx, &shutdown);
+    // A second `run` on the same context keeps the first one's caches.
+    let stores = ctx.stores.get_or_init(|| stores).clone();
     let binder = tokio::spawn(bind_loop(ctx.clone(), stores.clone(), shutdown.clone()));
     let mut leading = leading;
     loop {
@@ -184,20 +223,30 @@ fn start_watches(ctx: &Arc<Context>, shutdown: &CancellationToken) -> Stores {
     stores
 }
 
-type PassError = Box<dyn std::error::Error + Send + Sync>;
+/// Why a pass or a replacement failed.
+pub type PassError = Box<dyn std::error::Error + Send + Sync>;
+
+impl Stores {
+    /// Waits until every cache has its initial list.
+    async fn ready(&self) -> Result<(), PassError> {
+        for ready in [
+            self.nodes.wait_until_ready().await,
+            self.pods.wait_until_ready().await,
+            self.provisioners.wait_until_ready().await,
+            self.templates.wait_until_ready().await,
+            self.daemonsets.wait_until_ready().await,
+        ] {
+            ready?;
+        }
+        Ok(())
+    }
+}
 
 /// One provisioning pass: read (nodes before pods), simulate, launch.
 #[instrument(skip_all)]
 async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
-    for ready in [
-        stores.nodes.wait_until_ready().await,
-        stores.pods.wait_until_ready().await,
-        stores.provisioners.wait_until_ready().await,
-        stores.templates.wait_until_ready().await,
-        stores.daemonsets.wait_until_ready().await,
-    ] {
-        ready?;
-    }
+    let _one_at_a_time = ctx.pass_lock.lock().await;
+    stores.ready().await?;
     // Nodes first: a pod that binds between the two reads is then seen on its node, never as
     // pending with no node, so it cannot get a second one.
     let nodes = stores.nodes.state();
@@ -210,6 +259,18 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
     if pending.is_empty() {
         return Ok(());
     }
+    provision(ctx, stores, pending, &nodes, &all_pods).await.map(drop)
+}
+
+/// Simulates `pending` against the Provisioners and `nodes` (with the pods bound to them), then
+/// launches the new nodes of the plan; returns the names of the Nodes created.
+async fn provision(
+    ctx: &Context,
+    stores: &Stores,
+    pending: Vec<Pod>,
+    nodes: &[Arc<Node>],
+    all_pods: &[Arc<Pod>],
+) -> Result<Vec<String>, PassError> {
     let provisioners: Vec<Arc<Provisioner>> = stores.provisioners.state();
     let mut templates: HashMap<String, (NodeTemplate, Option<f64>)> = HashMap::new();
     let mut zones: HashMap<String, BTreeSet<String>> = HashMap::new();
@@ -260,7 +321,7 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
                 })
             })
             .collect(),
-        nodes: existing_nodes(&nodes, &all_pods, &provisioners),
+        nodes: existing_nodes(nodes, all_pods, &provisioners),
         daemonset_pods: daemonset_pods(&stores.daemonsets.state()),
         namespace_labels: BTreeMap::new(),
     };
@@ -322,7 +383,7 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Ok(())
+    Ok(launched)
 }
 
 /// The AWS settings of a Provisioner: its AWSNodeTemplate, or its inline provider.
@@ -374,6 +435,7 @@ async fn launch(
             }
         })?
     };
+    crate::failpoint::hit("after-launch");
     let instance_type = request.instance_type_options.iter().find(|t| t.name == instance.instance_type);
     let launched = catalogue::launched(&instance, instance_type.map(|t| t.as_ref()), &ctx.config.region);
     let node = node::node_for(provisioner, &launched, &request.labels);

@@ -31,6 +31,16 @@ pub fn is_daemon_or_mirror(pod: &Pod) -> bool {
         .any(|o| (o.kind == "DaemonSet" && o.api_version == "apps/v1") || (o.kind == "Node" && o.api_version == "v1"))
 }
 
+/// A pod that needs a new home when its node is drained: neither a DaemonSet nor a mirror pod
+/// (they stay with their node), nor finished (Succeeded, Failed), nor already terminating.
+pub fn is_displaced_by_drain(pod: &Pod) -> bool {
+    let finished = matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded") | Some("Failed")
+    );
+    !finished && pod.metadata.deletion_timestamp.is_none() && !is_daemon_or_mirror(pod)
+}
+
 /// `namespace/name`, as pods are named in logs and events.
 pub fn pod_key(pod: &Pod) -> String {
     format!(
@@ -73,6 +83,24 @@ mod tests {
         ];
         for case in cases {
             assert!(!is_provisionable(&pod(case.clone())), "{case}");
+        }
+    }
+
+    #[test]
+    fn a_drain_displaces_running_workload_pods_only() {
+        let running = json!({"phase": "Running"});
+        assert!(is_displaced_by_drain(&pod(
+            json!({"metadata": {"name": "web"}, "spec": {"containers": [], "nodeName": "n"}, "status": running})
+        )));
+        let staying = [
+            json!({"metadata": {"name": "ds", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u"}]}, "spec": {"containers": []}, "status": running}),
+            json!({"metadata": {"name": "mirror", "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "u"}]}, "spec": {"containers": []}, "status": running}),
+            json!({"metadata": {"name": "done"}, "spec": {"containers": []}, "status": {"phase": "Succeeded"}}),
+            json!({"metadata": {"name": "failed"}, "spec": {"containers": []}, "status": {"phase": "Failed"}}),
+            json!({"metadata": {"name": "leaving", "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"containers": []}, "status": running}),
+        ];
+        for case in staying {
+            assert!(!is_displaced_by_drain(&pod(case.clone())), "{case}");
         }
     }
 }

@@ -167,11 +167,14 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
         }
         let terminating: Vec<Arc<Node>> = nodes.state().into_iter().filter(|n| is_terminating(n)).collect();
         let results = futures::future::join_all(terminating.iter().map(|node| reconcile(&ctx, node))).await;
+        let mut waiting = 0;
         for (node, result) in terminating.iter().zip(results) {
-            if let Err(e) = result {
-                warn!(node = %node.name_any(), error = %telemetry::chain(&e), "terminating node; retrying");
+            match result {
+                Ok(remaining) => waiting += remaining,
+                Err(e) => warn!(node = %node.name_any(), error = %telemetry::chain(&e), "terminating node; retrying"),
             }
         }
+        ctx.metrics.eviction_queue_depth.set(waiting as i64);
         let mut state = ctx.state.lock().await;
         let now = Instant::now();
         state
@@ -183,9 +186,9 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
     }
 }
 
-/// One step forward for one deleting node.
+/// One step forward for one deleting node; returns how many of its pods still wait for eviction.
 #[instrument(skip_all, fields(node = %node.name_any()))]
-async fn reconcile(ctx: &Context, node: &Node) -> Result<(), TerminationError> {
+async fn reconcile(ctx: &Context, node: &Node) -> Result<usize, TerminationError> {
     let name = node.name_any();
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     // 1. cordon
@@ -196,7 +199,7 @@ async fn reconcile(ctx: &Context, node: &Node) -> Result<(), TerminationError> {
         });
         match nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(_) => info!(node = %name, "cordoned node"),
-            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(0),
             Err(source) => return Err(TerminationError::Cordon { node: name, source }),
         }
     }
@@ -226,7 +229,8 @@ async fn reconcile(ctx: &Context, node: &Node) -> Result<(), TerminationError> {
             debug!(node = %name, remaining = plan.remaining(), "draining node");
             publish(&ctx.recorder, node, EventType::Normal, "FailedDraining", "Draining", &note).await;
         }
-        return Ok(());
+        crate::failpoint::hit("during-drain");
+        return Ok(plan.remaining());
     }
     // 3. terminate the instance (one that is already gone counts as terminated)
     let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default();
@@ -244,10 +248,11 @@ async fn reconcile(ctx: &Context, node: &Node) -> Result<(), TerminationError> {
             });
         }
         info!(node = %name, instance_id, "terminated instance");
+        crate::failpoint::hit("after-terminate");
     }
     // 4. remove our finalizer only: the test makes the patch fail if the list changed meanwhile
     let Some(index) = node.finalizers().iter().position(|f| f == TERMINATION_FINALIZER) else {
-        return Ok(());
+        return Ok(0);
     };
     let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
         {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": TERMINATION_FINALIZER},
@@ -265,8 +270,11 @@ async fn reconcile(ctx: &Context, node: &Node) -> Result<(), TerminationError> {
         .deletion_timestamp
         .as_ref()
         .map(|t| (Utc::now() - t.0).num_milliseconds() as f64 / 1000.0);
+    if let Some(seconds) = elapsed {
+        ctx.metrics.termination_time.with_label_values(&[&provisioner]).observe(seconds.max(0.0));
+    }
     info!(node = %name, provisioner = %provisioner, seconds_since_deletion = elapsed, "deleted node");
-    Ok(())
+    Ok(0)
 }
 
 /// Evicts one pod through the `policy/v1` Eviction subresource, unless it is backing off after
