@@ -195,6 +195,7 @@ impl RunArgs {
     pub fn garbage_collection(&self) -> crate::controllers::garbagecollection::GarbageCollectionConfig {
         crate::controllers::garbagecollection::GarbageCollectionConfig {
             interval: self.gc_interval,
+            startup_interval: self.gc_interval.min(Duration::from_secs(10)),
             grace_period: self.gc_grace_period,
             ..Default::default()
         }

@@ -206,6 +206,11 @@ pub async fn client(cluster: &Cluster) -> kube::Client {
     kube::Client::try_from(config).expect("kube client")
 }
 
+/// A free TCP port on 127.0.0.1 (free when asked; a process started right after binds it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
 /// A name no other test run uses: `base-<pid>-<n>`.
 pub fn unique(base: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
