@@ -188,8 +188,20 @@ pub(crate) fn add_to_planned(
     true
 }
 
+/// Why a template cannot launch a node for a pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct NewNodeError {
+    /// The pod tolerates the template's taints and its requirements are compatible: the template
+    /// was refused for capacity (limits, no instance type with room), which says more about the
+    /// pod's fate than another template's incompatibility.
+    pub compatible: bool,
+    /// Why, for the pod's event.
+    pub message: String,
+}
+
 /// Plans a new node from `template` for pod `i`, or says why the template cannot serve it.
-/// `hostname`/`host` name the placeholder hostname of the would-be node.
+/// `hostname`/`host` name the placeholder hostname of the would-be node. Compatibility (taints,
+/// requirements, topology) is checked before capacity (limits, instance types with room).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn new_node(
     template: &NodeTemplate,
@@ -200,30 +212,35 @@ pub(crate) fn new_node(
     topology: &mut Topology,
     hostname: &str,
     host: u32,
-) -> Result<PlannedNode, String> {
+) -> Result<PlannedNode, NewNodeError> {
+    let incompatible = |message: String| NewNodeError {
+        compatible: false,
+        message,
+    };
+    let refused = |message: String| NewNodeError { compatible: true, message };
+    tolerates_all(&pod.tolerations, &template.taints).map_err(incompatible)?;
+    let mut reqs = template.requirements.clone();
+    reqs.add(HOSTNAME_LABEL, Requirement::in_values([hostname.to_string()]));
+    reqs.compatible(&pod.requirements)
+        .map_err(|e| incompatible(format!("incompatible requirements, {e}")))?;
+    reqs.add_all(&pod.requirements);
+    if !groups.is_empty() {
+        let extra = topology
+            .add_requirements(groups, pod, &reqs, host)
+            .map_err(|e| incompatible(topology.explain(&e, pod, &reqs)))?;
+        reqs.compatible(&extra)
+            .map_err(|e| incompatible(format!("incompatible topology requirements, {e}")))?;
+        reqs.add_all(&extra);
+    }
     let within_limits: Vec<usize> = (0..template.candidates.len())
         .filter(|c| template.within_limits(&template.candidates[*c].it))
         .collect();
     if within_limits.is_empty() {
         return Err(if template.candidates.is_empty() {
-            "no instance type matches its requirements and has an available offering".to_string()
+            incompatible("no instance type matches its requirements and has an available offering".to_string())
         } else {
-            "all available instance types exceed provisioner limits".to_string()
+            refused("all available instance types exceed provisioner limits".to_string())
         });
-    }
-    tolerates_all(&pod.tolerations, &template.taints)?;
-    let mut reqs = template.requirements.clone();
-    reqs.add(HOSTNAME_LABEL, Requirement::in_values([hostname.to_string()]));
-    reqs.compatible(&pod.requirements)
-        .map_err(|e| format!("incompatible requirements, {e}"))?;
-    reqs.add_all(&pod.requirements);
-    if !groups.is_empty() {
-        let extra = topology
-            .add_requirements(groups, pod, &reqs, host)
-            .map_err(|e| topology.explain(&e, pod, &reqs))?;
-        reqs.compatible(&extra)
-            .map_err(|e| format!("incompatible topology requirements, {e}"))?;
-        reqs.add_all(&extra);
     }
     let requests = template.daemon_overhead.plus(&pod.requests);
     let narrowed = narrows_instance_types(&reqs, &template.requirements, template);
@@ -241,17 +258,17 @@ pub(crate) fn new_node(
         shown.remove(HOSTNAME_LABEL);
         let matching = within_limits.iter().filter(|c| matches(**c)).count();
         return Err(if matching == 0 {
-            format!("no instance type satisfied requirements {shown}")
+            incompatible(format!("no instance type satisfied requirements {shown}"))
         } else if template.daemon_overhead.is_zero() {
-            format!(
+            refused(format!(
                 "no instance type has room for requests {} (of {matching} instance types matching the requirements)",
                 pod.requests
-            )
+            ))
         } else {
-            format!(
+            refused(format!(
                 "no instance type has room for requests {} plus daemonset overhead {} (of {matching} instance types matching the requirements)",
                 pod.requests, template.daemon_overhead
-            )
+            ))
         });
     }
     topology.record(i, pod, &reqs, host);

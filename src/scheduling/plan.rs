@@ -302,10 +302,18 @@ impl Solver<'_> {
                     self.order.insert(at, index);
                     return Ok(());
                 }
-                Err(e) => errs.push(format!("incompatible with provisioner {:?}, {e}", self.templates[t].provisioner)),
+                Err(e) => errs.push((e.compatible, format!("incompatible with provisioner {:?}, {}", self.templates[t].provisioner, e.message))),
             }
         }
-        Err(errs.join("; "))
+        // A Provisioner the pod is compatible with but that refused it (limits, no room) says
+        // why the pod waits; the others' incompatibilities are only listed when none is.
+        let any_compatible = errs.iter().any(|(compatible, _)| *compatible);
+        Err(errs
+            .into_iter()
+            .filter(|(compatible, _)| *compatible || !any_compatible)
+            .map(|(_, message)| message)
+            .collect::<Vec<_>>()
+            .join("; "))
     }
 
     /// Moves the planned node at `order[pos]`, which just gained a pod, behind nodes with fewer pods.
@@ -652,6 +660,27 @@ mod tests {
         let plan = simulate(&inp);
         assert!(plan.new_nodes.is_empty());
         assert!(reason_of(&plan, "p").contains("exceed provisioner limits"));
+    }
+
+    #[test]
+    fn the_reason_names_the_provisioner_that_refused_a_compatible_pod() {
+        // "a-other" sorts first and is incompatible (taint); "service" matches but is at its limit.
+        let other = provisioner("a-other").taint("dedicated=db:NoSchedule").build();
+        let limited = provisioner("service")
+            .taint("service=true:NoSchedule")
+            .label("nodeType", "service-2023")
+            .limit("cpu", "1")
+            .build();
+        let plan = simulate(&input(vec![other.clone(), limited], vec![nginx("p").cpu("500m")]));
+        let reason = reason_of(&plan, "p");
+        assert!(reason.contains("provisioner \"service\""), "{reason}");
+        assert!(reason.contains("exceed provisioner limits"), "{reason}");
+        assert!(!reason.contains("a-other"), "{reason}");
+
+        // With nothing compatible, every Provisioner's incompatibility is listed.
+        let plan = simulate(&input(vec![other, service()], vec![pod("q")]));
+        let reason = reason_of(&plan, "q");
+        assert!(reason.contains("a-other") && reason.contains("service"), "{reason}");
     }
 
     #[test]
