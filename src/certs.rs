@@ -1,5 +1,7 @@
-//! Development and test certificates: a CA and a serving certificate signed by it, for the
-//! webhook's HTTPS listener. Production clusters mount their own (see certs/README.md).
+//! Certificates for the webhook's HTTPS listener: a CA and a serving certificate signed by it
+//! (ECDSA P-256). `karpenter-rs certs` writes development and test ones to files; the
+//! self-managed certificate (`webhook::self_signed`, kept in a Secret) is made here too. Clusters
+//! may also mount their own (see certs/README.md).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::apis::{ApiSettings, DEFAULT_TTL_SECONDS_AFTER_EMPTY, DEFAULT_TTL_SECONDS_UNTIL_EXPIRED};
 use crate::telemetry::LogFormat;
+use crate::webhook::cert_reconciler::SelfManagedCerts;
 use crate::webhook::WebhookConfig;
 
 /// karpenter-rs: node autoscaler for Kubernetes on AWS (Karpenter v1alpha5 APIs).
@@ -80,6 +81,30 @@ pub struct RunArgs {
     /// How often the certificate files are checked for changes.
     #[arg(long, env = "CERT_RELOAD_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     pub cert_reload_interval: Duration,
+    /// Secret holding the self-managed webhook certificate (used when --cert-dir holds no tls.crt or tls.key).
+    #[arg(long, env = "CERT_SECRET", default_value = "karpenter-rs-cert")]
+    pub cert_secret: String,
+    /// Namespace karpenter-rs runs in: the namespace of that Secret and of the webhook Service.
+    #[arg(long, env = "SYSTEM_NAMESPACE", default_value = "karpenter")]
+    pub system_namespace: String,
+    /// Service in front of the webhook; the self-managed certificate covers its DNS names.
+    #[arg(long, env = "WEBHOOK_SERVICE_NAME", default_value = "karpenter-rs")]
+    pub webhook_service_name: String,
+    /// MutatingWebhookConfiguration whose caBundle gets the self-managed CA.
+    #[arg(long, env = "MUTATING_WEBHOOK_CONFIGURATION", default_value = crate::webhook::registration::MUTATING_CONFIGURATION)]
+    pub mutating_webhook_configuration: String,
+    /// ValidatingWebhookConfiguration whose caBundle gets the self-managed CA.
+    #[arg(long, env = "VALIDATING_WEBHOOK_CONFIGURATION", default_value = crate::webhook::registration::VALIDATING_CONFIGURATION)]
+    pub validating_webhook_configuration: String,
+    /// Validity of a self-managed CA and serving certificate.
+    #[arg(long, env = "CERT_VALIDITY", default_value = "7d", value_parser = parse_duration)]
+    pub cert_validity: Duration,
+    /// A self-managed certificate expiring within this is replaced.
+    #[arg(long, env = "CERT_RENEW_BEFORE", default_value = "24h", value_parser = parse_duration)]
+    pub cert_renew_before: Duration,
+    /// More DNS names or IP addresses for the self-managed certificate (comma-separated), e.g. 127.0.0.1 for an out-of-cluster webhook.
+    #[arg(long, env = "CERT_EXTRA_SAN", value_delimiter = ',')]
+    pub cert_extra_san: Vec<String>,
     /// Longest time a webhook client may take for its TLS handshake, headers or body.
     #[arg(long, env = "WEBHOOK_CLIENT_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub webhook_client_timeout: Duration,
@@ -201,6 +226,21 @@ impl RunArgs {
         }
     }
 
+    /// The self-managed certificate's settings; an error names the flag whose value makes no sense.
+    pub fn self_managed_certs(&self) -> Result<SelfManagedCerts, String> {
+        crate::webhook::self_signed::check_timing(self.cert_validity, self.cert_renew_before)?;
+        Ok(SelfManagedCerts {
+            namespace: self.system_namespace.clone(),
+            secret: self.cert_secret.clone(),
+            service: self.webhook_service_name.clone(),
+            extra_names: self.cert_extra_san.clone(),
+            mutating_configuration: self.mutating_webhook_configuration.clone(),
+            validating_configuration: self.validating_webhook_configuration.clone(),
+            validity: self.cert_validity,
+            renew_before: self.cert_renew_before,
+        })
+    }
+
     /// The webhook server's settings.
     pub fn webhook(&self) -> WebhookConfig {
         WebhookConfig {
@@ -312,6 +352,44 @@ mod tests {
                 assert!(arg.get_env().is_some(), "{} --{} has no env var", sub.get_name(), arg.get_id());
             }
         }
+    }
+
+    #[test]
+    fn self_managed_certificate_flags_default_to_the_shipped_names() {
+        let Command::Webhook(args) = Cli::try_parse_from(["karpenter-rs", "webhook", "--cluster-name", "c"])
+            .unwrap()
+            .command
+        else {
+            panic!("webhook subcommand");
+        };
+        let certs = args.self_managed_certs().unwrap();
+        assert_eq!(certs.secret, "karpenter-rs-cert");
+        assert_eq!(certs.namespace, "karpenter");
+        assert_eq!(certs.service, "karpenter-rs");
+        assert_eq!(certs.mutating_configuration, "karpenter-rs-defaulting");
+        assert_eq!(certs.validating_configuration, "karpenter-rs-validation");
+        assert_eq!(certs.validity, Duration::from_secs(7 * 86400));
+        assert_eq!(certs.renew_before, Duration::from_secs(86400));
+        assert!(certs.extra_names.is_empty());
+        let Command::Run(args) = Cli::try_parse_from([
+            "karpenter-rs",
+            "run",
+            "--cluster-name",
+            "c",
+            "--cert-extra-san",
+            "127.0.0.1,webhook.example.com",
+            "--cert-validity",
+            "1h",
+            "--cert-renew-before",
+            "2h",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("run subcommand");
+        };
+        assert_eq!(args.cert_extra_san, ["127.0.0.1", "webhook.example.com"]);
+        assert!(args.self_managed_certs().unwrap_err().contains("--cert-validity"));
     }
 
     #[test]

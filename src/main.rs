@@ -15,6 +15,7 @@ use karpenter_rs::config::{CertsArgs, Cli, Command, CrdsArgs, RunArgs, WebhookCo
 use karpenter_rs::controllers::{leader, provisioning};
 use karpenter_rs::metrics::Metrics;
 use karpenter_rs::probes::{self, Readiness};
+use karpenter_rs::webhook::cert_reconciler;
 use karpenter_rs::webhook::registration::{self, Target};
 use karpenter_rs::{certs, crds, telemetry, webhook};
 
@@ -56,9 +57,29 @@ async fn run(args: RunArgs, with_controllers: bool) -> anyhow::Result<()> {
 
     let metrics_task = probes::serve(metrics_listener, probes::metrics_router(metrics.clone()), shutdown.clone());
     let health_task = probes::serve(health_listener, probes::health_router(readiness.clone()), shutdown.clone());
-    let webhook = webhook::start(webhook_listener, args.webhook(), metrics.clone(), shutdown.clone())
-        .with_context(|| format!("loading the serving certificate from {}", args.cert_dir.display()))?;
-    readiness.set(true);
+    let webhook = if webhook::tls::has_certificate_files(&args.cert_dir) {
+        webhook::start(webhook_listener, args.webhook(), metrics.clone(), shutdown.clone())
+            .with_context(|| format!("loading the serving certificate from {}", args.cert_dir.display()))?
+    } else {
+        // No certificate mounted: keep one in a Secret, serve it from memory.
+        let self_managed = args.self_managed_certs().map_err(anyhow::Error::msg)?;
+        let certs = webhook::tls::CertStore::in_memory();
+        tokio::spawn(cert_reconciler::connect_and_run(
+            self_managed,
+            certs.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+        webhook::serve(webhook_listener, certs, args.webhook(), metrics.clone(), shutdown.clone())
+    };
+    // Ready once a certificate is served: at once with mounted files, after the Secret is read otherwise.
+    let ready = tokio::spawn({
+        let (certs, readiness) = (webhook.certs.clone(), readiness.clone());
+        async move {
+            certs.wait_until_loaded().await;
+            readiness.set(true);
+        }
+    });
     // The controllers need the Kubernetes API and AWS; the webhook needs neither and keeps
     // serving whatever happens to them.
     let controllers = with_controllers.then(|| tokio::spawn(run_controllers(args.clone(), metrics.clone(), shutdown.clone())));
@@ -72,6 +93,8 @@ async fn run(args: RunArgs, with_controllers: bool) -> anyhow::Result<()> {
 
     wait_for_signal().await;
     info!("shutting down");
+    ready.abort();
+    let _ = ready.await;
     readiness.set(false);
     shutdown.cancel();
     if let Err(e) = webhook.task.await {

@@ -124,3 +124,74 @@ fn crds_subcommand_prints_both_crds() {
     let names: Vec<&str> = docs.iter().map(|d| d["metadata"]["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["provisioners.karpenter.sh", "awsnodetemplates.karpenter.k8s.aws"]);
 }
+
+#[test]
+fn webhook_without_a_mounted_certificate_stays_unready_until_it_has_one() {
+    // No tls.crt/tls.key: the certificate is self-managed in a Secret, and with no reachable
+    // API server there is none yet, so /readyz says no while /healthz says alive.
+    let empty = tempfile::tempdir().unwrap();
+    let (webhook, metrics, health) = (free_port(), free_port(), free_port());
+    let mut child = Command::new(BIN)
+        .arg("webhook")
+        .env("CLUSTER_NAME", "ssungz-cluster")
+        .env("BIND_ADDRESS", "127.0.0.1")
+        .env("WEBHOOK_PORT", webhook.to_string())
+        .env("METRICS_PORT", metrics.to_string())
+        .env("HEALTH_PROBE_PORT", health.to_string())
+        .env("CERT_DIR", empty.path())
+        .env("KUBECONFIG", empty.path().join("no-kubeconfig"))
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = |path: &str| -> Option<u16> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", health)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        body.split_whitespace().nth(1)?.parse().ok()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while status("/healthz") != Some(200) {
+        assert!(Instant::now() < deadline, "never answered /healthz");
+        assert!(child.try_wait().unwrap().is_none(), "exited early");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(status("/readyz"), Some(503));
+    let kill = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let exit = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "did not exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(exit.success(), "{exit:?}");
+}
+
+#[test]
+fn a_renewal_window_longer_than_the_validity_is_refused_naming_both_flags() {
+    let empty = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .arg("webhook")
+        .env("CLUSTER_NAME", "ssungz-cluster")
+        .env("BIND_ADDRESS", "127.0.0.1")
+        .env("WEBHOOK_PORT", free_port().to_string())
+        .env("METRICS_PORT", free_port().to_string())
+        .env("HEALTH_PROBE_PORT", free_port().to_string())
+        .env("CERT_DIR", empty.path())
+        .args(["--cert-validity", "1h", "--cert-renew-before", "2h"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--cert-validity: invalid value 3600s: must be longer than --cert-renew-before (7200s)"),
+        "{stderr}"
+    );
+}

@@ -1,9 +1,13 @@
 //! The HTTPS admission webhook: `POST /mutate` and `POST /validate` for both kinds, on rustls.
 //! HTTP concerns only (body limits, timeouts, TLS, graceful shutdown, metrics and one log line per
-//! decision); the decisions themselves are `admission::review`, which does no I/O.
+//! decision); the decisions themselves are `admission::review`, which does no I/O. The serving
+//! certificate comes from `--cert-dir` (`tls`) or, when none is mounted, from a Secret that
+//! `cert_reconciler` keeps (the only part of the webhook that talks to the Kubernetes API).
 
 pub mod admission;
+pub mod cert_reconciler;
 pub mod registration;
+pub mod self_signed;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -149,21 +153,34 @@ pub struct Webhook {
     pub local_addr: SocketAddr,
     /// Finishes once the server has stopped after shutdown.
     pub task: JoinHandle<()>,
-    /// The certificate in use (reloaded in the background).
+    /// The certificate in use (reloaded or replaced in the background).
     pub certs: Arc<CertStore>,
 }
 
-/// Loads the certificate and serves HTTPS on `listener` until `shutdown` is cancelled; then stops
-/// accepting, lets open requests finish (up to `shutdown_grace`) and returns.
+/// Loads the certificate from `--cert-dir` (reloaded on change) and serves HTTPS on `listener`
+/// until `shutdown` is cancelled; then stops accepting, lets open requests finish (up to
+/// `shutdown_grace`) and returns.
 pub fn start(listener: TcpListener, config: WebhookConfig, metrics: Metrics, shutdown: CancellationToken) -> Result<Webhook, TlsError> {
     let certs = CertStore::load(&config.cert_dir)?;
-    let local_addr = listener.local_addr().expect("a bound listener has an address");
     tokio::spawn(certs.clone().watch(config.cert_reload_interval, metrics.clone(), shutdown.clone()));
+    Ok(serve(listener, certs, config, metrics, shutdown))
+}
+
+/// Serves HTTPS on `listener` with whatever certificate `certs` holds (none yet: handshakes
+/// fail until one is set) until `shutdown`, like [`start`]. `config.cert_dir` is not read.
+pub fn serve(
+    listener: TcpListener,
+    certs: Arc<CertStore>,
+    config: WebhookConfig,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) -> Webhook {
+    let local_addr = listener.local_addr().expect("a bound listener has an address");
     let acceptor = TlsAcceptor::from(tls::server_config(certs.clone()));
     let app = router(config.settings.clone(), metrics, config.client_timeout);
     let task = tokio::spawn(accept_loop(listener, acceptor, app, config, shutdown));
     info!(address = %local_addr, "webhook serving HTTPS");
-    Ok(Webhook { local_addr, task, certs })
+    Webhook { local_addr, task, certs }
 }
 
 async fn accept_loop(listener: TcpListener, acceptor: TlsAcceptor, app: Router, config: WebhookConfig, shutdown: CancellationToken) {

@@ -1,6 +1,8 @@
 //! TLS for the webhook: rustls with TLS 1.2 and 1.3 only, ALPN h2 and http/1.1, and a serving
-//! certificate that is reloaded from `--cert-dir` whenever its files change, without a restart.
-//! Connections already open keep the certificate they were made with; new handshakes get the new one.
+//! certificate that is swapped without a restart: reloaded from `--cert-dir` whenever its files
+//! change, or handed over in memory by the self-managed certificate reconciler
+//! (`cert_reconciler`). Connections already open keep the certificate they were made with; new
+//! handshakes get the new one.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -9,6 +11,7 @@ use std::time::Duration;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -49,50 +52,144 @@ pub enum TlsError {
         #[source]
         source: rustls::Error,
     },
+    /// A certificate handed over in memory (from the self-managed Secret) is unusable.
+    #[error("loading the serving certificate from {origin}")]
+    InMemory {
+        /// Where it came from, e.g. `secret karpenter/karpenter-rs-cert`.
+        origin: String,
+        /// Why.
+        #[source]
+        source: PemError,
+    },
+}
+
+/// Why a PEM certificate and key cannot serve TLS.
+#[derive(Debug, thiserror::Error)]
+pub enum PemError {
+    /// No PEM certificate in the certificate document.
+    #[error("no PEM certificate")]
+    NoCertificate,
+    /// No usable PEM private key in the key document.
+    #[error("no usable PEM private key")]
+    NoKey,
+    /// The key does not match the certificate, or rustls refused it.
+    #[error("unusable key pair")]
+    KeyPair(#[source] rustls::Error),
+}
+
+/// Where the serving certificate comes from.
+#[derive(Debug)]
+enum Source {
+    /// `tls.crt` and `tls.key` in a directory, polled for changes.
+    Files(PathBuf),
+    /// Handed over by the self-managed certificate reconciler; nothing to poll.
+    Memory,
 }
 
 /// The serving certificate, reloadable. Implements rustls' certificate resolver.
 #[derive(Debug)]
 pub struct CertStore {
-    dir: PathBuf,
-    current: RwLock<Loaded>,
+    source: Source,
+    current: RwLock<Option<Loaded>>,
+    loaded: watch::Sender<bool>,
 }
 
 #[derive(Debug)]
 struct Loaded {
     key: Arc<CertifiedKey>,
-    files: (Vec<u8>, Vec<u8>),
+    pem: (Vec<u8>, Vec<u8>),
+}
+
+/// True when `dir` holds `tls.crt` or `tls.key`: a mounted certificate, served from the files.
+/// With neither, the binary manages its own certificate in a Secret.
+pub fn has_certificate_files(dir: &Path) -> bool {
+    dir.join(CERT_FILE).exists() || dir.join(KEY_FILE).exists()
 }
 
 impl CertStore {
     /// Loads `tls.crt` and `tls.key` from `dir`; fails when they are missing or unusable.
     pub fn load(dir: &Path) -> Result<Arc<CertStore>, TlsError> {
-        let (files, key) = read(dir)?;
+        let (pem, key) = read(dir)?;
         Ok(Arc::new(CertStore {
-            dir: dir.to_path_buf(),
-            current: RwLock::new(Loaded { key, files }),
+            source: Source::Files(dir.to_path_buf()),
+            current: RwLock::new(Some(Loaded { key, pem })),
+            loaded: watch::channel(true).0,
         }))
+    }
+
+    /// A store without a certificate yet, filled by [`CertStore::set`]. Until then TLS handshakes
+    /// fail (no certificate to offer).
+    pub fn in_memory() -> Arc<CertStore> {
+        Arc::new(CertStore {
+            source: Source::Memory,
+            current: RwLock::new(None),
+            loaded: watch::channel(false).0,
+        })
+    }
+
+    /// Serves `cert_pem` and `key_pem` from now on (an in-memory store). `Ok(true)` when they
+    /// differ from what was served. An unusable pair is an error and the old one stays in use.
+    pub fn set(&self, cert_pem: &[u8], key_pem: &[u8], origin: &str) -> Result<bool, TlsError> {
+        if self.serves(cert_pem, key_pem) {
+            return Ok(false);
+        }
+        let key = certified_key_from_pem(cert_pem, key_pem).map_err(|source| TlsError::InMemory {
+            origin: origin.to_string(),
+            source,
+        })?;
+        *self.current.write().expect("cert lock is never poisoned") = Some(Loaded {
+            key,
+            pem: (cert_pem.to_vec(), key_pem.to_vec()),
+        });
+        self.loaded.send_replace(true);
+        Ok(true)
+    }
+
+    /// True when exactly this certificate and key are being served.
+    pub fn serves(&self, cert_pem: &[u8], key_pem: &[u8]) -> bool {
+        let current = self.current.read().expect("cert lock is never poisoned");
+        current.as_ref().is_some_and(|l| l.pem.0 == cert_pem && l.pem.1 == key_pem)
+    }
+
+    /// True once a certificate is being served.
+    pub fn is_loaded(&self) -> bool {
+        *self.loaded.borrow()
+    }
+
+    /// Returns once a certificate is being served.
+    pub async fn wait_until_loaded(&self) {
+        let mut loaded = self.loaded.subscribe();
+        // The sender lives as long as `self`, so waiting cannot fail.
+        let _ = loaded.wait_for(|l| *l).await;
     }
 
     /// Reloads the files if their contents changed. `Ok(true)` when a new certificate is in use.
     /// A broken new pair (say, a key written before its certificate) is an error and the old
-    /// certificate stays in use.
+    /// certificate stays in use. An in-memory store has nothing to reload.
     pub fn reload(&self) -> Result<bool, TlsError> {
-        let cert_bytes = read_file(&self.dir.join(CERT_FILE))?;
-        let key_bytes = read_file(&self.dir.join(KEY_FILE))?;
-        if self.current.read().expect("cert lock is never poisoned").files == (cert_bytes.clone(), key_bytes.clone()) {
+        let Source::Files(dir) = &self.source else {
+            return Ok(false);
+        };
+        let cert_bytes = read_file(&dir.join(CERT_FILE))?;
+        let key_bytes = read_file(&dir.join(KEY_FILE))?;
+        if self.serves(&cert_bytes, &key_bytes) {
             return Ok(false);
         }
-        let key = certified_key(&self.dir, &cert_bytes, &key_bytes)?;
-        *self.current.write().expect("cert lock is never poisoned") = Loaded {
+        let key = certified_key(dir, &cert_bytes, &key_bytes)?;
+        *self.current.write().expect("cert lock is never poisoned") = Some(Loaded {
             key,
-            files: (cert_bytes, key_bytes),
-        };
+            pem: (cert_bytes, key_bytes),
+        });
+        self.loaded.send_replace(true);
         Ok(true)
     }
 
-    /// Polls the directory every `interval` until `shutdown`, reloading on change.
+    /// Polls the directory every `interval` until `shutdown`, reloading on change. Returns at
+    /// once for an in-memory store.
     pub async fn watch(self: Arc<Self>, interval: Duration, metrics: Metrics, shutdown: CancellationToken) {
+        let Source::Files(dir) = &self.source else {
+            return;
+        };
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
@@ -105,7 +202,7 @@ impl CertStore {
                 Ok(true) => {
                     failing = false;
                     metrics.certificate_reloads.with_label_values(&["success"]).inc();
-                    info!(dir = %self.dir.display(), "reloaded serving certificate");
+                    info!(dir = %dir.display(), "reloaded serving certificate");
                 }
                 Ok(false) => failing = false,
                 Err(err) => {
@@ -123,7 +220,8 @@ impl CertStore {
 
 impl ResolvesServerCert for CertStore {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.current.read().expect("cert lock is never poisoned").key.clone())
+        let current = self.current.read().expect("cert lock is never poisoned");
+        current.as_ref().map(|l| l.key.clone())
     }
 }
 
@@ -153,19 +251,71 @@ fn read(dir: &Path) -> Result<(Files, Arc<CertifiedKey>), TlsError> {
 }
 
 fn certified_key(dir: &Path, cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<CertifiedKey>, TlsError> {
+    certified_key_from_pem(cert_pem, key_pem).map_err(|e| match e {
+        PemError::NoCertificate => TlsError::NoCertificate { path: dir.join(CERT_FILE) },
+        PemError::NoKey => TlsError::NoKey { path: dir.join(KEY_FILE) },
+        PemError::KeyPair(source) => TlsError::KeyPair { dir: dir.into(), source },
+    })
+}
+
+/// The rustls key pair of a PEM certificate chain and PEM private key, checked to belong together.
+pub fn certified_key_from_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<CertifiedKey>, PemError> {
     let certs: Vec<_> = rustls_pemfile::certs(&mut &cert_pem[..]).filter_map(Result::ok).collect();
     if certs.is_empty() {
-        return Err(TlsError::NoCertificate { path: dir.join(CERT_FILE) });
+        return Err(PemError::NoCertificate);
     }
     let key = rustls_pemfile::private_key(&mut &key_pem[..])
         .ok()
         .flatten()
-        .ok_or_else(|| TlsError::NoKey { path: dir.join(KEY_FILE) })?;
-    let signing_key =
-        rustls::crypto::ring::sign::any_supported_type(&key).map_err(|source| TlsError::KeyPair { dir: dir.into(), source })?;
+        .ok_or(PemError::NoKey)?;
+    let signing_key = rustls::crypto::ring::sign::any_supported_type(&key).map_err(PemError::KeyPair)?;
     let certified = CertifiedKey::new(certs, signing_key);
-    certified
-        .keys_match()
-        .map_err(|source| TlsError::KeyPair { dir: dir.into(), source })?;
+    certified.keys_match().map_err(PemError::KeyPair)?;
     Ok(Arc::new(certified))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::certs::Ca;
+
+    fn pair() -> (Vec<u8>, Vec<u8>) {
+        let ca = Ca::generate("test CA", Duration::from_secs(3600)).unwrap();
+        let serving = ca.issue(&["127.0.0.1".into()], Duration::from_secs(3600)).unwrap();
+        (serving.cert_pem.into_bytes(), serving.key_pem.into_bytes())
+    }
+
+    #[test]
+    fn an_in_memory_store_serves_what_it_is_given_and_keeps_it_on_bad_input() {
+        let store = CertStore::in_memory();
+        assert!(!store.is_loaded());
+        let (cert, key) = pair();
+        let err = store.set(&cert, b"not a key", "secret karpenter/karpenter-rs-cert").unwrap_err();
+        assert_eq!(
+            telemetry::chain(&err),
+            "loading the serving certificate from secret karpenter/karpenter-rs-cert: no usable PEM private key"
+        );
+        assert!(!store.is_loaded());
+        assert!(store.set(&cert, &key, "test").unwrap());
+        assert!(store.is_loaded() && store.serves(&cert, &key));
+        assert!(!store.set(&cert, &key, "test").unwrap(), "the same pair again is no change");
+        let (other_cert, _) = pair();
+        assert!(store.set(&other_cert, &key, "test").is_err(), "a key of another certificate");
+        assert!(store.serves(&cert, &key), "the old pair stays in use");
+        assert!(!store.reload().unwrap(), "nothing to reload in memory");
+    }
+
+    #[tokio::test]
+    async fn waiting_for_a_certificate_returns_once_one_is_set() {
+        let store = CertStore::in_memory();
+        let waiter = tokio::spawn({
+            let store = store.clone();
+            async move { store.wait_until_loaded().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        let (cert, key) = pair();
+        store.set(&cert, &key, "test").unwrap();
+        tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap();
+    }
 }

@@ -322,3 +322,33 @@ impl Controller {
         }
     }
 }
+
+impl AdmissionWebhook {
+    /// Registers this webhook under the shipped configuration names again, e.g. after another
+    /// test process that registered its own has exited and left them pointing at a closed port.
+    pub fn register(&self, cluster: &Cluster) {
+        let yaml = registration::to_yaml(&Target::Url(self.url()), self.ca.cert_pem().as_bytes());
+        kubectl_ok(cluster, &["apply", "--server-side", "--force-conflicts", "-f", "-"], Some(&yaml));
+    }
+
+    /// True when both shipped configurations point at this webhook.
+    pub fn is_registered(&self, cluster: &Cluster) -> bool {
+        [
+            ("mutatingwebhookconfiguration", registration::MUTATING_CONFIGURATION, "/mutate"),
+            (
+                "validatingwebhookconfiguration",
+                registration::VALIDATING_CONFIGURATION,
+                "/validate",
+            ),
+        ]
+        .into_iter()
+        .all(|(kind, name, path)| {
+            let out = kubectl(
+                cluster,
+                &["get", kind, name, "-o", "jsonpath={.webhooks[0].clientConfig.url}"],
+                None,
+            );
+            String::from_utf8_lossy(&out.stdout) == format!("{}{path}", self.url())
+        })
+    }
+}
