@@ -1,7 +1,7 @@
 //! Every Prometheus metric karpenter-rs exports: names, help texts, labels and label values live
 //! here and nowhere else. `Metrics::new` registers them in a registry of their own.
 
-use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
 
 /// Latency buckets of admission requests, in seconds (1 ms .. 10 s).
 const WEBHOOK_BUCKETS: &[f64] = &[0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -68,6 +68,13 @@ pub struct Metrics {
     pub replacement_initialized: Histogram,
     /// `karpenter_eviction_queue_depth`: pods of draining nodes still waiting to be evicted.
     pub eviction_queue_depth: IntGauge,
+    /// `karpenter_provisioner_usage{provisioner, resource_type}`: capacity of the Provisioner's
+    /// nodes (CPU in cores, other resources in their base units).
+    pub provisioner_usage: GaugeVec,
+    /// `karpenter_provisioner_limit{provisioner, resource_type}`: its `spec.limits.resources`.
+    pub provisioner_limit: GaugeVec,
+    /// `karpenter_provisioner_usage_pct{provisioner, resource_type}`: usage over limit, 0..100.
+    pub provisioner_usage_pct: GaugeVec,
 }
 
 impl Metrics {
@@ -175,6 +182,21 @@ impl Metrics {
             "Pods of draining nodes still waiting to be evicted.",
         )
         .expect("metric options are valid");
+        let provisioner_gauge = |name: &str, help: &str| {
+            GaugeVec::new(Opts::new(name, help), &["provisioner", "resource_type"]).expect("metric options are valid")
+        };
+        let provisioner_usage = provisioner_gauge(
+            "karpenter_provisioner_usage",
+            "Capacity of the nodes a Provisioner launched, by resource (CPU in cores, others in base units).",
+        );
+        let provisioner_limit = provisioner_gauge(
+            "karpenter_provisioner_limit",
+            "A Provisioner's spec.limits.resources, by resource (CPU in cores, others in base units).",
+        );
+        let provisioner_usage_pct = provisioner_gauge(
+            "karpenter_provisioner_usage_pct",
+            "A Provisioner's usage as a percentage of its limit, by resource.",
+        );
         for collector in [
             Box::new(webhook_requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(webhook_duration.clone()),
@@ -189,6 +211,9 @@ impl Metrics {
             Box::new(termination_time.clone()),
             Box::new(replacement_initialized.clone()),
             Box::new(eviction_queue_depth.clone()),
+            Box::new(provisioner_usage.clone()),
+            Box::new(provisioner_limit.clone()),
+            Box::new(provisioner_usage_pct.clone()),
         ] {
             registry.register(collector).expect("metric names are unique");
         }
@@ -211,6 +236,9 @@ impl Metrics {
             termination_time,
             replacement_initialized,
             eviction_queue_depth,
+            provisioner_usage,
+            provisioner_limit,
+            provisioner_usage_pct,
         }
     }
 

@@ -285,3 +285,257 @@ fn zone_spread_launches_a_node_in_each_allowed_zone() {
         std::panic::resume_unwind(panic);
     }
 }
+
+/// Runs `body`, then cleans up the namespace, nodes, Provisioners and templates; re-raises a
+/// failure of `body`.
+fn with_clean_up(cluster: &Cluster, controller: &Controller, namespace: &str, created: &[(String, String)], body: impl FnOnce()) {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+    kubectl_ok(cluster, &["delete", "namespace", namespace, "--wait=false"], None);
+    for (template, provisioner) in created {
+        clean_up_nodes(cluster, controller, provisioner);
+        kubectl_ok(cluster, &["delete", "provisioner", provisioner, "--wait=false"], None);
+        kubectl_ok(cluster, &["delete", "awsnodetemplate", template, "--wait=false", "--ignore-not-found"], None);
+    }
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+fn set_requirement(provisioner: &mut serde_json::Value, key: &str, values: &[&str]) {
+    let requirements = provisioner["spec"]["requirements"].as_array_mut().unwrap();
+    requirements.retain(|r| r["key"] != key);
+    requirements.push(json!({"key": key, "operator": "In", "values": values}));
+}
+
+fn events(cluster: &Cluster, namespace: &str, reason: &str) -> Vec<serde_json::Value> {
+    let selector = format!("reason={reason}");
+    let out = kubectl_ok(cluster, &["get", "events", "-n", namespace, "--field-selector", &selector, "-o", "json"], None);
+    serde_json::from_str::<serde_json::Value>(&out).unwrap()["items"].as_array().unwrap().clone()
+}
+
+#[test]
+fn the_heavier_provisioner_wins_when_both_fit() {
+    let (cluster, controller) = setup();
+    let suffix = unique("weights");
+    let namespace = format!("ns-{suffix}");
+    let shared = format!("t-{suffix}");
+    let (light_t, light, _) = service_provisioner(cluster, &format!("{suffix}-light"), |p| {
+        p["spec"]["labels"]["nodeType"] = json!(shared);
+        p["spec"]["weight"] = json!(10);
+        set_requirement(p, "node.kubernetes.io/instance-type", &["t3.large"]);
+    });
+    let (heavy_t, heavy, _) = service_provisioner(cluster, &format!("{suffix}-heavy"), |p| {
+        p["spec"]["labels"]["nodeType"] = json!(shared);
+        p["spec"]["weight"] = json!(50);
+        set_requirement(p, "node.kubernetes.io/instance-type", &["t3.xlarge"]);
+    });
+    kubectl_ok(cluster, &["create", "namespace", &namespace], None);
+    let created = [(light_t, light.clone()), (heavy_t, heavy.clone())];
+    with_clean_up(cluster, controller, &namespace, &created, || {
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&deployment(&namespace, &shared, 1, |_| {}).to_string()));
+        wait_for("the pod Running", Duration::from_secs(120), || {
+            (running_pods(cluster, &namespace).len() == 1).then_some(())
+        });
+        let nodes = our_nodes(cluster, &heavy);
+        assert_eq!(nodes.len(), 1, "the weight-50 Provisioner launched the node");
+        assert_eq!(nodes[0].labels()["node.kubernetes.io/instance-type"], "t3.xlarge");
+        assert!(our_nodes(cluster, &light).is_empty(), "the weight-10 Provisioner launched nothing");
+    });
+}
+
+#[test]
+fn arm64_and_amd64_pods_get_nodes_of_their_architecture() {
+    let (cluster, controller) = setup();
+    let suffix = unique("arch");
+    let namespace = format!("ns-{suffix}");
+    let (template, provisioner, node_type) = service_provisioner(cluster, &suffix, |p| {
+        set_requirement(p, "node.kubernetes.io/instance-type", &["t3.large", "t4g.large"]);
+        set_requirement(p, "kubernetes.io/arch", &["amd64", "arm64"]);
+    });
+    kubectl_ok(cluster, &["create", "namespace", &namespace], None);
+    with_clean_up(cluster, controller, &namespace, &[(template, provisioner.clone())], || {
+        for arch in ["arm64", "amd64"] {
+            let d = deployment(&namespace, &node_type, 1, |d| {
+                d["metadata"]["name"] = json!(format!("web-{arch}"));
+                d["spec"]["selector"]["matchLabels"]["app"] = json!(format!("web-{arch}"));
+                d["spec"]["template"]["metadata"]["labels"]["app"] = json!(format!("web-{arch}"));
+                d["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/arch"] = json!(arch);
+            });
+            kubectl_ok(cluster, &["apply", "-f", "-"], Some(&d.to_string()));
+        }
+        let pods = wait_for("both pods Running", Duration::from_secs(120), || {
+            let pods = running_pods(cluster, &namespace);
+            (pods.len() == 2).then_some(pods)
+        });
+        let nodes = our_nodes(cluster, &provisioner);
+        for pod in &pods {
+            let want = &pod.spec.as_ref().unwrap().node_selector.as_ref().unwrap()["kubernetes.io/arch"];
+            let node_name = pod.spec.as_ref().unwrap().node_name.as_ref().unwrap();
+            let node = nodes.iter().find(|n| n.name_any() == *node_name).expect("the pod runs on our node");
+            assert_eq!(&node.labels()["kubernetes.io/arch"], want);
+            let expected_type = if want == "arm64" { "t4g.large" } else { "t3.large" };
+            assert_eq!(node.labels()["node.kubernetes.io/instance-type"], expected_type);
+        }
+    });
+}
+
+#[test]
+fn spot_capacity_is_launched_as_spot_and_capped_by_spot_price() {
+    let (cluster, controller) = setup();
+    let suffix = unique("spot");
+    let namespace = format!("ns-{suffix}");
+    let template = fixture("first-writeup/awsnodetemplate.yaml");
+    // Inline providers: spotPrice belongs to `spec.provider`.
+    let inline = |spot_price: &'static str| {
+        let mut provider = template["spec"].clone();
+        provider["spotPrice"] = json!(spot_price);
+        move |p: &mut serde_json::Value| {
+            set_requirement(p, "karpenter.sh/capacity-type", &["spot"]);
+            let spec = p["spec"].as_object_mut().unwrap();
+            spec.remove("providerRef");
+            spec.insert("provider".into(), provider);
+        }
+    };
+    let (t1, generous, generous_type) = service_provisioner(cluster, &format!("{suffix}-ok"), inline("5.00"));
+    // The emulator prices t3 spot capacity at $0.00001/h; this cap is below that.
+    let (t2, stingy, stingy_type) = service_provisioner(cluster, &format!("{suffix}-cap"), inline("0.000001"));
+    kubectl_ok(cluster, &["create", "namespace", &namespace], None);
+    let created = [(t1, generous.clone()), (t2, stingy.clone())];
+    with_clean_up(cluster, controller, &namespace, &created, || {
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&deployment(&namespace, &generous_type, 1, |_| {}).to_string()));
+        let capped = deployment(&namespace, &stingy_type, 1, |d| d["metadata"]["name"] = json!("capped"));
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&capped.to_string()));
+        wait_for("the spot pod Running", Duration::from_secs(120), || {
+            (running_pods(cluster, &namespace).len() == 1).then_some(())
+        });
+        let nodes = our_nodes(cluster, &generous);
+        assert_eq!(nodes.len(), 1);
+        assert_eq!(nodes[0].labels()["karpenter.sh/capacity-type"], "spot");
+        let id = nodes[0].spec.as_ref().unwrap().provider_id.clone().unwrap();
+        let instance = controller.block_on(async {
+            let cloud = AwsCloudProvider::new(support::cloud_config(cluster)).await.unwrap();
+            cloud.get(id.rsplit('/').next().unwrap()).await.unwrap()
+        });
+        assert_eq!(instance.capacity_type, "spot", "EC2 runs it as a spot instance");
+
+        // spotPrice below every spot price: the pod waits with an event naming it, nothing runs.
+        wait_for("a FailedProvisioning event naming spotPrice", Duration::from_secs(90), || {
+            events(cluster, &namespace, "FailedProvisioning")
+                .iter()
+                .any(|e| e["message"].as_str().unwrap_or_default().contains("spotPrice"))
+                .then_some(())
+        });
+        assert!(our_nodes(cluster, &stingy).is_empty(), "no node above spotPrice");
+    });
+}
+
+#[test]
+fn a_gpu_request_gets_a_gpu_instance_type() {
+    let (cluster, controller) = setup();
+    let suffix = unique("gpu");
+    let namespace = format!("ns-{suffix}");
+    // Any GPU family: without an instance-type requirement the defaults would allow only c, m, r.
+    let (template, provisioner, node_type) = service_provisioner(cluster, &suffix, |p| {
+        let requirements = p["spec"]["requirements"].as_array_mut().unwrap();
+        requirements.retain(|r| r["key"] != "node.kubernetes.io/instance-type");
+        set_requirement(p, "karpenter.k8s.aws/instance-category", &["g", "p"]);
+    });
+    kubectl_ok(cluster, &["create", "namespace", &namespace], None);
+    with_clean_up(cluster, controller, &namespace, &[(template, provisioner.clone())], || {
+        let d = deployment(&namespace, &node_type, 1, |d| {
+            d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"limits": {"nvidia.com/gpu": "1"}});
+        });
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&d.to_string()));
+        wait_for("the GPU pod Running", Duration::from_secs(120), || {
+            (running_pods(cluster, &namespace).len() == 1).then_some(())
+        });
+        let nodes = our_nodes(cluster, &provisioner);
+        assert_eq!(nodes.len(), 1);
+        let labels = nodes[0].labels();
+        let gpus: u32 = labels
+            .get("karpenter.k8s.aws/instance-gpu-count")
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        assert!(gpus >= 1, "a GPU instance type: {labels:?}");
+        let allocatable = nodes[0].status.as_ref().unwrap().allocatable.clone().unwrap_or_default();
+        assert!(allocatable.contains_key("nvidia.com/gpu"), "{allocatable:?}");
+    });
+}
+
+#[test]
+fn limits_stop_provisioning_with_an_event_and_status_reports_usage() {
+    let (cluster, controller) = setup();
+    let suffix = unique("limits");
+    let namespace = format!("ns-{suffix}");
+    // t3.large has 2 vCPUs: one node fits under 3 CPUs, a second would not.
+    let (template, provisioner, node_type) = service_provisioner(cluster, &suffix, |p| {
+        set_requirement(p, "node.kubernetes.io/instance-type", &["t3.large"]);
+        p["spec"]["limits"] = json!({"resources": {"cpu": "3"}});
+    });
+    kubectl_ok(cluster, &["create", "namespace", &namespace], None);
+    with_clean_up(cluster, controller, &namespace, &[(template, provisioner.clone())], || {
+        let d = deployment(&namespace, &node_type, 2, |d| {
+            d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "1500m"}});
+        });
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&d.to_string()));
+        wait_for("one pod Running", Duration::from_secs(120), || {
+            (running_pods(cluster, &namespace).len() == 1).then_some(())
+        });
+        let event = wait_for("a FailedProvisioning event naming the limits", Duration::from_secs(90), || {
+            events(cluster, &namespace, "FailedProvisioning").into_iter().find(|e| {
+                e["message"].as_str().unwrap_or_default().contains("exceed provisioner limits")
+            })
+        });
+        let message = event["message"].as_str().unwrap();
+        assert!(message.contains(&provisioner), "the reason names the limited Provisioner: {message}");
+        wait_for("a ProvisionerLimitsReached event", Duration::from_secs(60), || {
+            let out = kubectl_ok(
+                cluster,
+                &["get", "events", "-A", "--field-selector", &format!("involvedObject.name={provisioner},reason=ProvisionerLimitsReached"), "-o", "name"],
+                None,
+            );
+            (!out.trim().is_empty()).then_some(())
+        });
+        assert_eq!(our_nodes(cluster, &provisioner).len(), 1, "the limit holds");
+        let status = wait_for("status.resources", Duration::from_secs(60), || {
+            let out = kubectl_ok(cluster, &["get", "provisioner", &provisioner, "-o", "json"], None);
+            let p: serde_json::Value = serde_json::from_str(&out).unwrap();
+            p["status"]["resources"]["cpu"].as_str().map(str::to_string)
+        });
+        assert_eq!(status, "2", "status.resources reports the node's 2 CPUs");
+        let metrics = controller.metrics.render();
+        let usage = format!("karpenter_provisioner_usage_pct{{provisioner=\"{provisioner}\",resource_type=\"cpu\"}}");
+        assert!(metrics.contains(&usage), "{usage} in\n{metrics}");
+    });
+}
+
+#[test]
+fn a_burst_of_200_pods_gets_a_few_well_packed_nodes() {
+    let (cluster, controller) = setup();
+    let suffix = unique("burst");
+    let namespace = format!("ns-{suffix}");
+    let (template, provisioner, node_type) = service_provisioner(cluster, &suffix, |_| {});
+    kubectl_ok(cluster, &["create", "namespace", &namespace], None);
+    with_clean_up(cluster, controller, &namespace, &[(template, provisioner.clone())], || {
+        let d = deployment(&namespace, &node_type, 200, |d| {
+            d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "100m", "memory": "128Mi"}});
+        });
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&d.to_string()));
+        wait_for("200 pods Running", Duration::from_secs(300), || {
+            (running_pods(cluster, &namespace).len() == 200).then_some(())
+        });
+        let nodes = our_nodes(cluster, &provisioner);
+        // A lower bound: the fewest nodes of the largest allowed type (t3.xlarge: 4 vCPUs, ENI
+        // limit 58 pods) that hold 200 pods by CPU and by pod count.
+        let allocatable_cpu_millis: f64 = 3_920.0;
+        let by_cpu = (200.0 * 100.0 / allocatable_cpu_millis).ceil() as usize;
+        let by_pods = 200_usize.div_ceil(58);
+        let bound = by_cpu.max(by_pods);
+        assert!(
+            nodes.len() <= bound + 1,
+            "{} nodes for 200 pods, lower bound {bound}: {:?}",
+            nodes.len(),
+            nodes.iter().map(|n| n.labels()["node.kubernetes.io/instance-type"].clone()).collect::<Vec<_>>()
+        );
+    });
+}

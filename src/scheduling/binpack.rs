@@ -191,12 +191,24 @@ pub(crate) fn add_to_planned(
 /// Why a template cannot launch a node for a pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct NewNodeError {
-    /// The pod tolerates the template's taints and its requirements are compatible: the template
-    /// was refused for capacity (limits, no instance type with room), which says more about the
-    /// pod's fate than another template's incompatibility.
-    pub compatible: bool,
+    /// What kind of refusal.
+    pub kind: Refusal,
     /// Why, for the pod's event.
     pub message: String,
+}
+
+/// The kinds of `NewNodeError`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Taints, requirements or topology rule the template out.
+    Incompatible,
+    /// The pod is compatible, but no instance type satisfies the combined requirements with an
+    /// available offering.
+    NoOffering,
+    /// The pod is compatible, but every instance type would exceed the Provisioner's limits.
+    Limits,
+    /// The pod is compatible, but no instance type within the limits has room for it.
+    NoRoom,
 }
 
 /// Plans a new node from `template` for pod `i`, or says why the template cannot serve it.
@@ -213,11 +225,22 @@ pub(crate) fn new_node(
     hostname: &str,
     host: u32,
 ) -> Result<PlannedNode, NewNodeError> {
+    let spot_note = template
+        .max_spot_price
+        .map(|max| format!(" (spot offerings above spec.provider.spotPrice {max} count as unavailable)"))
+        .unwrap_or_default();
     let incompatible = |message: String| NewNodeError {
-        compatible: false,
+        kind: Refusal::Incompatible,
         message,
     };
-    let refused = |message: String| NewNodeError { compatible: true, message };
+    let no_offering = |message: String| NewNodeError {
+        kind: Refusal::NoOffering,
+        message,
+    };
+    let refused = |message: String| NewNodeError {
+        kind: Refusal::NoRoom,
+        message,
+    };
     tolerates_all(&pod.tolerations, &template.taints).map_err(incompatible)?;
     let mut reqs = template.requirements.clone();
     reqs.add(HOSTNAME_LABEL, Requirement::in_values([hostname.to_string()]));
@@ -237,9 +260,12 @@ pub(crate) fn new_node(
         .collect();
     if within_limits.is_empty() {
         return Err(if template.candidates.is_empty() {
-            incompatible("no instance type matches its requirements and has an available offering".to_string())
+            no_offering(format!("no instance type matches its requirements and has an available offering{spot_note}"))
         } else {
-            refused("all available instance types exceed provisioner limits".to_string())
+            NewNodeError {
+                kind: Refusal::Limits,
+                message: "all available instance types exceed provisioner limits".to_string(),
+            }
         });
     }
     let requests = template.daemon_overhead.plus(&pod.requests);
@@ -258,7 +284,7 @@ pub(crate) fn new_node(
         shown.remove(HOSTNAME_LABEL);
         let matching = within_limits.iter().filter(|c| matches(**c)).count();
         return Err(if matching == 0 {
-            incompatible(format!("no instance type satisfied requirements {shown}"))
+            no_offering(format!("no instance type satisfied requirements {shown}{spot_note}"))
         } else if template.daemon_overhead.is_zero() {
             refused(format!(
                 "no instance type has room for requests {} (of {matching} instance types matching the requirements)",

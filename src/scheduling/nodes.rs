@@ -131,6 +131,16 @@ impl ExistingNode {
     }
 }
 
+/// What `provisioner` uses: the capacity of its nodes that are not being deleted. This is what
+/// `spec.limits.resources` bounds and `status.resources` reports.
+pub fn provisioner_usage(nodes: &[ExistingNode], provisioner: &str) -> Resources {
+    let mut usage = Resources::zero();
+    for n in nodes.iter().filter(|n| !n.marked_for_deletion && n.provisioner() == Some(provisioner)) {
+        usage.add(&n.capacity);
+    }
+    usage
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

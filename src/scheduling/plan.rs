@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Pod, Taint};
 use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, HOSTNAME_LABEL, INSTANCE_TYPE_LABEL, ZONE_LABEL};
 use crate::apis::v1alpha5::Provisioner;
 
-use super::binpack::{add_to_existing, add_to_planned, new_node, ExistingState, PlannedNode};
+use super::binpack::{add_to_existing, add_to_planned, new_node, ExistingState, PlannedNode, Refusal};
 use super::instance_types::{InstanceType, Offering};
 use super::nodes::ExistingNode;
 use super::pods::{daemon_requirement_alternatives, host_ports, is_daemonset_pod, validate_pod, PodKey, PodState};
@@ -102,6 +102,8 @@ pub struct Plan {
     pub unschedulable: Vec<(PodKey, String)>,
     /// Pods Karpenter does not provision for at all (see `validate_pod`), with the reason.
     pub ignored: Vec<(PodKey, String)>,
+    /// Provisioners that turned a compatible pod away because of their `spec.limits`.
+    pub limited: BTreeSet<String>,
 }
 
 /// Runs the scheduling simulation. See the module documentation for the algorithm.
@@ -159,6 +161,7 @@ pub fn simulate(input: &SimulationInput) -> Plan {
         planned: Vec::new(),
         order: Vec::new(),
         price_orders: HashMap::new(),
+        limited: BTreeSet::new(),
     };
     let unschedulable = s.solve();
 
@@ -169,6 +172,7 @@ pub fn simulate(input: &SimulationInput) -> Plan {
     }
     plan.existing_assignments.sort();
     plan.unschedulable = unschedulable;
+    plan.limited = std::mem::take(&mut s.limited);
     plan.unschedulable.sort();
     plan.new_nodes = (0..s.planned.len()).map(|n| s.node_request(n)).collect();
     plan
@@ -223,6 +227,8 @@ struct Solver<'a> {
     /// Per (template, zone requirement, capacity-type requirement): candidate indices with an
     /// allowed offering, cheapest first.
     price_orders: HashMap<(usize, Option<Requirement>, Option<Requirement>), Vec<usize>>,
+    /// Provisioners whose limits turned a compatible pod away.
+    limited: BTreeSet<String>,
 }
 
 impl Solver<'_> {
@@ -302,7 +308,13 @@ impl Solver<'_> {
                     self.order.insert(at, index);
                     return Ok(());
                 }
-                Err(e) => errs.push((e.compatible, format!("incompatible with provisioner {:?}, {}", self.templates[t].provisioner, e.message))),
+                Err(e) => {
+                    if e.kind == Refusal::Limits {
+                        self.limited.insert(self.templates[t].provisioner.clone());
+                    }
+                    let compatible = e.kind != Refusal::Incompatible;
+                    errs.push((compatible, format!("incompatible with provisioner {:?}, {}", self.templates[t].provisioner, e.message)));
+                }
             }
         }
         // A Provisioner the pod is compatible with but that refused it (limits, no room) says
@@ -647,6 +659,7 @@ mod tests {
             .unschedulable
             .iter()
             .all(|(_, r)| r.contains("all available instance types exceed provisioner limits")));
+        assert_eq!(plan.limited, BTreeSet::from(["small".to_string()]));
     }
 
     #[test]

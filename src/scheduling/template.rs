@@ -13,7 +13,7 @@ use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_SPOT, PROVISIONER_NAME_LABEL};
 use crate::apis::v1alpha5::Provisioner;
 
 use super::instance_types::InstanceType;
-use super::nodes::ExistingNode;
+use super::nodes::{provisioner_usage, ExistingNode};
 use super::pods::daemon_requirement_alternatives;
 use super::requirements::{Requirement, Requirements};
 use super::resources::{pod_requests, to_units, Resources};
@@ -41,6 +41,8 @@ pub(crate) struct NodeTemplate {
     pub daemon_overhead: Resources,
     /// Per limited resource: limit − capacity of the Provisioner's nodes − what planned nodes may take.
     pub remaining: Option<BTreeMap<String, i64>>,
+    /// `spec.provider.spotPrice`: dearer spot offerings count as unavailable.
+    pub max_spot_price: Option<f64>,
 }
 
 impl NodeTemplate {
@@ -86,13 +88,7 @@ impl NodeTemplate {
             }
         }
         let remaining = spec.limits.as_ref().and_then(|l| l.resources.as_ref()).map(|limits| {
-            let mut usage = Resources::zero();
-            for n in nodes
-                .iter()
-                .filter(|n| !n.marked_for_deletion && n.provisioner() == Some(name.as_str()))
-            {
-                usage.add(&n.capacity);
-            }
+            let usage = provisioner_usage(nodes, &name);
             limits
                 .iter()
                 .filter_map(|(res, q)| parse_quantity(&q.0).map(|v| (res.clone(), to_units(res, v) - usage.get(res))))
@@ -107,6 +103,7 @@ impl NodeTemplate {
             instance_type_keys,
             daemon_overhead,
             remaining,
+            max_spot_price,
         }
     }
 

@@ -281,6 +281,13 @@ impl Controller {
 
     /// Provisioning, plus `loops` when given, on a runtime of their own.
     fn start_with(cluster: &Cluster, loops: Option<Loops>) -> Controller {
+        // TEST_LOG=<filter> (e.g. `karpenter_rs=debug`) prints the controllers' logs.
+        if let Ok(filter) = std::env::var("TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_test_writer()
+                .try_init();
+        }
         use karpenter_rs::controllers::{deprovisioning, garbagecollection, provisioning, termination};
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

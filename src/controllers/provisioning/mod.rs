@@ -11,6 +11,7 @@ pub mod bind;
 pub mod catalogue;
 pub mod node;
 pub mod pods;
+pub mod usage;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};
@@ -145,6 +146,7 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
     // A second `run` on the same context keeps the first one's caches.
     let stores = ctx.stores.get_or_init(|| stores).clone();
     let binder = tokio::spawn(bind_loop(ctx.clone(), stores.clone(), shutdown.clone()));
+    let status = tokio::spawn(status_loop(ctx.clone(), stores.clone(), leading.clone(), shutdown.clone()));
     let mut leading = leading;
     loop {
         tokio::select! {
@@ -162,6 +164,67 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
         ctx.metrics.scheduling_duration.observe(started.elapsed().as_secs_f64());
     }
     let _ = binder.await;
+    let _ = status.await;
+}
+
+/// Every 10 s on the leader: each Provisioner's `status.resources` (written only when it
+/// changed) and the usage, limit and usage-percentage gauges.
+async fn status_loop(ctx: Arc<Context>, stores: Stores, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
+    let mut ticker = tokio::time::interval(Duration::from_secs(10));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut reported: BTreeSet<(String, String)> = BTreeSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        if !*leading.borrow() || stores.ready().await.is_err() {
+            continue;
+        }
+        let nodes: Vec<ExistingNode> = stores.nodes.state().iter().map(|n| ExistingNode::from_node(n, Vec::new())).collect();
+        let mut now_reported = BTreeSet::new();
+        for p in stores.provisioners.state() {
+            let name = p.name_any();
+            let used = scheduling::provisioner_usage(&nodes, &name);
+            for r in usage::resource_usage(&p, &used) {
+                let labels = [name.as_str(), r.resource.as_str()];
+                ctx.metrics.provisioner_usage.with_label_values(&labels).set(r.usage);
+                if let (Some(limit), Some(percent)) = (r.limit, r.percent()) {
+                    ctx.metrics.provisioner_limit.with_label_values(&labels).set(limit);
+                    ctx.metrics.provisioner_usage_pct.with_label_values(&labels).set(percent);
+                }
+                now_reported.insert((name.clone(), r.resource));
+            }
+            let resources = usage::status_resources(&used);
+            if p.status.as_ref().and_then(|s| s.resources.as_ref()) == Some(&resources) || p.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let api: Api<Provisioner> = Api::all(ctx.client.clone());
+            // A merge patch keeps keys it does not name: resources no longer used are set to null.
+            let mut listed = serde_json::to_value(&resources).unwrap_or_default();
+            for gone in p.status.iter().flat_map(|s| s.resources.iter().flatten()).map(|(k, _)| k) {
+                if !resources.contains_key(gone) {
+                    listed[gone.as_str()] = serde_json::Value::Null;
+                }
+            }
+            let patch = serde_json::json!({"status": {"resources": listed}});
+            match api.patch_status(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await {
+                Ok(_) => debug!(provisioner = %name, "updated status.resources"),
+                Err(e) => debug!(provisioner = %name, error = %e, "updating status.resources; retrying later"),
+            }
+        }
+        for (name, resource) in reported.difference(&now_reported) {
+            let labels = [name.as_str(), resource.as_str()];
+            for gauge in [
+                &ctx.metrics.provisioner_usage,
+                &ctx.metrics.provisioner_limit,
+                &ctx.metrics.provisioner_usage_pct,
+            ] {
+                let _ = gauge.remove_label_values(&labels);
+            }
+        }
+        reported = now_reported;
+    }
 }
 
 /// Starts the reflectors; every change to a provisionable pod triggers the batcher, and a
@@ -342,6 +405,26 @@ async fn provision(
                 EventType::Warning,
                 "FailedProvisioning",
                 &format!("Failed to provision new node: {reason}"),
+            )
+            .await;
+        }
+    }
+    for name in &plan.limited {
+        if let Some(p) = provisioners.iter().find(|p| p.name_any() == *name) {
+            info!(provisioner = %name, "provisioner limits reached; pods wait");
+            let limits = p
+                .spec
+                .limits
+                .as_ref()
+                .and_then(|l| l.resources.as_ref())
+                .map(|r| r.iter().map(|(k, v)| format!("{k}={}", v.0)).collect::<Vec<_>>().join(", "))
+                .unwrap_or_default();
+            publish(
+                ctx,
+                p.as_ref(),
+                EventType::Warning,
+                "ProvisionerLimitsReached",
+                &format!("Provisioner limits ({limits}) would be exceeded by another node; pods wait"),
             )
             .await;
         }
