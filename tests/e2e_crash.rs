@@ -79,7 +79,10 @@ impl Binary {
             }
             if Instant::now() > deadline {
                 let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-                panic!("karpenter-rs did not reach {point} within {timeout:?}; log {}:\n{log}", self.log.display());
+                panic!(
+                    "karpenter-rs did not reach {point} within {timeout:?}; log {}:\n{log}",
+                    self.log.display()
+                );
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -139,13 +142,24 @@ impl Scenario {
     fn scale(&self, replicas: u32) {
         kubectl_ok(
             self.cluster,
-            &["scale", "deployment", "nginx-karpenter", "-n", &self.namespace, &format!("--replicas={replicas}")],
+            &[
+                "scale",
+                "deployment",
+                "nginx-karpenter",
+                "-n",
+                &self.namespace,
+                &format!("--replicas={replicas}"),
+            ],
             None,
         );
     }
 
     fn pods(&self) -> Vec<Pod> {
-        items(&kubectl_ok(self.cluster, &["get", "pods", "-n", &self.namespace, "-o", "json"], None))
+        items(&kubectl_ok(
+            self.cluster,
+            &["get", "pods", "-n", &self.namespace, "-o", "json"],
+            None,
+        ))
     }
 
     fn nodes(&self) -> Vec<Node> {

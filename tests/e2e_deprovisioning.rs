@@ -450,7 +450,10 @@ fn an_expired_node_is_replaced_first_and_drained_within_its_pdb() {
             "{metrics}"
         );
         assert!(
-            metrics.contains(&format!("karpenter_nodes_termination_time_seconds_count{{provisioner=\"{}\"}}", s.provisioner)),
+            metrics.contains(&format!(
+                "karpenter_nodes_termination_time_seconds_count{{provisioner=\"{}\"}}",
+                s.provisioner
+            )),
             "{metrics}"
         );
     });

@@ -294,7 +294,11 @@ fn with_clean_up(cluster: &Cluster, controller: &Controller, namespace: &str, cr
     for (template, provisioner) in created {
         clean_up_nodes(cluster, controller, provisioner);
         kubectl_ok(cluster, &["delete", "provisioner", provisioner, "--wait=false"], None);
-        kubectl_ok(cluster, &["delete", "awsnodetemplate", template, "--wait=false", "--ignore-not-found"], None);
+        kubectl_ok(
+            cluster,
+            &["delete", "awsnodetemplate", template, "--wait=false", "--ignore-not-found"],
+            None,
+        );
     }
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
@@ -309,8 +313,15 @@ fn set_requirement(provisioner: &mut serde_json::Value, key: &str, values: &[&st
 
 fn events(cluster: &Cluster, namespace: &str, reason: &str) -> Vec<serde_json::Value> {
     let selector = format!("reason={reason}");
-    let out = kubectl_ok(cluster, &["get", "events", "-n", namespace, "--field-selector", &selector, "-o", "json"], None);
-    serde_json::from_str::<serde_json::Value>(&out).unwrap()["items"].as_array().unwrap().clone()
+    let out = kubectl_ok(
+        cluster,
+        &["get", "events", "-n", namespace, "--field-selector", &selector, "-o", "json"],
+        None,
+    );
+    serde_json::from_str::<serde_json::Value>(&out).unwrap()["items"]
+        .as_array()
+        .unwrap()
+        .clone()
 }
 
 #[test]
@@ -332,7 +343,11 @@ fn the_heavier_provisioner_wins_when_both_fit() {
     kubectl_ok(cluster, &["create", "namespace", &namespace], None);
     let created = [(light_t, light.clone()), (heavy_t, heavy.clone())];
     with_clean_up(cluster, controller, &namespace, &created, || {
-        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&deployment(&namespace, &shared, 1, |_| {}).to_string()));
+        kubectl_ok(
+            cluster,
+            &["apply", "-f", "-"],
+            Some(&deployment(&namespace, &shared, 1, |_| {}).to_string()),
+        );
         wait_for("the pod Running", Duration::from_secs(120), || {
             (running_pods(cluster, &namespace).len() == 1).then_some(())
         });
@@ -402,7 +417,11 @@ fn spot_capacity_is_launched_as_spot_and_capped_by_spot_price() {
     kubectl_ok(cluster, &["create", "namespace", &namespace], None);
     let created = [(t1, generous.clone()), (t2, stingy.clone())];
     with_clean_up(cluster, controller, &namespace, &created, || {
-        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&deployment(&namespace, &generous_type, 1, |_| {}).to_string()));
+        kubectl_ok(
+            cluster,
+            &["apply", "-f", "-"],
+            Some(&deployment(&namespace, &generous_type, 1, |_| {}).to_string()),
+        );
         let capped = deployment(&namespace, &stingy_type, 1, |d| d["metadata"]["name"] = json!("capped"));
         kubectl_ok(cluster, &["apply", "-f", "-"], Some(&capped.to_string()));
         wait_for("the spot pod Running", Duration::from_secs(120), || {
@@ -482,16 +501,27 @@ fn limits_stop_provisioning_with_an_event_and_status_reports_usage() {
             (running_pods(cluster, &namespace).len() == 1).then_some(())
         });
         let event = wait_for("a FailedProvisioning event naming the limits", Duration::from_secs(90), || {
-            events(cluster, &namespace, "FailedProvisioning").into_iter().find(|e| {
-                e["message"].as_str().unwrap_or_default().contains("exceed provisioner limits")
-            })
+            events(cluster, &namespace, "FailedProvisioning")
+                .into_iter()
+                .find(|e| e["message"].as_str().unwrap_or_default().contains("exceed provisioner limits"))
         });
         let message = event["message"].as_str().unwrap();
-        assert!(message.contains(&provisioner), "the reason names the limited Provisioner: {message}");
+        assert!(
+            message.contains(&provisioner),
+            "the reason names the limited Provisioner: {message}"
+        );
         wait_for("a ProvisionerLimitsReached event", Duration::from_secs(60), || {
             let out = kubectl_ok(
                 cluster,
-                &["get", "events", "-A", "--field-selector", &format!("involvedObject.name={provisioner},reason=ProvisionerLimitsReached"), "-o", "name"],
+                &[
+                    "get",
+                    "events",
+                    "-A",
+                    "--field-selector",
+                    &format!("involvedObject.name={provisioner},reason=ProvisionerLimitsReached"),
+                    "-o",
+                    "name",
+                ],
                 None,
             );
             (!out.trim().is_empty()).then_some(())
@@ -535,7 +565,10 @@ fn a_burst_of_200_pods_gets_a_few_well_packed_nodes() {
             nodes.len() <= bound + 1,
             "{} nodes for 200 pods, lower bound {bound}: {:?}",
             nodes.len(),
-            nodes.iter().map(|n| n.labels()["node.kubernetes.io/instance-type"].clone()).collect::<Vec<_>>()
+            nodes
+                .iter()
+                .map(|n| n.labels()["node.kubernetes.io/instance-type"].clone())
+                .collect::<Vec<_>>()
         );
     });
 }

@@ -260,7 +260,9 @@ pub(crate) fn new_node(
         .collect();
     if within_limits.is_empty() {
         return Err(if template.candidates.is_empty() {
-            no_offering(format!("no instance type matches its requirements and has an available offering{spot_note}"))
+            no_offering(format!(
+                "no instance type matches its requirements and has an available offering{spot_note}"
+            ))
         } else {
             NewNodeError {
                 kind: Refusal::Limits,

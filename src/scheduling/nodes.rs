@@ -135,7 +135,10 @@ impl ExistingNode {
 /// `spec.limits.resources` bounds and `status.resources` reports.
 pub fn provisioner_usage(nodes: &[ExistingNode], provisioner: &str) -> Resources {
     let mut usage = Resources::zero();
-    for n in nodes.iter().filter(|n| !n.marked_for_deletion && n.provisioner() == Some(provisioner)) {
+    for n in nodes
+        .iter()
+        .filter(|n| !n.marked_for_deletion && n.provisioner() == Some(provisioner))
+    {
         usage.add(&n.capacity);
     }
     usage

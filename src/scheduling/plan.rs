@@ -313,7 +313,10 @@ impl Solver<'_> {
                         self.limited.insert(self.templates[t].provisioner.clone());
                     }
                     let compatible = e.kind != Refusal::Incompatible;
-                    errs.push((compatible, format!("incompatible with provisioner {:?}, {}", self.templates[t].provisioner, e.message)));
+                    errs.push((
+                        compatible,
+                        format!("incompatible with provisioner {:?}, {}", self.templates[t].provisioner, e.message),
+                    ));
                 }
             }
         }

@@ -66,7 +66,11 @@ pub fn do_not_evict(pods: &[Pod]) -> Option<&Pod> {
 /// terminating, DaemonSet and mirror pods are not evicted and so not counted.
 pub fn blocking_pdb(pods: &[Pod], pdbs: &[PodDisruptionBudget]) -> Option<(String, String)> {
     let key = |namespace: Option<&String>, name: Option<&String>| {
-        format!("{}/{}", namespace.map_or("default", String::as_str), name.map_or("", String::as_str))
+        format!(
+            "{}/{}",
+            namespace.map_or("default", String::as_str),
+            name.map_or("", String::as_str)
+        )
     };
     pods.iter()
         .filter(|p| !(is_terminal(p) || is_terminating(p) || is_daemonset_pod(p) || is_mirror_pod(p)))
@@ -432,7 +436,10 @@ mod tests {
     fn a_pdb_counts_only_for_live_pods_it_selects_in_its_namespace() {
         let pdbs = [pdb("web", json!({"matchLabels": {"app": "web"}}), 0)];
         let elsewhere = pod("web-1", json!({"metadata": {"namespace": "other", "labels": {"app": "web"}}}));
-        let finished = pod("web-2", json!({"metadata": {"labels": {"app": "web"}}, "status": {"phase": "Succeeded"}}));
+        let finished = pod(
+            "web-2",
+            json!({"metadata": {"labels": {"app": "web"}}, "status": {"phase": "Succeeded"}}),
+        );
         let unlabelled = pod("web-3", json!({}));
         assert_eq!(blocking_pdb(&[elsewhere, finished, unlabelled], &pdbs), None);
         let everything = [pdb("all", json!({}), 0)];

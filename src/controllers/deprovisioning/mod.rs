@@ -167,7 +167,11 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), DeprovisioningError>
             ttl_seconds_until_expired: provisioner_of(n).and_then(|p| p.spec.ttl_seconds_until_expired),
         })
         .collect();
-    let expiration = decide::expiration(&candidates, &stores.pdbs.state().iter().map(|b| (**b).clone()).collect::<Vec<_>>(), now);
+    let expiration = decide::expiration(
+        &candidates,
+        &stores.pdbs.state().iter().map(|b| (**b).clone()).collect::<Vec<_>>(),
+        now,
+    );
     for (node_name, why) in &expiration.blocked {
         debug!(node = %node_name, reason = %why, "expired node kept for now");
         if let Some(node) = nodes.iter().find(|n| n.name_any() == *node_name) {
@@ -185,7 +189,10 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), DeprovisioningError>
     }
     // A node marked for replacement by an earlier pass that is not being replaced now (it is no
     // longer expired, or is blocked) goes back into service.
-    for node in nodes.iter().filter(|n| is_marked_for_replacement(n) && n.metadata.deletion_timestamp.is_none()) {
+    for node in nodes
+        .iter()
+        .filter(|n| is_marked_for_replacement(n) && n.metadata.deletion_timestamp.is_none())
+    {
         if expiration.expire.as_deref() != Some(node.name_any().as_str()) {
             cordon(ctx, node, false).await?;
         }
@@ -259,7 +266,15 @@ async fn expire(ctx: &Context, stores: &Stores, node: &Node, ttl: i64) -> Result
     if !launched.is_empty() {
         let note = format!("Launching replacement node(s) {}", launched.join(", "));
         info!(node = %name, replacements = ?launched, "launched replacements for expired node");
-        publish(&ctx.recorder, node, EventType::Normal, "DeprovisioningLaunchingNode", "Deprovisioning", &note).await;
+        publish(
+            &ctx.recorder,
+            node,
+            EventType::Normal,
+            "DeprovisioningLaunchingNode",
+            "Deprovisioning",
+            &note,
+        )
+        .await;
         let deadline = started + ctx.config.replacement_timeout;
         loop {
             let ready = launched.iter().all(|n| {
@@ -274,7 +289,15 @@ async fn expire(ctx: &Context, stores: &Stores, node: &Node, ttl: i64) -> Result
             if Instant::now() > deadline {
                 cordon(ctx, node, false).await?;
                 let note = format!("Replacement node(s) {} not Ready in time; keeping this node", launched.join(", "));
-                publish(&ctx.recorder, node, EventType::Warning, "DeprovisioningWaitingReadiness", "Deprovisioning", &note).await;
+                publish(
+                    &ctx.recorder,
+                    node,
+                    EventType::Warning,
+                    "DeprovisioningWaitingReadiness",
+                    "Deprovisioning",
+                    &note,
+                )
+                .await;
                 return Err(DeprovisioningError::Replace {
                     node: name,
                     reason: format!("replacements {launched:?} not Ready within {:?}", ctx.config.replacement_timeout),

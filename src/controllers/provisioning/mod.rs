@@ -181,7 +181,12 @@ async fn status_loop(ctx: Arc<Context>, stores: Stores, leading: watch::Receiver
         if !*leading.borrow() || stores.ready().await.is_err() {
             continue;
         }
-        let nodes: Vec<ExistingNode> = stores.nodes.state().iter().map(|n| ExistingNode::from_node(n, Vec::new())).collect();
+        let nodes: Vec<ExistingNode> = stores
+            .nodes
+            .state()
+            .iter()
+            .map(|n| ExistingNode::from_node(n, Vec::new()))
+            .collect();
         let mut now_reported = BTreeSet::new();
         for p in stores.provisioners.state() {
             let name = p.name_any();
@@ -208,7 +213,10 @@ async fn status_loop(ctx: Arc<Context>, stores: Stores, leading: watch::Receiver
                 }
             }
             let patch = serde_json::json!({"status": {"resources": listed}});
-            match api.patch_status(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await {
+            match api
+                .patch_status(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+                .await
+            {
                 Ok(_) => debug!(provisioner = %name, "updated status.resources"),
                 Err(e) => debug!(provisioner = %name, error = %e, "updating status.resources; retrying later"),
             }

@@ -87,7 +87,10 @@ mod tests {
         assert_eq!(by_name["cpu"].percent(), Some(40.0));
         assert_eq!(by_name["memory"].usage, 17_179_869_184.0);
         assert_eq!(by_name["memory"].limit, None);
-        assert_eq!(by_name["nvidia.com/gpu"].usage, 0.0, "a limited resource is reported even when unused");
+        assert_eq!(
+            by_name["nvidia.com/gpu"].usage, 0.0,
+            "a limited resource is reported even when unused"
+        );
         assert_eq!(by_name["nvidia.com/gpu"].percent(), Some(0.0));
         assert_eq!(by_name["pods"].usage, 70.0);
     }

@@ -271,7 +271,10 @@ async fn reconcile(ctx: &Context, node: &Node) -> Result<usize, TerminationError
         .as_ref()
         .map(|t| (Utc::now() - t.0).num_milliseconds() as f64 / 1000.0);
     if let Some(seconds) = elapsed {
-        ctx.metrics.termination_time.with_label_values(&[&provisioner]).observe(seconds.max(0.0));
+        ctx.metrics
+            .termination_time
+            .with_label_values(&[&provisioner])
+            .observe(seconds.max(0.0));
     }
     info!(node = %name, provisioner = %provisioner, seconds_since_deletion = elapsed, "deleted node");
     Ok(0)
