@@ -8,6 +8,9 @@
 //!
 //! Every round crashes at each point once; `KARPENTER_RS_CRASH_ROUNDS` (default 20) sets how many
 //! rounds run. The counts are printed and must all be 0.
+//!
+//! Also here, as it runs the same processes: two replicas with leader election never launch a
+//! node twice, and when the leader is killed the other one takes over.
 
 mod support;
 
@@ -31,6 +34,11 @@ struct Binary {
 
 impl Binary {
     fn start(cluster: &Cluster, certs: &std::path::Path, log_dir: &std::path::Path, crash_at: Option<&str>) -> Binary {
+        Self::start_with(cluster, certs, log_dir, crash_at, &["--leader-elect", "false"])
+    }
+
+    /// Starts the binary with `extra` arguments (e.g. leader election settings).
+    fn start_with(cluster: &Cluster, certs: &std::path::Path, log_dir: &std::path::Path, crash_at: Option<&str>, extra: &[&str]) -> Binary {
         static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = log_dir.join(format!("run-{n:03}-{}.log", crash_at.unwrap_or("normal")));
@@ -44,7 +52,7 @@ impl Binary {
             .args(["--health-probe-port", &free_port().to_string()])
             .args(["--cert-dir", certs.to_str().unwrap()])
             .args(["--default-instance-profile", "KarpenterNodeInstanceProfile"])
-            .args(["--leader-elect", "false"])
+            .args(extra)
             .args(["--batch-idle-duration", "200ms", "--batch-max-duration", "1s"])
             .args(["--deprovisioning-interval", "1s"])
             .args(["--gc-interval", "2s", "--gc-grace-period", "5s"])
@@ -86,6 +94,16 @@ impl Binary {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+}
+
+impl Binary {
+    fn identity(&self) -> String {
+        format!("karpenter-rs-{}", self.child.id())
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
 
@@ -201,6 +219,22 @@ impl Scenario {
             .find_map(|p| p.spec?.node_name)
     }
 
+    /// Whatever a test left: a fresh binary releases the scenario's nodes (drained, instances
+    /// terminated), then the namespace, Provisioner and template go.
+    fn tear_down(&self, certs: &std::path::Path, logs: &std::path::Path, rt: &tokio::runtime::Runtime, cloud: &AwsCloudProvider) {
+        let normal = Binary::start(self.cluster, certs, logs, None);
+        self.scale(0);
+        for node in self.nodes() {
+            kubectl(self.cluster, &["delete", "node", &node.name_any(), "--wait=false"], None);
+        }
+        settle(|| self.tally(cloud, rt), |t| t.nodes == 0);
+        drop(normal);
+        for id in self.instances(cloud, rt) {
+            let _ = rt.block_on(cloud.delete(&id));
+        }
+        self.clean_up();
+    }
+
     fn clean_up(&self) {
         kubectl(self.cluster, &["delete", "namespace", &self.namespace, "--wait=false"], None);
         kubectl(self.cluster, &["delete", "provisioner", &self.provisioner, "--wait=false"], None);
@@ -239,14 +273,25 @@ fn settle(mut tally: impl FnMut() -> Tally, settled: impl Fn(&Tally) -> bool) ->
     }
 }
 
-#[test]
-fn crashes_at_every_point_converge_without_leaks_stuck_nodes_or_double_launches() {
+/// What every test here shares: the cluster with this binary's admission webhook registered,
+/// certificates for the karpenter-rs processes, a log directory, and EC2. The tests run one at a
+/// time (the guard): each process they start provisions for every pending pod of the cluster.
+struct Setup {
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
+    cluster: &'static Cluster,
+    _work: tempfile::TempDir,
+    certs: PathBuf,
+    logs: PathBuf,
+    rt: tokio::runtime::Runtime,
+    cloud: AwsCloudProvider,
+}
+
+fn setup(name: &str) -> Setup {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    static WEBHOOK: std::sync::OnceLock<AdmissionWebhook> = std::sync::OnceLock::new();
+    let guard = LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let cluster = cluster();
-    let _webhook = AdmissionWebhook::start(cluster);
-    let rounds: u32 = std::env::var("KARPENTER_RS_CRASH_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
+    WEBHOOK.get_or_init(|| AdmissionWebhook::start(cluster));
     let work = tempfile::tempdir().unwrap();
     let certs = work.path().join("certs");
     let made = Command::new(env!("CARGO_BIN_EXE_karpenter-rs"))
@@ -255,11 +300,37 @@ fn crashes_at_every_point_converge_without_leaks_stuck_nodes_or_double_launches(
         .unwrap();
     assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
     // Logs of every run are kept for a failure's message; under target/ so CI keeps them too.
-    let logs = support::repo_root().join("target/e2e-crash-logs");
+    let logs = support::repo_root().join("target/e2e-process-logs").join(name);
     let _ = std::fs::remove_dir_all(&logs);
     std::fs::create_dir_all(&logs).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let cloud = rt.block_on(AwsCloudProvider::new(support::cloud_config(cluster))).unwrap();
+    Setup {
+        _one_at_a_time: guard,
+        cluster,
+        _work: work,
+        certs,
+        logs,
+        rt,
+        cloud,
+    }
+}
+
+#[test]
+fn crashes_at_every_point_converge_without_leaks_stuck_nodes_or_double_launches() {
+    let Setup {
+        cluster,
+        certs,
+        logs,
+        rt,
+        cloud,
+        ..
+    } = &setup("crash");
+    let (cluster, certs, logs, rt, cloud) = (*cluster, certs.as_path(), logs.as_path(), rt, cloud);
+    let rounds: u32 = std::env::var("KARPENTER_RS_CRASH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
 
     let s = Scenario::create(cluster);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -268,12 +339,12 @@ fn crashes_at_every_point_converge_without_leaks_stuck_nodes_or_double_launches(
         for round in 1..=rounds {
             // 1. A pending pod; the binary exits right after launching its instance.
             s.scale(1);
-            Binary::start(cluster, &certs, &logs, Some("after-launch")).expect_crash("after-launch", Duration::from_secs(90));
+            Binary::start(cluster, certs, logs, Some("after-launch")).expect_crash("after-launch", Duration::from_secs(90));
 
             // 2. Restarted, it launches again, binds the pod, and collects the first instance.
-            let normal = Binary::start(cluster, &certs, &logs, None);
+            let normal = Binary::start(cluster, certs, logs, None);
             let node = wait_for("the pod Running on a node", Duration::from_secs(90), || s.running_pod_node());
-            let settled = settle(|| s.tally(&cloud, &rt), |t| t.leaked == 0 && t.stuck == 0 && t.nodes == 1);
+            let settled = settle(|| s.tally(cloud, rt), |t| t.leaked == 0 && t.stuck == 0 && t.nodes == 1);
             totals.leaked += settled.leaked;
             totals.stuck += settled.stuck;
             double_launches += settled.nodes.saturating_sub(1);
@@ -281,20 +352,20 @@ fn crashes_at_every_point_converge_without_leaks_stuck_nodes_or_double_launches(
 
             // 3. The node is deleted; the binary exits in the middle of draining it.
             kubectl_ok(cluster, &["delete", "node", &node, "--wait=false"], None);
-            Binary::start(cluster, &certs, &logs, Some("during-drain")).expect_crash("during-drain", Duration::from_secs(60));
+            Binary::start(cluster, certs, logs, Some("during-drain")).expect_crash("during-drain", Duration::from_secs(60));
 
             // 4. No workload left to place; the next run terminates the instance and exits before
             //    releasing the finalizer.
             s.scale(0);
             wait_for("the pods to be gone", Duration::from_secs(60), || s.pods().is_empty().then_some(()));
-            Binary::start(cluster, &certs, &logs, Some("after-terminate")).expect_crash("after-terminate", Duration::from_secs(60));
+            Binary::start(cluster, certs, logs, Some("after-terminate")).expect_crash("after-terminate", Duration::from_secs(60));
 
             // 5. Restarted, it releases the node; whatever was launched meanwhile is cleaned up.
-            let normal = Binary::start(cluster, &certs, &logs, None);
+            let normal = Binary::start(cluster, certs, logs, None);
             for extra in s.nodes() {
                 kubectl(cluster, &["delete", "node", &extra.name_any(), "--wait=false"], None);
             }
-            let end = settle(|| s.tally(&cloud, &rt), |t| *t == Tally::default());
+            let end = settle(|| s.tally(cloud, rt), |t| *t == Tally::default());
             drop(normal);
             totals.leaked += end.leaked;
             totals.stuck += end.stuck;
@@ -311,21 +382,101 @@ fn crashes_at_every_point_converge_without_leaks_stuck_nodes_or_double_launches(
             logs.display()
         );
     }));
-    // Whatever happened, stop what the rounds left: nodes released, instances terminated.
-    let normal = Binary::start(cluster, &certs, &logs, None);
-    s.scale(0);
-    for node in s.nodes() {
-        kubectl(cluster, &["delete", "node", &node.name_any(), "--wait=false"], None);
+    s.tear_down(certs, logs, rt, cloud);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !s.nodes().is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_secs(1));
-    }
-    drop(normal);
-    for id in s.instances(&cloud, &rt) {
-        let _ = rt.block_on(cloud.delete(&id));
-    }
-    s.clean_up();
+}
+
+#[test]
+fn two_replicas_never_launch_twice_and_the_survivor_takes_over() {
+    let Setup {
+        cluster,
+        certs,
+        logs,
+        rt,
+        cloud,
+        ..
+    } = &setup("replicas");
+    let (cluster, certs, logs, rt, cloud) = (*cluster, certs.as_path(), logs.as_path(), rt, cloud);
+    let s = Scenario::create(cluster);
+    let election = ["--leader-elect", "true", "--leader-election-namespace", s.namespace.as_str()];
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // One pod per t3.large: what the simulation packs is then easy to check.
+        kubectl_ok(
+            cluster,
+            &[
+                "set",
+                "resources",
+                "deployment",
+                "nginx-karpenter",
+                "-n",
+                &s.namespace,
+                "--requests=cpu=1500m",
+            ],
+            None,
+        );
+        let mut replicas = vec![
+            Binary::start_with(cluster, certs, logs, None, &election),
+            Binary::start_with(cluster, certs, logs, None, &election),
+        ];
+        let holder = || {
+            let out = kubectl(
+                cluster,
+                &[
+                    "get",
+                    "lease",
+                    "karpenter-rs-leader-election",
+                    "-n",
+                    &s.namespace,
+                    "-o",
+                    "jsonpath={.spec.holderIdentity}",
+                ],
+                None,
+            );
+            Some(String::from_utf8_lossy(&out.stdout).to_string()).filter(|h| !h.is_empty())
+        };
+        let leader = wait_for("a leader", Duration::from_secs(60), holder);
+        let position = replicas
+            .iter()
+            .position(|r| r.identity() == leader)
+            .unwrap_or_else(|| panic!("the Lease holder {leader:?} is one of the replicas"));
+
+        // Every node a pod runs on; no node without one; no instance without a node.
+        let check = |want: usize| {
+            wait_for(&format!("{want} pods Running"), Duration::from_secs(150), || {
+                let running = s
+                    .pods()
+                    .into_iter()
+                    .filter(|p| p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running"))
+                    .count();
+                (running == want).then_some(())
+            });
+            let settled = settle(|| s.tally(cloud, rt), |t| t.leaked == 0 && t.stuck == 0);
+            let hosts: std::collections::BTreeSet<String> = s.pods().into_iter().filter_map(|p| p.spec?.node_name).collect();
+            let nodes: Vec<String> = s.nodes().iter().map(|n| n.name_any()).collect();
+            let idle: Vec<&String> = nodes.iter().filter(|n| !hosts.contains(*n)).collect();
+            assert!(idle.is_empty(), "nodes launched twice over (no pod on them): {idle:?} of {nodes:?}");
+            assert_eq!(settled.leaked, 0, "instances without a node");
+            nodes.len()
+        };
+        s.scale(3);
+        let first = check(3);
+
+        // The leader dies (SIGKILL); the other replica takes over and carries on.
+        drop(replicas.remove(position));
+        s.scale(6);
+        let second = check(6);
+        let survivor = &replicas[0];
+        assert_eq!(holder().as_deref(), Some(survivor.identity().as_str()), "the survivor leads");
+        assert!(second >= first, "{first} then {second} nodes");
+        assert!(
+            survivor.log().contains("launched node"),
+            "the survivor launched after the take-over:\n{}",
+            survivor.log()
+        );
+    }));
+    s.tear_down(certs, logs, rt, cloud);
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
