@@ -516,16 +516,12 @@ async fn launch(
             provisioner: request.provisioner.clone(),
         });
     }
-    let instance = {
-        let _timer = ctx.metrics.cloudprovider_duration.with_label_values(&["create"]).start_timer();
-        ctx.cloud.create(&launch_request).await.map_err(|source| {
-            ctx.metrics.cloudprovider_errors.with_label_values(&["create", source.kind()]).inc();
-            LaunchError::Create {
-                provisioner: request.provisioner.clone(),
-                source,
-            }
-        })?
-    };
+    let instance = create_instance(ctx.cloud.as_ref(), &ctx.metrics, &launch_request)
+        .await
+        .map_err(|source| LaunchError::Create {
+            provisioner: request.provisioner.clone(),
+            source,
+        })?;
     crate::failpoint::hit("after-launch");
     let instance_type = request.instance_type_options.iter().find(|t| t.name == instance.instance_type);
     let launched = catalogue::launched(&instance, instance_type.map(|t| t.as_ref()), &ctx.config.region);
@@ -593,6 +589,37 @@ async fn launch(
         },
     );
     Ok(node_name)
+}
+
+/// How many times one launch is tried while EC2 reports insufficient capacity.
+const LAUNCH_ATTEMPTS: usize = 3;
+
+/// Launches the instance. An insufficient-capacity answer marks those offerings unavailable in
+/// the provider (karpenter-behavior.md §3.7), so trying again right away goes to the remaining
+/// offerings of the request (e.g. other zones, or on-demand after spot), up to `LAUNCH_ATTEMPTS`.
+async fn create_instance(
+    cloud: &dyn CloudProvider,
+    metrics: &Metrics,
+    request: &cloudprovider::LaunchRequest,
+) -> Result<cloudprovider::Instance, cloudprovider::Error> {
+    let mut attempt = 1;
+    loop {
+        let result = {
+            let _timer = metrics.cloudprovider_duration.with_label_values(&["create"]).start_timer();
+            cloud.create(request).await
+        };
+        match result {
+            Ok(instance) => return Ok(instance),
+            Err(e) => {
+                metrics.cloudprovider_errors.with_label_values(&["create", e.kind()]).inc();
+                if !matches!(e, cloudprovider::Error::InsufficientCapacity { .. }) || attempt == LAUNCH_ATTEMPTS {
+                    return Err(e);
+                }
+                info!(provisioner = %request.provisioner_name, attempt, error = %e, "retrying the launch with the remaining offerings");
+                attempt += 1;
+            }
+        }
+    }
 }
 
 /// What can go wrong launching a node.
@@ -735,5 +762,116 @@ async fn publish<K: Resource<DynamicType = ()>>(ctx: &Context, object: &K, type_
     };
     if let Err(e) = ctx.recorder.publish(&event, &object.object_ref(&())).await {
         debug!(error = %e, reason, "publishing event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+    use std::sync::Mutex as StdMutex;
+
+    use crate::apis::v1alpha1::AwsNodeTemplateStatus;
+    use crate::cloudprovider::{Error, Instance, InstanceTypeInfo, LaunchRequest, Offering};
+
+    /// A cloud whose `create` answers from a script: fault injection (insufficient capacity) the
+    /// EC2 emulator cannot produce. Every other method is unused here.
+    struct ScriptedCloud {
+        answers: StdMutex<VecDeque<Result<Instance, Error>>>,
+        calls: StdMutex<usize>,
+    }
+
+    #[async_trait::async_trait]
+    impl CloudProvider for ScriptedCloud {
+        async fn instance_types(&self) -> Result<Vec<InstanceTypeInfo>, Error> {
+            unreachable!("not used by create_instance")
+        }
+        async fn resolve(&self, _: &NodeTemplate) -> Result<AwsNodeTemplateStatus, Error> {
+            unreachable!("not used by create_instance")
+        }
+        async fn create(&self, _: &LaunchRequest) -> Result<Instance, Error> {
+            *self.calls.lock().unwrap() += 1;
+            self.answers.lock().unwrap().pop_front().expect("a scripted answer")
+        }
+        async fn delete(&self, _: &str) -> Result<(), Error> {
+            unreachable!("not used by create_instance")
+        }
+        async fn list(&self) -> Result<Vec<Instance>, Error> {
+            unreachable!("not used by create_instance")
+        }
+        async fn get(&self, _: &str) -> Result<Instance, Error> {
+            unreachable!("not used by create_instance")
+        }
+    }
+
+    fn ice(zone: &str) -> Error {
+        Error::InsufficientCapacity {
+            offerings: vec![Offering {
+                instance_type: "t3.large".into(),
+                zone: zone.into(),
+                capacity_type: "spot".into(),
+            }],
+        }
+    }
+
+    fn instance() -> Instance {
+        Instance {
+            id: "i-0123".into(),
+            instance_type: "t3.large".into(),
+            zone: "ap-northeast-2c".into(),
+            capacity_type: "on-demand".into(),
+            private_dns_name: String::new(),
+            private_ip: None,
+            launch_time: None,
+            state: "pending".into(),
+            tags: BTreeMap::new(),
+            image_id: None,
+        }
+    }
+
+    fn request() -> LaunchRequest {
+        LaunchRequest {
+            provisioner_name: "service".into(),
+            node_name: None,
+            template: NodeTemplate::from_provider(&AwsProvider::default(), "ssungz-cluster").unwrap(),
+            instance_options: Vec::new(),
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+            startup_taints: Vec::new(),
+            kubelet: Default::default(),
+            spot_max_price: None,
+        }
+    }
+
+    fn run(answers: Vec<Result<Instance, Error>>) -> (Result<Instance, Error>, usize) {
+        let cloud = ScriptedCloud {
+            answers: StdMutex::new(answers.into()),
+            calls: StdMutex::new(0),
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let result = runtime.block_on(create_instance(&cloud, &Metrics::new(), &request()));
+        let calls = *cloud.calls.lock().unwrap();
+        (result, calls)
+    }
+
+    #[test]
+    fn insufficient_capacity_is_retried_on_the_remaining_offerings() {
+        let (result, calls) = run(vec![Err(ice("ap-northeast-2a")), Ok(instance())]);
+        assert_eq!(result.unwrap().zone, "ap-northeast-2c");
+        assert_eq!(calls, 2);
+    }
+
+    #[test]
+    fn retries_stop_after_the_last_attempt() {
+        let (result, calls) = run(vec![Err(ice("a")), Err(ice("b")), Err(ice("c")), Ok(instance())]);
+        assert!(matches!(result, Err(Error::InsufficientCapacity { .. })));
+        assert_eq!(calls, LAUNCH_ATTEMPTS);
+    }
+
+    #[test]
+    fn other_errors_are_not_retried() {
+        let (result, calls) = run(vec![Err(Error::InvalidConfiguration("no subnets".into())), Ok(instance())]);
+        assert!(matches!(result, Err(Error::InvalidConfiguration(_))));
+        assert_eq!(calls, 1);
     }
 }
