@@ -75,6 +75,9 @@ pub struct Metrics {
     pub provisioner_limit: GaugeVec,
     /// `karpenter_provisioner_usage_pct{provisioner, resource_type}`: usage over limit, 0..100.
     pub provisioner_usage_pct: GaugeVec,
+    /// `karpenter_pods_state{name, namespace, owner, node, provisioner, zone, arch, capacity_type,
+    /// instance_type, phase}`: 1 per pod.
+    pub pods_state: GaugeVec,
 }
 
 impl Metrics {
@@ -197,6 +200,11 @@ impl Metrics {
             "karpenter_provisioner_usage_pct",
             "A Provisioner's usage as a percentage of its limit, by resource.",
         );
+        let pods_state = GaugeVec::new(
+            Opts::new("karpenter_pods_state", "Pods by where they run and their phase; the value is 1."),
+            &crate::controllers::provisioning::pods::POD_STATE_LABELS,
+        )
+        .expect("metric options are valid");
         for collector in [
             Box::new(webhook_requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(webhook_duration.clone()),
@@ -214,6 +222,7 @@ impl Metrics {
             Box::new(provisioner_usage.clone()),
             Box::new(provisioner_limit.clone()),
             Box::new(provisioner_usage_pct.clone()),
+            Box::new(pods_state.clone()),
         ] {
             registry.register(collector).expect("metric names are unique");
         }
@@ -239,6 +248,7 @@ impl Metrics {
             provisioner_usage,
             provisioner_limit,
             provisioner_usage_pct,
+            pods_state,
         }
     }
 

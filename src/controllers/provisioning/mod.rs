@@ -168,11 +168,12 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
 }
 
 /// Every 10 s on the leader: each Provisioner's `status.resources` (written only when it
-/// changed) and the usage, limit and usage-percentage gauges.
+/// changed), the usage, limit and usage-percentage gauges, and `karpenter_pods_state`.
 async fn status_loop(ctx: Arc<Context>, stores: Stores, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
     let mut ticker = tokio::time::interval(Duration::from_secs(10));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut reported: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut pod_series: BTreeSet<[String; 10]> = BTreeSet::new();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -232,6 +233,21 @@ async fn status_loop(ctx: Arc<Context>, stores: Stores, leading: watch::Receiver
             }
         }
         reported = now_reported;
+
+        let by_name: HashMap<String, Arc<Node>> = stores.nodes.state().into_iter().map(|n| (n.name_any(), n)).collect();
+        let mut now_series = BTreeSet::new();
+        for pod in stores.pods.state() {
+            let node = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).and_then(|n| by_name.get(n));
+            let labels = pods::pod_state_labels(&pod, node.map(|n| n.as_ref()));
+            let values: Vec<&str> = labels.iter().map(String::as_str).collect();
+            ctx.metrics.pods_state.with_label_values(&values).set(1.0);
+            now_series.insert(labels);
+        }
+        for gone in pod_series.difference(&now_series) {
+            let values: Vec<&str> = gone.iter().map(String::as_str).collect();
+            let _ = ctx.metrics.pods_state.remove_label_values(&values);
+        }
+        pod_series = now_series;
     }
 }
 

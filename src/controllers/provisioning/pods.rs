@@ -1,7 +1,9 @@
 //! Which pending pods the provisioner considers (Karpenter's `IsProvisionable`), and the
 //! resources a pod requests. Pure functions; no I/O here.
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use crate::apis::v1alpha5::labels::{ARCH_LABEL, CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL, ZONE_LABEL};
 
 /// A pod karpenter-rs may launch capacity for: not bound, not nominated, marked unschedulable by
 /// kube-scheduler (a pod the scheduler has not tried yet is left to it), and neither a DaemonSet
@@ -39,6 +41,56 @@ pub fn is_displaced_by_drain(pod: &Pod) -> bool {
         Some("Succeeded") | Some("Failed")
     );
     !finished && pod.metadata.deletion_timestamp.is_none() && !is_daemon_or_mirror(pod)
+}
+
+/// The label names of `karpenter_pods_state`, in order.
+pub const POD_STATE_LABELS: [&str; 10] = [
+    "name",
+    "namespace",
+    "owner",
+    "node",
+    "provisioner",
+    "zone",
+    "arch",
+    "capacity_type",
+    "instance_type",
+    "phase",
+];
+
+/// The `karpenter_pods_state` label values of `pod` on `node` (when bound and known); `N/A`
+/// where a value is unknown, as Karpenter reports it.
+pub fn pod_state_labels(pod: &Pod, node: Option<&Node>) -> [String; 10] {
+    let na = || "N/A".to_string();
+    let node_label = |key: &str| {
+        node.and_then(|n| n.metadata.labels.as_ref())
+            .and_then(|l| l.get(key))
+            .cloned()
+            .unwrap_or_else(na)
+    };
+    let owner = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .next()
+        .map(|o| format!("{}/{}", o.kind, o.name))
+        .unwrap_or_else(na);
+    [
+        pod.metadata.name.clone().unwrap_or_else(na),
+        pod.metadata.namespace.clone().unwrap_or_else(na),
+        owner,
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(na),
+        node_label(PROVISIONER_NAME_LABEL),
+        node_label(ZONE_LABEL),
+        node_label(ARCH_LABEL),
+        node_label(CAPACITY_TYPE_LABEL),
+        node_label(INSTANCE_TYPE_LABEL),
+        pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_else(na),
+    ]
 }
 
 /// `namespace/name`, as pods are named in logs and events.
@@ -84,6 +136,41 @@ mod tests {
         for case in cases {
             assert!(!is_provisionable(&pod(case.clone())), "{case}");
         }
+    }
+
+    #[test]
+    fn pod_state_labels_describe_the_pod_and_its_node() {
+        let web = pod(json!({
+            "metadata": {"name": "web-1", "namespace": "shop", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d", "uid": "u"}]},
+            "spec": {"containers": [], "nodeName": "ip-10-0-0-5.ec2.internal"},
+            "status": {"phase": "Running"}
+        }));
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": "ip-10-0-0-5.ec2.internal", "labels": {
+            PROVISIONER_NAME_LABEL: "service", ZONE_LABEL: "ap-northeast-2a", ARCH_LABEL: "amd64",
+            CAPACITY_TYPE_LABEL: "on-demand", INSTANCE_TYPE_LABEL: "t3.large"
+        }}}))
+        .unwrap();
+        assert_eq!(
+            pod_state_labels(&web, Some(&node)),
+            [
+                "web-1",
+                "shop",
+                "ReplicaSet/web-7d",
+                "ip-10-0-0-5.ec2.internal",
+                "service",
+                "ap-northeast-2a",
+                "amd64",
+                "on-demand",
+                "t3.large",
+                "Running"
+            ]
+        );
+        let pending =
+            pod(json!({"metadata": {"name": "p", "namespace": "shop"}, "spec": {"containers": []}, "status": {"phase": "Pending"}}));
+        assert_eq!(
+            pod_state_labels(&pending, None),
+            ["p", "shop", "N/A", "N/A", "N/A", "N/A", "N/A", "N/A", "N/A", "Pending"]
+        );
     }
 
     #[test]
