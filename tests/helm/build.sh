@@ -9,7 +9,7 @@
 # the expected version, so an interrupted build never looks complete. Does nothing when the binary
 # is there (well under a second). Prints `HELM=<path>` as its last line of stdout and writes the
 # same path to target/helm-path, where the tests look for it (env HELM overrides both).
-# Cold build: see README.md ("Helm chart").
+# Cold build: about a minute (README.md, "Running the tests").
 set -euo pipefail
 
 HELM_VERSION=v3.22.0
