@@ -7,14 +7,12 @@
 #
 # Keyed by version, built in a temp dir and renamed into place only after `helm version` reports
 # the expected version, so an interrupted build never looks complete. Does nothing when the binary
-# is there (well under a second). Prints `HELM=<path>` as its last line of stdout and writes the
-# same path to target/helm-path, where the tests look for it (env HELM overrides both).
+# is there (well under a second). Prints `HELM=<path>` as its last line of stdout; the tests
+# (tests/support/helm.rs) and tests/helm/render.sh run this script to find helm, unless $HELM is set.
 # Cold build: about a minute (README.md, "Running the tests").
 set -euo pipefail
 
 HELM_VERSION=v3.22.0
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO_ROOT="$(cd "$HERE/../.." && pwd)"
 CACHE_ROOT="${KARPENTER_RS_CACHE:-$HOME/.cache/karpenter-rs}"
 PARENT="$CACHE_ROOT/helm-${HELM_VERSION}"
 HELM="$PARENT/bin/helm"
@@ -36,7 +34,7 @@ else
   tmp="$(mktemp -d "$CACHE_ROOT/.tmp-helm-${HELM_VERSION}.XXXXXX")"
   chmod 755 "$tmp"
   start=$SECONDS
-  log "building helm ${HELM_VERSION} from helm.sh/helm/v3 (cold: several minutes)"
+  log "building helm ${HELM_VERSION} from helm.sh/helm/v3 (about a minute cold)"
   # helm's version is a linker variable (internal/version.version), as its Makefile sets it.
   (cd / && env GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOBIN="$tmp/bin" \
     nice -n "${BUILD_NICE:-19}" go install -trimpath \
@@ -51,6 +49,4 @@ else
   mv "$tmp" "$PARENT"
   log "helm built in $((SECONDS - start)) s into $HELM"
 fi
-mkdir -p "$REPO_ROOT/target"
-printf '%s\n' "$HELM" >"$REPO_ROOT/target/helm-path"
 echo "HELM=$HELM"

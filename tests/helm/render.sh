@@ -3,7 +3,7 @@
 # with its default values, CRDs included, for release `karpenter-rs` in namespace `karpenter`,
 # with ${CLUSTER_NAME} and ${KARPENTER_IAM_ROLE_ARN} left for envsubst. tests/chart.rs runs this
 # and fails when the committed file differs; deploy/generate.sh rewrites it.
-# Helm: $HELM, else the one tests/helm/build.sh builds (and records in target/helm-path).
+# Helm: $HELM, else the one tests/helm/build.sh builds or finds cached.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 helm="${HELM:-}"
