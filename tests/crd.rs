@@ -1,5 +1,6 @@
-//! The committed CRDs under deploy/crds are exactly what `karpenter-rs crds` generates from the
-//! Rust types; regenerate with `cargo run -- crds --out-dir deploy/crds` when this fails.
+//! The committed CRDs under deploy/crds and deploy/chart/karpenter-rs/crds are exactly what
+//! `karpenter-rs crds` generates from the Rust types; regenerate both with `deploy/generate.sh`
+//! when this fails.
 
 use std::path::PathBuf;
 
@@ -7,14 +8,24 @@ use karpenter_rs::crds;
 
 #[test]
 fn committed_crds_are_up_to_date() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/crds");
-    for (file, generated) in crds::render() {
-        let path = dir.join(file);
-        let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-        assert!(
-            committed == generated,
-            "{} is stale: run `cargo run -- crds --out-dir deploy/crds` and commit the result",
-            path.display()
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    for dir in ["deploy/crds", "deploy/chart/karpenter-rs/crds"] {
+        let dir = root.join(dir);
+        for (file, generated) in crds::render() {
+            let path = dir.join(file);
+            let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+            assert!(
+                committed == generated,
+                "{} is stale: run deploy/generate.sh and commit the result",
+                path.display()
+            );
+        }
+        let files = std::fs::read_dir(&dir).unwrap().count();
+        assert_eq!(
+            files,
+            crds::render().len(),
+            "{} holds files `karpenter-rs crds` does not write",
+            dir.display()
         );
     }
 }

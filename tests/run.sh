@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs every test: unit tests, the HTTPS webhook tests, CRD freshness, the binary's own tests and
-# the end-to-end tests on the local control plane (tests/cluster/). This is the command README.md
-# names and .ci/run executes. It brings the local cluster up (building it on first use) and, if it
-# was not already running, stops it again at the end. Ends with one summary line.
+# Runs every test: unit tests, the HTTPS webhook tests, CRD freshness, the binary's own tests,
+# the Helm chart, RBAC and IAM checks and the end-to-end tests on the local control plane
+# (tests/cluster/). This is the command README.md names and .ci/run executes. It brings the local
+# cluster up (building it on first use) and, if it was not already running, stops it again at the
+# end. Ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +15,8 @@ fi
 bash tests/cluster/up.sh >/dev/null
 # A karpenter-rs left by `up.sh --with-karpenter` would provision for the tests' pods too.
 bash tests/cluster/down.sh --karpenter-only
+# helm for the chart tests (tests/chart.rs, tests/rbac.rs), built from its Go module on first use.
+bash tests/helm/build.sh >/dev/null
 
 log=$(mktemp)
 status=0

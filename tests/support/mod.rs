@@ -11,6 +11,8 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+pub mod helm;
+
 use karpenter_rs::apis::ApiSettings;
 use karpenter_rs::certs::{self, Ca};
 use karpenter_rs::metrics::Metrics;

@@ -1,0 +1,420 @@
+//! The Helm chart (deploy/chart/karpenter-rs) with the helm CLI built from its Go module
+//! (tests/helm/build.sh): it lints, renders what the binary expects (its settings, its webhook
+//! configurations, the hardening the issue asks for), the committed plain manifests are what it
+//! renders, every value is in README.md, and the rendered objects pass the real API server's
+//! validation (`kubectl apply --dry-run=server`) with default and with non-default values.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use serde_json::{json, Value};
+use support::helm::{self, documents, find};
+use support::{cluster, kubectl, kubectl_ok, repo_root, unique};
+
+const CLUSTER: &str = "settings.aws.clusterName=ssungz-cluster";
+
+fn default_render(namespace: &str) -> Vec<Value> {
+    documents(&helm::template("karpenter-rs", namespace, &["--set", CLUSTER]))
+}
+
+fn ci_render(namespace: &str) -> Vec<Value> {
+    documents(&helm::template(
+        "karpenter-rs",
+        namespace,
+        &["-f", helm::ci_values().to_str().unwrap()],
+    ))
+}
+
+fn container(docs: &[Value], name: &str) -> Value {
+    find(docs, "Deployment", name)["spec"]["template"]["spec"]["containers"][0].clone()
+}
+
+/// The environment variables a container sets (plain values and downward-API ones alike).
+fn env_names(container: &Value) -> BTreeSet<String> {
+    container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn chart_lints_with_default_and_non_default_values() {
+    let chart = helm::chart_dir();
+    let chart = chart.to_str().unwrap();
+    for args in [vec!["--set", CLUSTER], vec!["-f", helm::ci_values().to_str().unwrap()]] {
+        let mut all = vec!["lint", "--strict", chart];
+        all.extend(args);
+        let (ok, stdout, stderr) = helm::run(&all);
+        assert!(ok, "helm {} failed:\n{stdout}{stderr}", all.join(" "));
+    }
+}
+
+#[test]
+fn chart_refuses_to_render_without_a_cluster_name() {
+    let chart = helm::chart_dir();
+    let (ok, _, stderr) = helm::run(&["template", "karpenter-rs", chart.to_str().unwrap()]);
+    assert!(!ok, "rendered without settings.aws.clusterName");
+    assert!(stderr.contains("settings.aws.clusterName is required"), "{stderr}");
+}
+
+#[test]
+fn chart_app_version_is_the_crate_version() {
+    let text = std::fs::read_to_string(helm::chart_dir().join("Chart.yaml")).unwrap();
+    let chart: Value = serde_yaml::from_str(&text).unwrap();
+    assert_eq!(
+        chart["appVersion"],
+        env!("CARGO_PKG_VERSION"),
+        "bump appVersion in Chart.yaml with Cargo.toml"
+    );
+}
+
+#[test]
+fn committed_manifests_are_up_to_date() {
+    let out = Command::new("bash")
+        .arg(repo_root().join("tests/helm/render.sh"))
+        .env("HELM", helm::helm())
+        .output()
+        .expect("running tests/helm/render.sh");
+    assert!(
+        out.status.success(),
+        "tests/helm/render.sh failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = repo_root().join("deploy/manifests/karpenter-rs.yaml");
+    let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    assert!(
+        committed == String::from_utf8(out.stdout).unwrap(),
+        "{} is stale: run deploy/generate.sh and commit the result",
+        path.display()
+    );
+}
+
+/// Both configurations with `caBundle` and the labels removed: the chart leaves the CA to the
+/// binary and adds Helm's labels.
+fn comparable(mut doc: Value) -> Value {
+    if let Some(metadata) = doc.as_object_mut().unwrap().remove("metadata") {
+        doc["name"] = metadata["name"].clone();
+    }
+    for webhook in doc["webhooks"].as_array_mut().unwrap() {
+        webhook["clientConfig"].as_object_mut().unwrap().remove("caBundle");
+    }
+    doc
+}
+
+#[test]
+fn webhook_configurations_are_what_the_binary_prints() {
+    let ca = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(ca.path(), "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n").unwrap();
+    for (docs, namespace, service, port) in [
+        (default_render("karpenter"), "karpenter", "karpenter-rs", "443"),
+        (ci_render("platform"), "platform", "autoscaler", "8443"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_karpenter-rs"))
+            .args(["webhook-config", "--service", service, "--namespace", namespace, "--port", port])
+            .arg("--ca-file")
+            .arg(ca.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let printed = documents(&String::from_utf8(out.stdout).unwrap());
+        assert_eq!(printed.len(), 2);
+        for expected in printed {
+            let kind = expected["kind"].as_str().unwrap().to_string();
+            let name = expected["metadata"]["name"].as_str().unwrap().to_string();
+            let rendered = find(&docs, &kind, &name).clone();
+            assert!(
+                rendered["webhooks"][0]["clientConfig"].get("caBundle").is_none(),
+                "the chart must leave caBundle to the binary"
+            );
+            assert_eq!(
+                comparable(rendered),
+                comparable(expected),
+                "{kind} {name} differs from `karpenter-rs webhook-config`"
+            );
+        }
+    }
+}
+
+/// Environment variables the chart sets that `karpenter-rs run --help` does not list yet: read by
+/// the self-managed certificates of issue 6 (item 2), or outside clap (POD_NAME names the leader).
+const NOT_IN_RUN_HELP: &[&str] = &[
+    "POD_NAME",
+    "SYSTEM_NAMESPACE",
+    "CERT_SECRET",
+    "CERT_VALIDITY",
+    "CERT_RENEW_BEFORE",
+    "WEBHOOK_SERVICE_NAME",
+    "MUTATING_WEBHOOK_CONFIGURATION",
+    "VALIDATING_WEBHOOK_CONFIGURATION",
+];
+
+#[test]
+fn deployment_sets_every_setting_of_run_and_nothing_else() {
+    let out = Command::new(env!("CARGO_BIN_EXE_karpenter-rs"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    let read: BTreeSet<String> = help
+        .split("[env: ")
+        .skip(1)
+        .map(|rest| rest.split(['=', ']']).next().unwrap().to_string())
+        .collect();
+    assert!(read.contains("CLUSTER_NAME") && read.len() > 20, "unexpected `run --help`:\n{help}");
+    let set = env_names(&container(&ci_render("platform"), "autoscaler"));
+    let missing: Vec<_> = read.difference(&set).collect();
+    assert!(missing.is_empty(), "the chart (ci/all-values.yaml) does not set {missing:?}");
+    let unknown: Vec<_> = set
+        .iter()
+        .filter(|n| !read.contains(*n) && !NOT_IN_RUN_HELP.contains(&n.as_str()) && *n != "AWS_STS_REGIONAL_ENDPOINTS")
+        .collect();
+    assert!(unknown.is_empty(), "the chart sets variables the binary does not read: {unknown:?}");
+}
+
+#[test]
+fn values_reach_the_container() {
+    let docs = ci_render("platform");
+    let c = container(&docs, "autoscaler");
+    let env = |name: &str| {
+        let entry = c["env"].as_array().unwrap().iter().find(|e| e["name"] == name).cloned();
+        entry.unwrap_or_else(|| panic!("{name} not set"))
+    };
+    assert_eq!(env("CLUSTER_NAME")["value"], "ssungz-cluster");
+    assert_eq!(env("DEFAULT_TTL_SECONDS_AFTER_EMPTY")["value"], "none");
+    assert_eq!(env("BIND_PODS")["value"], "false");
+    assert_eq!(env("LEADER_ELECT")["value"], "false");
+    assert_eq!(env("WEBHOOK_PORT")["value"], "9443");
+    assert_eq!(env("CERT_SECRET")["value"], "autoscaler-webhook-cert");
+    assert_eq!(
+        env("LEADER_ELECTION_NAMESPACE")["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
+    assert_eq!(env("SYSTEM_NAMESPACE")["valueFrom"]["fieldRef"]["fieldPath"], "metadata.namespace");
+    assert_eq!(
+        c["image"],
+        format!(
+            "111122223333.dkr.ecr.ap-northeast-2.amazonaws.com/karpenter-rs@sha256:{}",
+            "0".repeat(64)
+        )
+    );
+    // The price list is a mounted ConfigMap whose file PRICE_OVERRIDES names.
+    let path = env("PRICE_OVERRIDES")["value"].as_str().unwrap().to_string();
+    let mount = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "price-overrides")
+        .unwrap();
+    let file = path.strip_prefix(&format!("{}/", mount["mountPath"].as_str().unwrap())).unwrap();
+    let prices: Value = serde_yaml::from_str(
+        find(&docs, "ConfigMap", "autoscaler-price-overrides")["data"][file]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(prices, json!({"t3.large": 0.0832, "t3.xlarge": 0.1664}));
+    // Role and RoleBinding in the release namespace, the Secret rule on the configured name.
+    let role = find(&docs, "Role", "autoscaler");
+    assert_eq!(role["metadata"]["namespace"], "platform");
+    assert!(role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["resourceNames"] == json!(["autoscaler-webhook-cert"])));
+    let sa = find(&docs, "ServiceAccount", "autoscaler-sa");
+    assert_eq!(
+        sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
+        "arn:aws:iam::111122223333:role/KarpenterControllerRole-ssungz-cluster"
+    );
+    let monitor = find(&docs, "ServiceMonitor", "autoscaler");
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "http-metrics");
+    assert_eq!(monitor["spec"]["endpoints"][0]["interval"], "30s");
+    // Without the flag there is no ServiceMonitor (its CRD may not exist).
+    assert!(!default_render("karpenter").iter().any(|d| d["kind"] == "ServiceMonitor"));
+}
+
+#[test]
+fn deployment_is_highly_available_and_hardened() {
+    let docs = default_render("karpenter");
+    let deployment = find(&docs, "Deployment", "karpenter-rs");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(find(&docs, "PodDisruptionBudget", "karpenter-rs")["spec"]["maxUnavailable"], 1);
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+    assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
+    assert!(c["resources"]["requests"]["cpu"].is_string() && c["resources"]["limits"]["memory"].is_string());
+    assert_eq!(c["livenessProbe"]["httpGet"], json!({"path": "/healthz", "port": "http"}));
+    assert_eq!(c["readinessProbe"]["httpGet"], json!({"path": "/readyz", "port": "http"}));
+    let port = |name: &str| c["ports"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap()["containerPort"].clone();
+    assert_eq!(port("http"), 8081);
+    assert_eq!(port("https-webhook"), 8443);
+    let env = env_names(c);
+    assert!(env.contains("LEADER_ELECT") && env.contains("POD_NAME"));
+    let spread = &pod["topologySpreadConstraints"][0];
+    assert_eq!(spread["topologyKey"], "topology.kubernetes.io/zone");
+    assert_eq!(spread["labelSelector"]["matchLabels"]["app.kubernetes.io/instance"], "karpenter-rs");
+    let term = &pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0];
+    assert_eq!(
+        term["matchExpressions"][0],
+        json!({"key": "karpenter.sh/provisioner-name", "operator": "DoesNotExist"}),
+        "karpenter-rs must not run on a node it may remove"
+    );
+    let anti = &pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0];
+    assert_eq!(anti["labelSelector"]["matchLabels"]["app.kubernetes.io/name"], "karpenter-rs");
+    let service = find(&docs, "Service", "karpenter-rs");
+    let webhook_port = service["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "https-webhook")
+        .unwrap();
+    assert_eq!(webhook_port["port"], 443);
+    assert_eq!(webhook_port["targetPort"], "https-webhook");
+    assert!(service["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["name"] == "http-metrics"));
+    // No certificate is mounted: the binary manages it in a Secret.
+    assert!(!pod["volumes"].as_array().unwrap().iter().any(|v| v.get("secret").is_some()));
+}
+
+/// `# -- text` comments of values.yaml: (dotted key, description), in file order.
+fn documented_values() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(helm::chart_dir().join("values.yaml")).unwrap();
+    let mut path: Vec<(usize, String)> = Vec::new();
+    let mut pending: Option<String> = None;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        if let Some(doc) = trimmed.strip_prefix("# -- ") {
+            pending = Some(doc.to_string());
+            continue;
+        }
+        if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('-') || !trimmed.contains(':') {
+            continue;
+        }
+        let key = trimmed.split(':').next().unwrap().to_string();
+        while path.last().is_some_and(|(i, _)| *i >= indent) {
+            path.pop();
+        }
+        path.push((indent, key));
+        if let Some(doc) = pending.take() {
+            out.push((path.iter().map(|(_, k)| k.as_str()).collect::<Vec<_>>().join("."), doc));
+        }
+    }
+    out
+}
+
+/// The README table of Helm values, generated from values.yaml.
+fn values_table() -> String {
+    let text = std::fs::read_to_string(helm::chart_dir().join("values.yaml")).unwrap();
+    let values: Value = serde_yaml::from_str(&text).unwrap();
+    let mut table = String::from("| value | default | meaning |\n|---|---|---|\n");
+    for (key, doc) in documented_values() {
+        let default = key.split('.').fold(&values, |v, k| &v[k]);
+        let shown = match default {
+            Value::String(s) if s.is_empty() => "`\"\"`".to_string(),
+            Value::String(s) => format!("`{s}`"),
+            other => {
+                let compact = other.to_string();
+                if compact.len() <= 40 {
+                    format!("`{compact}`")
+                } else {
+                    "see `values.yaml`".to_string()
+                }
+            }
+        };
+        table.push_str(&format!("| `{key}` | {shown} | {} |\n", doc.replace('|', "\\|")));
+    }
+    table
+}
+
+#[test]
+fn every_value_is_documented_and_in_the_readme_table() {
+    let text = std::fs::read_to_string(helm::chart_dir().join("values.yaml")).unwrap();
+    let values: Value = serde_yaml::from_str(&text).unwrap();
+    let documented: Vec<String> = documented_values().into_iter().map(|(k, _)| k).collect();
+    // Every leaf (or opaque map/list) is documented itself or through an ancestor.
+    fn leaves(prefix: &str, v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(map) if !map.is_empty() => {
+                for (k, child) in map {
+                    let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                    leaves(&key, child, out);
+                }
+            }
+            _ => out.push(prefix.to_string()),
+        }
+    }
+    let mut all = Vec::new();
+    leaves("", &values, &mut all);
+    let undocumented: Vec<_> = all
+        .iter()
+        .filter(|leaf| !documented.iter().any(|d| *leaf == d || leaf.starts_with(&format!("{d}."))))
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "values.yaml keys without a `# -- ` comment: {undocumented:?}"
+    );
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let table = values_table();
+    assert!(
+        readme.contains(&table),
+        "README.md's table of Helm values is stale; replace it with:\n\n{table}"
+    );
+}
+
+/// Renders with `args` into a fresh namespace and applies everything with --dry-run=server:
+/// schemas, defaulting and admission of the real API server, nothing stored.
+fn apply_dry_run(args: &[&str]) {
+    let cluster = cluster();
+    let namespace = unique("chart");
+    kubectl_ok(cluster, &["create", "namespace", &namespace], None);
+    let mut all = vec!["--include-crds"];
+    all.extend_from_slice(args);
+    let docs = documents(&helm::template("karpenter-rs", &namespace, &all));
+    // The ServiceMonitor's CRD belongs to the Prometheus Operator, which the local cluster lacks.
+    let applied: Vec<&Value> = docs.iter().filter(|d| d["kind"] != "ServiceMonitor").collect();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": applied});
+    let out = kubectl(
+        cluster,
+        &["apply", "--dry-run=server", "--server-side", "--force-conflicts", "-f", "-"],
+        Some(&list.to_string()),
+    );
+    kubectl(cluster, &["delete", "namespace", &namespace, "--wait=false"], None);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kubectl apply --dry-run=server failed:\n{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for doc in &applied {
+        let name = doc["metadata"]["name"].as_str().unwrap();
+        assert!(
+            stdout.contains(&format!("/{name} serverside-applied (server dry run)")),
+            "{name} not applied:\n{stdout}"
+        );
+    }
+}
+
+#[test]
+fn default_render_passes_the_api_server_validation() {
+    apply_dry_run(&["--set", CLUSTER]);
+}
+
+#[test]
+fn non_default_render_passes_the_api_server_validation() {
+    apply_dry_run(&["-f", helm::ci_values().to_str().unwrap()]);
+}
