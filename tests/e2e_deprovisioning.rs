@@ -306,6 +306,22 @@ fn deleting_a_node_drains_it_and_terminates_its_instance() {
             instance_terminated(controller, &cloud, &instance),
             "instance {instance} terminated before the node went"
         );
+        let selector = format!("involvedObject.name={node_name}");
+        let out = kubectl_ok(cluster, &["get", "events", "-A", "--field-selector", &selector, "-o", "json"], None);
+        let reasons: BTreeSet<String> = items::<serde_json::Value>(&out)
+            .iter()
+            .filter_map(|e| e["reason"].as_str().map(str::to_string))
+            .collect();
+        for reason in ["Cordoned", "TerminatedInstance"] {
+            assert!(reasons.contains(reason), "a {reason} event on the node: {reasons:?}");
+        }
+        let evicted = format!("involvedObject.name=web,reason=Evicted");
+        let out = kubectl_ok(
+            cluster,
+            &["get", "events", "-n", &s.namespace, "--field-selector", &evicted, "-o", "name"],
+            None,
+        );
+        assert!(!out.trim().is_empty(), "an Evicted event on the pod");
     });
 }
 

@@ -198,7 +198,18 @@ async fn reconcile(ctx: &Context, node: &Node) -> Result<usize, TerminationError
             "spec": {"unschedulable": true},
         });
         match nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-            Ok(_) => info!(node = %name, "cordoned node"),
+            Ok(_) => {
+                info!(node = %name, "cordoned node");
+                publish(
+                    &ctx.recorder,
+                    node,
+                    EventType::Normal,
+                    "Cordoned",
+                    "Draining",
+                    "Cordoned node for termination",
+                )
+                .await;
+            }
             Err(kube::Error::Api(e)) if e.code == 404 => return Ok(0),
             Err(source) => return Err(TerminationError::Cordon { node: name, source }),
         }
@@ -248,6 +259,8 @@ async fn reconcile(ctx: &Context, node: &Node) -> Result<usize, TerminationError
             });
         }
         info!(node = %name, instance_id, "terminated instance");
+        let note = format!("Terminated instance {instance_id}");
+        publish(&ctx.recorder, node, EventType::Normal, "TerminatedInstance", "Terminating", &note).await;
         crate::failpoint::hit("after-terminate");
     }
     // 4. remove our finalizer only: the test makes the patch fail if the list changed meanwhile
@@ -301,20 +314,30 @@ async fn evict(ctx: &Context, pod: &PodName) {
     let refused = match ctx.client.request::<serde_json::Value>(request).await {
         Ok(_) => {
             info!(pod = %pod, "evicted pod");
-            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace);
-            if let Ok(Some(p)) = pods.get_opt(&pod.name).await {
-                publish(&ctx.recorder, &p, EventType::Normal, "Evicted", "Evicting", "Evicted pod").await;
-            }
+            publish(
+                &ctx.recorder,
+                &pod.as_object(),
+                EventType::Normal,
+                "Evicted",
+                "Evicting",
+                "Evicted pod",
+            )
+            .await;
             false
         }
         Err(kube::Error::Api(e)) if e.code == 404 => false,
         Err(kube::Error::Api(e)) if e.code == 429 => {
             warn!(pod = %pod, reason = %e.message, "evicting pod violates a PodDisruptionBudget; retrying");
-            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace);
-            if let Ok(Some(p)) = pods.get_opt(&pod.name).await {
-                let note = format!("Evicting pod violates a PDB: {}", e.message);
-                publish(&ctx.recorder, &p, EventType::Warning, "FailedEviction", "Evicting", &note).await;
-            }
+            let note = format!("Evicting pod violates a PDB: {}", e.message);
+            publish(
+                &ctx.recorder,
+                &pod.as_object(),
+                EventType::Warning,
+                "FailedEviction",
+                "Evicting",
+                &note,
+            )
+            .await;
             true
         }
         Err(e) => {
