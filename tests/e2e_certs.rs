@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use karpenter_rs::webhook::registration::{self, Target};
 use karpenter_rs::webhook::self_signed::{CA_CERT_KEY, SERVER_CERT_KEY};
 use serde_json::{json, Value};
-use support::{cluster, fixture, free_port, kubectl, kubectl_ok, unique, AdmissionWebhook, Cluster, CLUSTER_NAME};
+use support::{cluster, fixture, free_port, kubectl, kubectl_ok, unique, wait_for, AdmissionWebhook, Cluster, CLUSTER_NAME};
 
 const BIN: &str = env!("CARGO_BIN_EXE_karpenter-rs");
 /// Only objects with this label go through the test's configurations.
@@ -36,17 +36,6 @@ fn shipped_webhook() -> &'static AdmissionWebhook {
 fn setup() -> &'static Cluster {
     shipped_webhook();
     cluster()
-}
-
-fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
 }
 
 /// One `karpenter-rs webhook` process in self-managed certificate mode; killed on drop.

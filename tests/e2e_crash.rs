@@ -24,7 +24,7 @@ use karpenter_rs::cloudprovider::{instance_id_from_provider_id, CloudProvider};
 use karpenter_rs::failpoint::{CRASH_AT_ENV, CRASH_EXIT_CODE};
 use kube::ResourceExt;
 use serde_json::json;
-use support::{cluster, fixture, free_port, kubectl, kubectl_ok, unique, AdmissionWebhook, Cluster};
+use support::{cluster, fixture, free_port, items, kubectl, kubectl_ok, unique, wait_for, AdmissionWebhook, Cluster};
 
 /// One run of the binary; killed (SIGKILL, a crash too) when dropped.
 struct Binary {
@@ -112,10 +112,6 @@ impl Drop for Binary {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn items<T: serde::de::DeserializeOwned>(json_text: &str) -> Vec<T> {
-    serde_json::from_value(serde_json::from_str::<serde_json::Value>(json_text).unwrap()["items"].clone()).unwrap()
 }
 
 /// The first write-up's Provisioner and template under names of their own, a namespace, and a
@@ -247,17 +243,6 @@ struct Tally {
     leaked: usize,
     stuck: usize,
     nodes: usize,
-}
-
-fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
 }
 
 /// Polls `tally` until `settled` holds or 90 s have passed; returns the last tally either way,

@@ -21,7 +21,7 @@ use karpenter_rs::controllers::deprovisioning::DeprovisioningConfig;
 use karpenter_rs::controllers::garbagecollection::GarbageCollectionConfig;
 use kube::ResourceExt;
 use serde_json::json;
-use support::{cluster, fixture, kubectl, kubectl_ok, unique, AdmissionWebhook, Cluster, Controller, Loops, CLUSTER_NAME};
+use support::{cluster, fixture, items, kubectl, kubectl_ok, unique, wait_for, AdmissionWebhook, Cluster, Controller, Loops, CLUSTER_NAME};
 
 const SUITE_KEY: &str = "e2e.karpenter-rs/suite";
 const SUITE: &str = "deprovisioning";
@@ -55,21 +55,6 @@ fn setup() -> (&'static Cluster, &'static Controller) {
         )
     });
     (cluster, controller)
-}
-
-fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
-fn items<T: serde::de::DeserializeOwned>(json_text: &str) -> Vec<T> {
-    serde_json::from_value(serde_json::from_str::<serde_json::Value>(json_text).unwrap()["items"].clone()).unwrap()
 }
 
 fn cloud(controller: &Controller, cluster: &Cluster) -> AwsCloudProvider {

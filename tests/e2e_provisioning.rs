@@ -8,7 +8,7 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_rs::cloudprovider::aws::AwsCloudProvider;
@@ -16,7 +16,7 @@ use karpenter_rs::cloudprovider::CloudProvider;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use support::{cluster, fixture, kubectl_ok, unique, AdmissionWebhook, Cluster, Controller};
+use support::{cluster, fixture, kubectl_ok, unique, wait_for, AdmissionWebhook, Cluster, Controller};
 
 fn setup() -> (&'static Cluster, &'static Controller) {
     static WEBHOOK: OnceLock<AdmissionWebhook> = OnceLock::new();
@@ -24,17 +24,6 @@ fn setup() -> (&'static Cluster, &'static Controller) {
     let cluster = cluster();
     WEBHOOK.get_or_init(|| AdmissionWebhook::start(cluster));
     (cluster, CONTROLLER.get_or_init(|| Controller::start(cluster)))
-}
-
-fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
 }
 
 /// Deletes the test's nodes (dropping the finalizer no termination controller handles yet) and

@@ -208,6 +208,26 @@ pub async fn client(cluster: &Cluster) -> kube::Client {
     kube::Client::try_from(config).expect("kube client")
 }
 
+/// Polls `check` every 250 ms until it returns a value; panics naming `what` after `timeout`.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The `items` of a `kubectl get ... -o json` list.
+pub fn items<T: serde::de::DeserializeOwned>(json_text: &str) -> Vec<T> {
+    serde_json::from_value(serde_json::from_str::<serde_json::Value>(json_text).unwrap()["items"].clone()).unwrap()
+}
+
 /// A free TCP port on 127.0.0.1 (free when asked; a process started right after binds it).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
