@@ -300,10 +300,10 @@ fn deleting_a_node_drains_it_and_terminates_its_instance() {
         for reason in ["Cordoned", "TerminatedInstance"] {
             assert!(reasons.contains(reason), "a {reason} event on the node: {reasons:?}");
         }
-        let evicted = format!("involvedObject.name=web,reason=Evicted");
+        let evicted = "involvedObject.name=web,reason=Evicted";
         let out = kubectl_ok(
             cluster,
-            &["get", "events", "-n", &s.namespace, "--field-selector", &evicted, "-o", "name"],
+            &["get", "events", "-n", &s.namespace, "--field-selector", evicted, "-o", "name"],
             None,
         );
         assert!(!out.trim().is_empty(), "an Evicted event on the pod");
