@@ -75,6 +75,12 @@ pub struct Metrics {
     pub provisioner_limit: GaugeVec,
     /// `karpenter_provisioner_usage_pct{provisioner, resource_type}`: usage over limit, 0..100.
     pub provisioner_usage_pct: GaugeVec,
+    /// `karpenter_provisioner_batch_duration_seconds`: how long each batch of pending pods stayed
+    /// open (from its first pod to the idle or max window closing it).
+    pub batch_duration: Histogram,
+    /// `karpenter_deprovisioning_evaluation_duration_seconds{method}`: time to evaluate (and act
+    /// on) one deprovisioning method in a pass.
+    pub deprovisioning_evaluation: HistogramVec,
     /// `karpenter_pods_state{name, namespace, owner, node, provisioner, zone, arch, capacity_type,
     /// instance_type, phase}`: 1 per pod.
     pub pods_state: GaugeVec,
@@ -200,6 +206,23 @@ impl Metrics {
             "karpenter_provisioner_usage_pct",
             "A Provisioner's usage as a percentage of its limit, by resource.",
         );
+        let batch_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "karpenter_provisioner_batch_duration_seconds",
+                "How long each batch of pending pods stayed open before its provisioning pass.",
+            )
+            .buckets(DURATION_BUCKETS.to_vec()),
+        )
+        .expect("metric options are valid");
+        let deprovisioning_evaluation = HistogramVec::new(
+            HistogramOpts::new(
+                "karpenter_deprovisioning_evaluation_duration_seconds",
+                "Time to evaluate and act on one deprovisioning method in a pass, by method.",
+            )
+            .buckets(DURATION_BUCKETS.to_vec()),
+            &["method"],
+        )
+        .expect("metric options are valid");
         let pods_state = GaugeVec::new(
             Opts::new("karpenter_pods_state", "Pods by where they run and their phase; the value is 1."),
             &crate::controllers::provisioning::pods::POD_STATE_LABELS,
@@ -223,6 +246,8 @@ impl Metrics {
             Box::new(provisioner_limit.clone()),
             Box::new(provisioner_usage_pct.clone()),
             Box::new(pods_state.clone()),
+            Box::new(batch_duration.clone()),
+            Box::new(deprovisioning_evaluation.clone()),
         ] {
             registry.register(collector).expect("metric names are unique");
         }
@@ -249,6 +274,8 @@ impl Metrics {
             provisioner_limit,
             provisioner_usage_pct,
             pods_state,
+            batch_duration,
+            deprovisioning_evaluation,
         }
     }
 

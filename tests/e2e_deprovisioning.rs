@@ -267,6 +267,10 @@ fn first_write_up_node_is_removed_once_empty_for_ttl_seconds_after_empty() {
             metrics.contains("karpenter_deprovisioning_actions_performed{action=\"emptiness/delete\"}"),
             "{metrics}"
         );
+        assert!(
+            metrics.contains("karpenter_deprovisioning_evaluation_duration_seconds_count{method=\"emptiness\"}"),
+            "{metrics}"
+        );
     });
 }
 

@@ -147,6 +147,15 @@ fn first_write_up_launches_one_node_and_runs_nginx_on_it() {
             )),
             "{metrics}"
         );
+        assert!(metrics.contains("karpenter_provisioner_batch_duration_seconds_count"), "{metrics}");
+        let pod_state = "karpenter_pods_state{arch=\"amd64\",capacity_type=\"on-demand\"";
+        wait_for("the pods in karpenter_pods_state", Duration::from_secs(30), || {
+            let metrics = controller.metrics.render();
+            metrics
+                .lines()
+                .any(|l| l.starts_with(pod_state) && l.contains(&format!("namespace=\"{namespace}\"")) && l.contains("phase=\"Running\""))
+                .then_some(())
+        });
     }));
 
     kubectl_ok(cluster, &["delete", "namespace", &namespace, "--wait=false"], None);

@@ -159,6 +159,11 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), DeprovisioningError>
     let no_pods: Vec<Pod> = Vec::new();
 
     // Expiration first, at most one node (§5.1 order).
+    let expiration_timer = ctx
+        .metrics
+        .deprovisioning_evaluation
+        .with_label_values(&[metrics::reason::EXPIRATION])
+        .start_timer();
     let candidates: Vec<Candidate<'_>> = nodes
         .iter()
         .map(|n| Candidate {
@@ -207,9 +212,15 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), DeprovisioningError>
             .unwrap_or_default();
         return expire(ctx, stores, node, ttl).await;
     }
+    drop(expiration_timer);
 
     // Emptiness: mark, unmark, and delete every node empty for its TTL. While a node of ours is
     // draining, nodes are neither marked nor deleted: its evicted pods may be on their way to them.
+    let _emptiness_timer = ctx
+        .metrics
+        .deprovisioning_evaluation
+        .with_label_values(&[metrics::reason::EMPTINESS])
+        .start_timer();
     let draining = nodes.iter().any(|n| n.metadata.deletion_timestamp.is_some());
     let nomination = k8s_openapi::chrono::Duration::from_std(ctx.config.nomination).unwrap_or_default();
     let mut errors = Vec::new();

@@ -151,7 +151,7 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
-            _ = ctx.batcher.wait(ctx.config.windows) => {}
+            window = ctx.batcher.wait(ctx.config.windows) => ctx.metrics.batch_duration.observe(window.as_secs_f64()),
         }
         if !*leading.borrow_and_update() {
             continue;
