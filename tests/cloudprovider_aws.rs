@@ -12,6 +12,7 @@ use base64::Engine;
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::Taint;
 use karpenter_rs::apis::v1alpha1::AwsNodeTemplate;
+use karpenter_rs::cloudprovider::aws::pricing::estimate_on_demand;
 use karpenter_rs::cloudprovider::aws::AwsCloudProvider;
 use karpenter_rs::cloudprovider::{CloudConfig, CloudProvider, Error, InstanceOption, LaunchRequest, NodeTemplate};
 
@@ -166,6 +167,49 @@ async fn catalogue_has_every_moto_instance_type_with_offerings_in_the_subnet_zon
         "Graviton types are in the catalogue"
     );
     assert!(types.iter().all(|t| t.architecture == "amd64" || t.architecture == "arm64"));
+}
+
+/// moto does not implement the Pricing API (GetProducts answers 500 on the same endpoint), which
+/// is what an unreachable or denied Pricing API looks like: the catalogue still loads, the
+/// overrides file wins, every other type is priced by the estimate, and loading again works.
+#[tokio::test]
+async fn catalogue_loads_with_prices_when_the_pricing_api_is_not_available() {
+    let dir = tempfile::tempdir().unwrap();
+    let overrides = dir.path().join("prices.yaml");
+    std::fs::write(&overrides, "t3.large: 0.1\nt3.xlarge: {onDemand: 0.2, spot: 0.06}\n").unwrap();
+    let mut config = config();
+    config.price_overrides = Some(overrides);
+    let cloud = AwsCloudProvider::new(config).await.expect("building the provider");
+    let types = cloud.instance_types().await.expect("the catalogue loads without the Pricing API");
+    assert!(types.len() >= 400, "only {} instance types", types.len());
+    let on_demand = |name: &str| {
+        let it = types.iter().find(|t| t.name == name).unwrap_or_else(|| panic!("{name} missing"));
+        let prices: BTreeSet<String> = it
+            .offerings
+            .iter()
+            .filter(|o| o.capacity_type == "on-demand")
+            .map(|o| o.price.to_string())
+            .collect();
+        assert_eq!(prices.len(), 1, "{name} has one on-demand price in every zone: {prices:?}");
+        (it, prices.into_iter().next().unwrap().parse::<f64>().unwrap())
+    };
+    assert_eq!(on_demand("t3.large").1, 0.1);
+    let (xlarge, price) = on_demand("t3.xlarge");
+    assert_eq!(price, 0.2);
+    assert!(xlarge
+        .offerings
+        .iter()
+        .filter(|o| o.capacity_type == "spot")
+        .all(|o| o.price == 0.06));
+    for name in ["m5.large", "c5.large", "m6g.large"] {
+        let (it, price) = on_demand(name);
+        assert_eq!(price, estimate_on_demand(it), "{name} is priced by the estimate");
+    }
+    for it in &types {
+        assert!(it.offerings.iter().all(|o| o.price > 0.0), "{} has an unpriced offering", it.name);
+    }
+    let again = cloud.instance_types().await.expect("loading again within the TTL");
+    assert_eq!(again.len(), types.len());
 }
 
 #[tokio::test]

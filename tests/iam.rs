@@ -168,7 +168,7 @@ fn trust_policies_parse() {
 fn policy_allows_every_call_the_cloud_provider_makes_and_nothing_more() {
     let called = called_actions();
     assert!(
-        called.contains("ec2:CreateFleet") && called.contains("ssm:GetParameter"),
+        called.contains("ec2:CreateFleet") && called.contains("ssm:GetParameter") && called.contains("pricing:GetProducts"),
         "{called:?}"
     );
     let needed: BTreeSet<String> = called
@@ -249,11 +249,20 @@ fn writes_are_scoped_to_the_clusters_tagged_resources() {
             "{s}"
         );
     }
-    // Only reads may name every resource.
+    // Only reads may name every resource (the Pricing API has no resource-level permissions and
+    // is called in its own region, so it has no region condition).
     for s in &statements {
         if s["Resource"] == "*" {
-            assert!(as_list(&s["Action"]).iter().all(|a| a.starts_with("ec2:Describe")), "{s}");
+            assert!(
+                as_list(&s["Action"])
+                    .iter()
+                    .all(|a| a.starts_with("ec2:Describe") || a == "pricing:GetProducts"),
+                "{s}"
+            );
         }
+    }
+    for s in with("ec2:DescribeInstanceTypes") {
+        assert_eq!(s["Condition"]["StringEquals"]["aws:RequestedRegion"], "${AWS_REGION}", "{s}");
     }
 }
 

@@ -342,6 +342,7 @@ mod tests {
         )]);
         let pricing = Pricing::new(
             Some(super::super::pricing::parse_overrides("t3.large: 0.104").unwrap()),
+            Default::default(),
             BTreeMap::from([(("t3.large".to_string(), "ap-northeast-2a".to_string()), 0.03)]),
         );
         let typed = with_offerings(vec![it], &zones, &pricing);

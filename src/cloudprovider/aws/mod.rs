@@ -3,7 +3,9 @@
 //! and the launch sequence; the decisions are in the sibling modules' pure functions.
 //!
 //! The endpoint and region come from `CloudConfig` (or the SDK's `AWS_ENDPOINT_URL` /
-//! `AWS_REGION`), so the same code talks to the moto emulator in tests.
+//! `AWS_REGION`), so the same code talks to the moto emulator in tests. The Pricing API client
+//! signs for the Pricing API's own region (`pricing::pricing_api_region`) but shares the
+//! endpoint override and credentials.
 
 pub mod ami;
 pub mod errors;
@@ -66,12 +68,32 @@ struct Catalogue {
     types: Arc<Vec<InstanceTypeInfo>>,
 }
 
+/// Longest a Pricing API fetch (every page) may hold up a catalogue load before it counts as
+/// failed; a region's EC2 price list is a few dozen pages.
+const PRICING_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The Pricing API client and the region whose prices it asks for.
+struct PricingApi {
+    client: aws_sdk_pricing::Client,
+    region: String,
+}
+
+/// The last good on-demand prices from the Pricing API and when it was last asked.
+#[derive(Default)]
+struct ApiPrices {
+    prices: Arc<pricing::OnDemandPrices>,
+    fetch: pricing::FetchState,
+    warned: bool,
+}
+
 /// The AWS cloud provider.
 pub struct AwsCloudProvider {
     config: CloudConfig,
     ec2: aws_sdk_ec2::Client,
     ssm: aws_sdk_ssm::Client,
+    pricing_api: Option<PricingApi>,
     overrides: Option<pricing::PriceOverrides>,
+    api_prices: Mutex<ApiPrices>,
     catalogue: tokio::sync::Mutex<Option<Catalogue>>,
     unavailable: Mutex<UnavailableOfferings>,
     subnets: TtlCache<BTreeMap<String, String>, Vec<Subnet>>,
@@ -105,11 +127,22 @@ impl AwsCloudProvider {
             ));
         }
         let shared = loader.load().await;
+        let pricing_api = shared.region().map(|region| {
+            let conf = aws_sdk_pricing::config::Builder::from(&shared)
+                .region(Region::new(pricing::pricing_api_region(region.as_ref())))
+                .build();
+            PricingApi {
+                client: aws_sdk_pricing::Client::from_conf(conf),
+                region: region.to_string(),
+            }
+        });
         let overrides = config.price_overrides.as_deref().map(pricing::load_overrides).transpose()?;
         Ok(AwsCloudProvider {
             ec2: aws_sdk_ec2::Client::new(&shared),
             ssm: aws_sdk_ssm::Client::new(&shared),
+            pricing_api,
             overrides,
+            api_prices: Mutex::new(ApiPrices::default()),
             catalogue: tokio::sync::Mutex::new(None),
             unavailable: Mutex::new(UnavailableOfferings::new()),
             subnets: TtlCache::new(config.resolve_ttl),
@@ -139,18 +172,20 @@ impl AwsCloudProvider {
             return Ok(c.types.clone());
         }
         let started = Instant::now();
-        let (types, zones, spot) = tokio::try_join!(
+        let (types, zones, spot, on_demand) = tokio::try_join!(
             instance_types::describe_instance_types(&self.ec2),
             instance_types::describe_offerings(&self.ec2),
             pricing::describe_spot_prices(&self.ec2),
+            async { Ok(self.on_demand_prices().await) },
         )?;
-        let prices = pricing::Pricing::new(self.overrides.clone(), spot);
-        let estimated = types.iter().filter(|t| prices.is_estimated(t)).count();
-        if estimated > 0 && !self.warned_estimate.swap(true, Ordering::Relaxed) {
+        let prices = pricing::Pricing::new(self.overrides.clone(), on_demand, spot);
+        let estimated: Vec<&str> = types.iter().filter(|t| prices.is_estimated(t)).map(|t| t.name.as_str()).collect();
+        if !estimated.is_empty() && !self.warned_estimate.swap(true, Ordering::Relaxed) {
             tracing::warn!(
-                estimated,
+                estimated = estimated.len(),
                 total = types.len(),
-                "no on-demand price known for some instance types; ranking them by a resource-based estimate"
+                examples = %estimated.iter().take(5).copied().collect::<Vec<_>>().join(","),
+                "no on-demand price known for some instance types (not in the price overrides, not from the Pricing API); ranking them by a resource-based estimate"
             );
         }
         let types = Arc::new(instance_types::with_offerings(types, &zones, &prices));
@@ -164,6 +199,68 @@ impl AwsCloudProvider {
             types: types.clone(),
         });
         Ok(types)
+    }
+
+    /// The Pricing API's on-demand prices: fetched when due (`FetchState::is_due`), else the
+    /// last good ones (empty until a fetch succeeds). A failure is logged, at warn once, and
+    /// never fails the catalogue; it is retried at the next catalogue refresh.
+    async fn on_demand_prices(&self) -> Arc<pricing::OnDemandPrices> {
+        let (due, current) = {
+            let state = self.api_prices.lock().expect("price lock is never poisoned: no panics while held");
+            let due = state
+                .fetch
+                .is_due(Instant::now(), pricing::ON_DEMAND_REFRESH, self.config.catalogue_ttl);
+            (due, state.prices.clone())
+        };
+        let Some(api) = self.pricing_api.as_ref().filter(|_| due) else {
+            return current;
+        };
+        let fetched = tokio::time::timeout(PRICING_TIMEOUT, pricing::describe_on_demand_prices(&api.client, &api.region))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Api {
+                    operation: "pricing:GetProducts",
+                    code: None,
+                    source: format!("no answer within {}s", PRICING_TIMEOUT.as_secs()).into(),
+                })
+            });
+        let mut state = self.api_prices.lock().expect("price lock is never poisoned: no panics while held");
+        let now = Instant::now();
+        match fetched {
+            Ok(parsed) if !parsed.prices.is_empty() => {
+                tracing::info!(
+                    region = %api.region,
+                    instance_types = parsed.prices.len(),
+                    skipped = parsed.skipped,
+                    "loaded on-demand prices from the Pricing API"
+                );
+                state.prices = Arc::new(parsed.prices);
+                state.fetch.last_success = Some(now);
+                state.warned = false;
+            }
+            failed => {
+                let error = match failed {
+                    Ok(parsed) => format!(
+                        "no on-demand prices listed for {} ({} documents skipped)",
+                        api.region, parsed.skipped
+                    ),
+                    Err(e) => crate::telemetry::chain(&e),
+                };
+                let kept = state.prices.len();
+                if std::mem::replace(&mut state.warned, true) {
+                    tracing::debug!(region = %api.region, error, kept, "Pricing API unavailable; keeping the last prices");
+                } else {
+                    tracing::warn!(
+                        region = %api.region,
+                        error,
+                        kept,
+                        "Pricing API unavailable; using the last prices, overrides and estimates, retrying at the next catalogue refresh"
+                    );
+                }
+                state.fetch.last_failure = Some(now);
+            }
+        }
+        state.prices.clone()
     }
 
     fn mark_unavailable(&self, offerings: &[Offering]) {
