@@ -139,18 +139,9 @@ fn webhook_configurations_are_what_the_binary_prints() {
     }
 }
 
-/// Environment variables the chart sets that `karpenter-rs run --help` does not list yet: read by
-/// the self-managed certificates of issue 6 (item 2), or outside clap (POD_NAME names the leader).
-const NOT_IN_RUN_HELP: &[&str] = &[
-    "POD_NAME",
-    "SYSTEM_NAMESPACE",
-    "CERT_SECRET",
-    "CERT_VALIDITY",
-    "CERT_RENEW_BEFORE",
-    "WEBHOOK_SERVICE_NAME",
-    "MUTATING_WEBHOOK_CONFIGURATION",
-    "VALIDATING_WEBHOOK_CONFIGURATION",
-];
+/// Environment variables the chart sets that are no flag of `karpenter-rs run`: POD_NAME is read
+/// outside clap (it names the replica in the leader Lease and in events).
+const NOT_IN_RUN_HELP: &[&str] = &["POD_NAME"];
 
 #[test]
 fn deployment_sets_every_setting_of_run_and_nothing_else() {
@@ -189,6 +180,9 @@ fn values_reach_the_container() {
     assert_eq!(env("LEADER_ELECT")["value"], "false");
     assert_eq!(env("WEBHOOK_PORT")["value"], "9443");
     assert_eq!(env("CERT_SECRET")["value"], "autoscaler-webhook-cert");
+    assert_eq!(env("CERT_EXTRA_SAN")["value"], "karpenter.example.com,10.0.0.10");
+    assert_eq!(env("DEPROVISIONING_INTERVAL")["value"], "30s");
+    assert_eq!(env("GC_GRACE_PERIOD")["value"], "10m");
     assert_eq!(
         env("LEADER_ELECTION_NAMESPACE")["valueFrom"]["fieldRef"]["fieldPath"],
         "metadata.namespace"
@@ -260,6 +254,8 @@ fn deployment_is_highly_available_and_hardened() {
     assert_eq!(port("https-webhook"), 8443);
     let env = env_names(c);
     assert!(env.contains("LEADER_ELECT") && env.contains("POD_NAME"));
+    // No extra names by default: an empty CERT_EXTRA_SAN would be one empty name.
+    assert!(!env.contains("CERT_EXTRA_SAN"));
     let spread = &pod["topologySpreadConstraints"][0];
     assert_eq!(spread["topologyKey"], "topology.kubernetes.io/zone");
     assert_eq!(spread["labelSelector"]["matchLabels"]["app.kubernetes.io/instance"], "karpenter-rs");
