@@ -33,7 +33,8 @@ use tracing::{debug, info, instrument, warn};
 use crate::apis::v1alpha5::labels::{EMPTINESS_TIMESTAMP_ANNOTATION, PROVISIONER_NAME_LABEL};
 use crate::apis::v1alpha5::Provisioner;
 use crate::controllers::provisioning;
-use crate::controllers::termination::{publish, recorder, reflect};
+use crate::controllers::reflect;
+use crate::controllers::termination::{publish, recorder};
 use crate::metrics::{self, Metrics};
 use crate::telemetry;
 use decide::{Candidate, Emptiness};
@@ -113,10 +114,21 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
             Api::<Node>::all(client.clone()),
             watcher::Config::default().labels(&ctx.config.node_selector),
             &shutdown,
+            |_| {},
         ),
-        pods: reflect(Api::<Pod>::all(client.clone()), watcher::Config::default(), &shutdown),
-        provisioners: reflect(Api::<Provisioner>::all(client.clone()), watcher::Config::default(), &shutdown),
-        pdbs: reflect(Api::<PodDisruptionBudget>::all(client), watcher::Config::default(), &shutdown),
+        pods: reflect(Api::<Pod>::all(client.clone()), watcher::Config::default(), &shutdown, |_| {}),
+        provisioners: reflect(
+            Api::<Provisioner>::all(client.clone()),
+            watcher::Config::default(),
+            &shutdown,
+            |_| {},
+        ),
+        pdbs: reflect(
+            Api::<PodDisruptionBudget>::all(client),
+            watcher::Config::default(),
+            &shutdown,
+            |_| {},
+        ),
     };
     let mut ticker = tokio::time::interval(ctx.config.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -17,13 +17,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::api::PostParams;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use tokio::sync::{watch, Mutex};
 use tokio_util::sync::CancellationToken;
@@ -33,6 +32,7 @@ use crate::apis::v1alpha1::{AwsNodeTemplate, AwsProvider};
 use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
 use crate::apis::v1alpha5::Provisioner;
 use crate::cloudprovider::{self, CloudProvider, NodeTemplate};
+use crate::controllers::reflect;
 use crate::metrics::Metrics;
 use crate::scheduling::{self, ExistingNode, PodKey, ProvisionerInput, SimulationInput};
 use crate::telemetry;
@@ -254,44 +254,28 @@ async fn status_loop(ctx: Arc<Context>, stores: Stores, leading: watch::Receiver
 /// Starts the reflectors; every change to a provisionable pod triggers the batcher, and a
 /// ticker re-triggers every 10 s while such pods remain (they may need a later pass).
 fn start_watches(ctx: &Arc<Context>, shutdown: &CancellationToken) -> Stores {
-    fn reflect<K>(api: Api<K>, shutdown: &CancellationToken, on_apply: impl Fn(&K) + Send + 'static) -> Store<K>
-    where
-        K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-        K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
-    {
-        let (reader, writer) = reflector::store();
-        let stream = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .reflect(writer)
-            .applied_objects();
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    next = stream.next() => match next {
-                        Some(Ok(object)) => on_apply(&object),
-                        Some(Err(e)) => debug!(error = %e, "watch error; retrying with back-off"),
-                        None => return,
-                    }
-                }
-            }
-        });
-        reader
-    }
     let client = ctx.client.clone();
     let trigger_ctx = ctx.clone();
     let stores = Stores {
-        pods: reflect(Api::<Pod>::all(client.clone()), shutdown, move |pod| {
+        pods: reflect(Api::<Pod>::all(client.clone()), watcher::Config::default(), shutdown, move |pod| {
             if pods::is_provisionable(pod) {
                 trigger_ctx.batcher.trigger();
             }
         }),
-        nodes: reflect(Api::<Node>::all(client.clone()), shutdown, |_| {}),
-        provisioners: reflect(Api::<Provisioner>::all(client.clone()), shutdown, |_| {}),
-        templates: reflect(Api::<AwsNodeTemplate>::all(client.clone()), shutdown, |_| {}),
-        daemonsets: reflect(Api::<DaemonSet>::all(client), shutdown, |_| {}),
+        nodes: reflect(Api::<Node>::all(client.clone()), watcher::Config::default(), shutdown, |_| {}),
+        provisioners: reflect(
+            Api::<Provisioner>::all(client.clone()),
+            watcher::Config::default(),
+            shutdown,
+            |_| {},
+        ),
+        templates: reflect(
+            Api::<AwsNodeTemplate>::all(client.clone()),
+            watcher::Config::default(),
+            shutdown,
+            |_| {},
+        ),
+        daemonsets: reflect(Api::<DaemonSet>::all(client), watcher::Config::default(), shutdown, |_| {}),
     };
     let (ticker_ctx, pods_store, token) = (ctx.clone(), stores.pods.clone(), shutdown.clone());
     tokio::spawn(async move {

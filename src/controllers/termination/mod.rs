@@ -12,13 +12,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::chrono::Utc;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use tokio::sync::{watch, Mutex};
 use tokio_util::sync::CancellationToken;
@@ -26,6 +24,7 @@ use tracing::{debug, info, instrument, warn};
 
 use crate::apis::v1alpha5::labels::{PROVISIONER_NAME_LABEL, TERMINATION_FINALIZER};
 use crate::cloudprovider::{self, instance_id_from_provider_id, CloudProvider};
+use crate::controllers::reflect;
 use crate::metrics::Metrics;
 use crate::telemetry;
 use drain::PodName;
@@ -119,31 +118,6 @@ pub(crate) async fn publish<K: Resource<DynamicType = ()>>(
     }
 }
 
-/// A reflector store of `api`, kept up to date until `shutdown`.
-pub(crate) fn reflect<K>(api: Api<K>, config: watcher::Config, shutdown: &CancellationToken) -> Store<K>
-where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
-{
-    let (reader, writer) = reflector::store();
-    let stream = watcher(api, config).default_backoff().reflect(writer).applied_objects();
-    let shutdown = shutdown.clone();
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                next = stream.next() => match next {
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => debug!(error = %e, "watch error; retrying with back-off"),
-                    None => return,
-                }
-            }
-        }
-    });
-    reader
-}
-
 /// Whether `node` is ours to finalize now: it carries our finalizer and is being deleted.
 pub fn is_terminating(node: &Node) -> bool {
     node.metadata.deletion_timestamp.is_some() && node.finalizers().iter().any(|f| f == TERMINATION_FINALIZER)
@@ -151,7 +125,7 @@ pub fn is_terminating(node: &Node) -> bool {
 
 /// Runs the termination controller until `shutdown`; reconciles only while `leading` is true.
 pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
-    let nodes = reflect(Api::<Node>::all(ctx.client.clone()), watcher::Config::default(), &shutdown);
+    let nodes = reflect(Api::<Node>::all(ctx.client.clone()), watcher::Config::default(), &shutdown, |_| {});
     let mut ticker = tokio::time::interval(ctx.config.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
