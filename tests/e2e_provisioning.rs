@@ -570,3 +570,30 @@ fn a_burst_of_200_pods_gets_a_few_well_packed_nodes() {
         );
     });
 }
+
+#[test]
+fn a_pod_too_big_for_every_instance_type_gets_events_and_launches_nothing() {
+    let (cluster, controller) = setup();
+    let suffix = unique("toobig");
+    let namespace = format!("ns-{suffix}");
+    let (template, provisioner, node_type) = service_provisioner(cluster, &suffix, |_| {});
+    kubectl_ok(cluster, &["create", "namespace", &namespace], None);
+    with_clean_up(cluster, controller, &namespace, &[(template, provisioner.clone())], || {
+        let d = deployment(&namespace, &node_type, 1, |d| {
+            d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "64"}});
+        });
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&d.to_string()));
+        let event = wait_for("a FailedProvisioning event", Duration::from_secs(90), || {
+            events(cluster, &namespace, "FailedProvisioning").into_iter().next()
+        });
+        let message = event["message"].as_str().unwrap_or_default();
+        assert!(message.contains("no instance type has room"), "{message}");
+        assert!(message.contains(&provisioner), "{message}");
+        wait_for("a NoInstanceTypeFits event on the Provisioner", Duration::from_secs(60), || {
+            let selector = format!("involvedObject.name={provisioner},reason=NoInstanceTypeFits");
+            let out = kubectl_ok(cluster, &["get", "events", "-A", "--field-selector", &selector, "-o", "name"], None);
+            (!out.trim().is_empty()).then_some(())
+        });
+        assert!(our_nodes(cluster, &provisioner).is_empty(), "nothing launched");
+    });
+}

@@ -104,6 +104,9 @@ pub struct Plan {
     pub ignored: Vec<(PodKey, String)>,
     /// Provisioners that turned a compatible pod away because of their `spec.limits`.
     pub limited: BTreeSet<String>,
+    /// Provisioners a pod left unschedulable was compatible with, but none of whose instance
+    /// types has room for it (or an available offering), with one such pod and the reason.
+    pub unfit: BTreeMap<String, (PodKey, String)>,
 }
 
 /// Runs the scheduling simulation. See the module documentation for the algorithm.
@@ -162,6 +165,7 @@ pub fn simulate(input: &SimulationInput) -> Plan {
         order: Vec::new(),
         price_orders: HashMap::new(),
         limited: BTreeSet::new(),
+        unfit: HashMap::new(),
     };
     let unschedulable = s.solve();
 
@@ -173,6 +177,14 @@ pub fn simulate(input: &SimulationInput) -> Plan {
     plan.existing_assignments.sort();
     plan.unschedulable = unschedulable;
     plan.limited = std::mem::take(&mut s.limited);
+    for (key, _) in &plan.unschedulable {
+        let Some(i) = s.pods.iter().position(|p| p.key == *key) else {
+            continue;
+        };
+        for (provisioner, reason) in s.unfit.remove(&i).unwrap_or_default() {
+            plan.unfit.entry(provisioner).or_insert_with(|| (key.clone(), reason));
+        }
+    }
     plan.unschedulable.sort();
     plan.new_nodes = (0..s.planned.len()).map(|n| s.node_request(n)).collect();
     plan
@@ -229,6 +241,9 @@ struct Solver<'a> {
     price_orders: HashMap<(usize, Option<Requirement>, Option<Requirement>), Vec<usize>>,
     /// Provisioners whose limits turned a compatible pod away.
     limited: BTreeSet<String>,
+    /// Per pod, from its last attempt: (Provisioner, reason) of the compatible Provisioners
+    /// that had no instance type with room or an available offering.
+    unfit: HashMap<usize, Vec<(String, String)>>,
 }
 
 impl Solver<'_> {
@@ -298,6 +313,7 @@ impl Solver<'_> {
         let hostname = format!("hostname-placeholder-{:04}", self.planned.len() + 1);
         let host = self.topology.hostname_id(&hostname);
         let mut errs = Vec::new();
+        self.unfit.remove(&i);
         for t in 0..self.templates.len() {
             match new_node(&self.templates[t], t, i, pod, &groups, &mut self.topology, &hostname, host) {
                 Ok(node) => {
@@ -311,6 +327,10 @@ impl Solver<'_> {
                 Err(e) => {
                     if e.kind == Refusal::Limits {
                         self.limited.insert(self.templates[t].provisioner.clone());
+                    }
+                    if matches!(e.kind, Refusal::NoRoom | Refusal::NoOffering) {
+                        let provisioner = self.templates[t].provisioner.clone();
+                        self.unfit.entry(i).or_default().push((provisioner, e.message.clone()));
                     }
                     let compatible = e.kind != Refusal::Incompatible;
                     errs.push((
@@ -663,6 +683,18 @@ mod tests {
             .iter()
             .all(|(_, r)| r.contains("all available instance types exceed provisioner limits")));
         assert_eq!(plan.limited, BTreeSet::from(["small".to_string()]));
+        assert!(plan.unfit.is_empty(), "limits are not a lack of room");
+    }
+
+    #[test]
+    fn a_pod_no_instance_type_has_room_for_names_the_provisioner() {
+        let plan = simulate(&input(vec![service()], vec![nginx("huge").cpu("64")]));
+        let (pod, reason) = &plan.unfit["service"];
+        assert_eq!(pod.name, "huge");
+        assert!(reason.contains("no instance type has room"), "{reason}");
+        // A pod that finds a node elsewhere leaves nothing behind.
+        let plan = simulate(&input(vec![service()], vec![nginx("small").cpu("1")]));
+        assert!(plan.unfit.is_empty());
     }
 
     #[test]

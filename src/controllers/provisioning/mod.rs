@@ -437,6 +437,12 @@ async fn provision(
             .await;
         }
     }
+    for (name, (pod, reason)) in &plan.unfit {
+        if let Some(p) = provisioners.iter().find(|p| p.name_any() == *name) {
+            let note = format!("No instance type can hold pod {pod}: {reason}");
+            publish(ctx, p.as_ref(), EventType::Warning, "NoInstanceTypeFits", &note).await;
+        }
+    }
     let (provisioners, templates, pending) = (&provisioners, &templates, &pending);
     let launches = plan.new_nodes.iter().map(|request| async move {
         let provisioner = provisioners.iter().find(|p| p.name_any() == request.provisioner)?;
