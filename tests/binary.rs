@@ -10,6 +10,20 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// Sends SIGTERM and waits (at most 30 s) for the process to exit.
+fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let kill = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "did not exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn certs_subcommand_writes_a_ca_and_serving_certificate() {
     let dir = tempfile::tempdir().unwrap();
@@ -95,16 +109,7 @@ fn webhook_serves_probes_and_metrics_then_exits_cleanly_on_sigterm() {
     assert!(body.contains("process_resident_memory_bytes"), "{body}");
     assert!(std::net::TcpStream::connect(("127.0.0.1", webhook)).is_ok());
 
-    let kill = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    assert!(kill.success());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let exit = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "did not exit after SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let exit = terminate(&mut child);
     assert!(exit.success(), "{exit:?}");
     let mut logs = String::new();
     use std::io::Read;
@@ -161,16 +166,7 @@ fn webhook_without_a_mounted_certificate_stays_unready_until_it_has_one() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(status("/readyz"), Some(503));
-    let kill = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    assert!(kill.success());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let exit = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "did not exit after SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let exit = terminate(&mut child);
     assert!(exit.success(), "{exit:?}");
 }
 
