@@ -33,12 +33,8 @@ struct Binary {
 }
 
 impl Binary {
-    fn start(cluster: &Cluster, certs: &std::path::Path, log_dir: &std::path::Path, crash_at: Option<&str>) -> Binary {
-        Self::start_with(cluster, certs, log_dir, crash_at, &["--leader-elect", "false"])
-    }
-
     /// Starts the binary with `extra` arguments (e.g. leader election settings).
-    fn start_with(cluster: &Cluster, certs: &std::path::Path, log_dir: &std::path::Path, crash_at: Option<&str>, extra: &[&str]) -> Binary {
+    fn spawn(cluster: &Cluster, certs: &std::path::Path, log_dir: &std::path::Path, crash_at: Option<&str>, extra: &[&str]) -> Binary {
         static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = log_dir.join(format!("run-{n:03}-{}.log", crash_at.unwrap_or("normal")));
@@ -182,8 +178,10 @@ impl Scenario {
     }
 
     /// Instances of this scenario's Provisioner that EC2 still runs.
-    fn instances(&self, cloud: &AwsCloudProvider, rt: &tokio::runtime::Runtime) -> Vec<String> {
-        rt.block_on(cloud.list())
+    fn instances(&self, setup: &Setup) -> Vec<String> {
+        setup
+            .rt
+            .block_on(setup.cloud.list())
             .expect("listing instances")
             .into_iter()
             .filter(|i| i.tags.get("karpenter.sh/provisioner-name") == Some(&self.provisioner))
@@ -193,7 +191,7 @@ impl Scenario {
     }
 
     /// Leaked instances (running, no Node names them), stuck Nodes (being deleted) and Nodes.
-    fn tally(&self, cloud: &AwsCloudProvider, rt: &tokio::runtime::Runtime) -> Tally {
+    fn tally(&self, setup: &Setup) -> Tally {
         let nodes = self.nodes();
         let named: Vec<String> = nodes
             .iter()
@@ -202,7 +200,7 @@ impl Scenario {
             .map(str::to_string)
             .collect();
         Tally {
-            leaked: self.instances(cloud, rt).iter().filter(|i| !named.contains(i)).count(),
+            leaked: self.instances(setup).iter().filter(|i| !named.contains(i)).count(),
             stuck: nodes.iter().filter(|n| n.metadata.deletion_timestamp.is_some()).count(),
             nodes: nodes.len(),
         }
@@ -217,16 +215,16 @@ impl Scenario {
 
     /// Whatever a test left: a fresh binary releases the scenario's nodes (drained, instances
     /// terminated), then the namespace, Provisioner and template go.
-    fn tear_down(&self, certs: &std::path::Path, logs: &std::path::Path, rt: &tokio::runtime::Runtime, cloud: &AwsCloudProvider) {
-        let normal = Binary::start(self.cluster, certs, logs, None);
+    fn tear_down(&self, setup: &Setup) {
+        let normal = setup.start(None);
         self.scale(0);
         for node in self.nodes() {
             kubectl(self.cluster, &["delete", "node", &node.name_any(), "--wait=false"], None);
         }
-        settle(|| self.tally(cloud, rt), |t| t.nodes == 0);
+        settle(|| self.tally(setup), |t| t.nodes == 0);
         drop(normal);
-        for id in self.instances(cloud, rt) {
-            let _ = rt.block_on(cloud.delete(&id));
+        for id in self.instances(setup) {
+            let _ = setup.rt.block_on(setup.cloud.delete(&id));
         }
         self.clean_up();
     }
@@ -301,17 +299,21 @@ fn setup(name: &str) -> Setup {
     }
 }
 
+impl Setup {
+    /// Starts the binary alone (no leader election), to exit at `crash_at` if given.
+    fn start(&self, crash_at: Option<&str>) -> Binary {
+        self.start_with(crash_at, &["--leader-elect", "false"])
+    }
+
+    fn start_with(&self, crash_at: Option<&str>, extra: &[&str]) -> Binary {
+        Binary::spawn(self.cluster, &self.certs, &self.logs, crash_at, extra)
+    }
+}
+
 #[test]
 fn crashes_at_every_point_converge_without_leaks_stuck_nodes_or_double_launches() {
-    let Setup {
-        cluster,
-        certs,
-        logs,
-        rt,
-        cloud,
-        ..
-    } = &setup("crash");
-    let (cluster, certs, logs, rt, cloud) = (*cluster, certs.as_path(), logs.as_path(), rt, cloud);
+    let setup = setup("crash");
+    let cluster = setup.cluster;
     let rounds: u32 = std::env::var("KARPENTER_RS_CRASH_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -324,12 +326,14 @@ fn crashes_at_every_point_converge_without_leaks_stuck_nodes_or_double_launches(
         for round in 1..=rounds {
             // 1. A pending pod; the binary exits right after launching its instance.
             s.scale(1);
-            Binary::start(cluster, certs, logs, Some("after-launch")).expect_crash("after-launch", Duration::from_secs(90));
+            setup
+                .start(Some("after-launch"))
+                .expect_crash("after-launch", Duration::from_secs(90));
 
             // 2. Restarted, it launches again, binds the pod, and collects the first instance.
-            let normal = Binary::start(cluster, certs, logs, None);
+            let normal = setup.start(None);
             let node = wait_for("the pod Running on a node", Duration::from_secs(90), || s.running_pod_node());
-            let settled = settle(|| s.tally(cloud, rt), |t| t.leaked == 0 && t.stuck == 0 && t.nodes == 1);
+            let settled = settle(|| s.tally(&setup), |t| t.leaked == 0 && t.stuck == 0 && t.nodes == 1);
             totals.leaked += settled.leaked;
             totals.stuck += settled.stuck;
             double_launches += settled.nodes.saturating_sub(1);
@@ -337,20 +341,24 @@ fn crashes_at_every_point_converge_without_leaks_stuck_nodes_or_double_launches(
 
             // 3. The node is deleted; the binary exits in the middle of draining it.
             kubectl_ok(cluster, &["delete", "node", &node, "--wait=false"], None);
-            Binary::start(cluster, certs, logs, Some("during-drain")).expect_crash("during-drain", Duration::from_secs(60));
+            setup
+                .start(Some("during-drain"))
+                .expect_crash("during-drain", Duration::from_secs(60));
 
             // 4. No workload left to place; the next run terminates the instance and exits before
             //    releasing the finalizer.
             s.scale(0);
             wait_for("the pods to be gone", Duration::from_secs(60), || s.pods().is_empty().then_some(()));
-            Binary::start(cluster, certs, logs, Some("after-terminate")).expect_crash("after-terminate", Duration::from_secs(60));
+            setup
+                .start(Some("after-terminate"))
+                .expect_crash("after-terminate", Duration::from_secs(60));
 
             // 5. Restarted, it releases the node; whatever was launched meanwhile is cleaned up.
-            let normal = Binary::start(cluster, certs, logs, None);
+            let normal = setup.start(None);
             for extra in s.nodes() {
                 kubectl(cluster, &["delete", "node", &extra.name_any(), "--wait=false"], None);
             }
-            let end = settle(|| s.tally(cloud, rt), |t| *t == Tally::default());
+            let end = settle(|| s.tally(&setup), |t| *t == Tally::default());
             drop(normal);
             totals.leaked += end.leaked;
             totals.stuck += end.stuck;
@@ -364,10 +372,10 @@ fn crashes_at_every_point_converge_without_leaks_stuck_nodes_or_double_launches(
             (totals.leaked, totals.stuck, double_launches),
             (0, 0, 0),
             "leaked instances, stuck nodes and double launches after the rounds (logs in {})",
-            logs.display()
+            setup.logs.display()
         );
     }));
-    s.tear_down(certs, logs, rt, cloud);
+    s.tear_down(&setup);
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
@@ -375,15 +383,8 @@ fn crashes_at_every_point_converge_without_leaks_stuck_nodes_or_double_launches(
 
 #[test]
 fn two_replicas_never_launch_twice_and_the_survivor_takes_over() {
-    let Setup {
-        cluster,
-        certs,
-        logs,
-        rt,
-        cloud,
-        ..
-    } = &setup("replicas");
-    let (cluster, certs, logs, rt, cloud) = (*cluster, certs.as_path(), logs.as_path(), rt, cloud);
+    let setup = setup("replicas");
+    let cluster = setup.cluster;
     let s = Scenario::create(cluster);
     let election = ["--leader-elect", "true", "--leader-election-namespace", s.namespace.as_str()];
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -401,10 +402,7 @@ fn two_replicas_never_launch_twice_and_the_survivor_takes_over() {
             ],
             None,
         );
-        let mut replicas = vec![
-            Binary::start_with(cluster, certs, logs, None, &election),
-            Binary::start_with(cluster, certs, logs, None, &election),
-        ];
+        let mut replicas = vec![setup.start_with(None, &election), setup.start_with(None, &election)];
         let holder = || {
             let out = kubectl(
                 cluster,
@@ -437,7 +435,7 @@ fn two_replicas_never_launch_twice_and_the_survivor_takes_over() {
                     .count();
                 (running == want).then_some(())
             });
-            let settled = settle(|| s.tally(cloud, rt), |t| t.leaked == 0 && t.stuck == 0);
+            let settled = settle(|| s.tally(&setup), |t| t.leaked == 0 && t.stuck == 0);
             let hosts: std::collections::BTreeSet<String> = s.pods().into_iter().filter_map(|p| p.spec?.node_name).collect();
             let nodes: Vec<String> = s.nodes().iter().map(|n| n.name_any()).collect();
             let idle: Vec<&String> = nodes.iter().filter(|n| !hosts.contains(*n)).collect();
@@ -461,7 +459,7 @@ fn two_replicas_never_launch_twice_and_the_survivor_takes_over() {
             survivor.log()
         );
     }));
-    s.tear_down(certs, logs, rt, cloud);
+    s.tear_down(&setup);
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
