@@ -16,7 +16,7 @@ use karpenter_rs::cloudprovider::CloudProvider;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use support::{cluster, fixture, kubectl_ok, unique, wait_for, AdmissionWebhook, Cluster, Controller};
+use support::{cluster, fixture, kubectl, kubectl_ok, unique, wait_for, AdmissionWebhook, Cluster, Controller};
 
 fn setup() -> (&'static Cluster, &'static Controller) {
     static WEBHOOK: OnceLock<AdmissionWebhook> = OnceLock::new();
@@ -596,4 +596,69 @@ fn a_pod_too_big_for_every_instance_type_gets_events_and_launches_nothing() {
         });
         assert!(our_nodes(cluster, &provisioner).is_empty(), "nothing launched");
     });
+}
+
+#[test]
+fn pods_with_zonal_volumes_get_nodes_in_their_volumes_zones() {
+    let (cluster, controller) = setup();
+    let suffix = unique("volumes");
+    let namespace = format!("ns-{suffix}");
+    let (template, provisioner, node_type) = service_provisioner(cluster, &suffix, |_| {});
+    kubectl_ok(cluster, &["create", "namespace", &namespace], None);
+    let zones = ["ap-northeast-2a", "ap-northeast-2c"];
+    let pvs: Vec<String> = zones.iter().map(|z| format!("pv-{suffix}-{z}")).collect();
+    with_clean_up(cluster, controller, &namespace, &[(template, provisioner.clone())], || {
+        for (zone, pv) in zones.iter().zip(&pvs) {
+            // A statically bound volume that exists only in `zone`, its claim, and a pod using it.
+            let manifests = json!({"apiVersion": "v1", "kind": "List", "items": [
+                {
+                    "apiVersion": "v1", "kind": "PersistentVolume",
+                    "metadata": {"name": pv},
+                    "spec": {
+                        "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                        "hostPath": {"path": "/data"},
+                        "claimRef": {"namespace": namespace, "name": format!("data-{zone}")},
+                        "nodeAffinity": {"required": {"nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}
+                        ]}}
+                    }
+                },
+                {
+                    "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": format!("data-{zone}"), "namespace": namespace},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": pv, "resources": {"requests": {"storage": "1Gi"}}}
+                },
+                {
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": format!("db-{zone}"), "namespace": namespace},
+                    "spec": {
+                        "nodeSelector": {"nodeType": node_type},
+                        "tolerations": [{"key": "service", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+                        "containers": [{"name": "db", "image": "postgres"}],
+                        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": format!("data-{zone}")}}]
+                    }
+                }
+            ]});
+            kubectl_ok(cluster, &["apply", "-f", "-"], Some(&manifests.to_string()));
+        }
+        let pods = wait_for("both pods Running", Duration::from_secs(120), || {
+            let pods = running_pods(cluster, &namespace);
+            (pods.len() == 2).then_some(pods)
+        });
+        let nodes = our_nodes(cluster, &provisioner);
+        for pod in &pods {
+            let node_name = pod.spec.as_ref().unwrap().node_name.clone().unwrap();
+            let node = nodes.iter().find(|n| n.name_any() == node_name).expect("the pod runs on our node");
+            let want = pod.name_any().trim_start_matches("db-").to_string();
+            assert_eq!(
+                node.labels()["topology.kubernetes.io/zone"],
+                want,
+                "{} runs in its volume's zone",
+                pod.name_any()
+            );
+        }
+    });
+    for pv in &pvs {
+        kubectl(cluster, &["delete", "pv", pv, "--wait=false"], None);
+    }
 }

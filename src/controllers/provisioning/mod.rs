@@ -12,13 +12,15 @@ pub mod catalogue;
 pub mod node;
 pub mod pods;
 pub mod usage;
+pub mod volumes;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Taint};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::PostParams;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
@@ -86,6 +88,9 @@ struct Stores {
     provisioners: Store<Provisioner>,
     templates: Store<AwsNodeTemplate>,
     daemonsets: Store<DaemonSet>,
+    claims: Store<PersistentVolumeClaim>,
+    volumes: Store<PersistentVolume>,
+    storage_classes: Store<StorageClass>,
 }
 
 impl Context {
@@ -275,7 +280,20 @@ fn start_watches(ctx: &Arc<Context>, shutdown: &CancellationToken) -> Stores {
             shutdown,
             |_| {},
         ),
-        daemonsets: reflect(Api::<DaemonSet>::all(client), watcher::Config::default(), shutdown, |_| {}),
+        daemonsets: reflect(Api::<DaemonSet>::all(client.clone()), watcher::Config::default(), shutdown, |_| {}),
+        claims: reflect(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            watcher::Config::default(),
+            shutdown,
+            |_| {},
+        ),
+        volumes: reflect(
+            Api::<PersistentVolume>::all(client.clone()),
+            watcher::Config::default(),
+            shutdown,
+            |_| {},
+        ),
+        storage_classes: reflect(Api::<StorageClass>::all(client), watcher::Config::default(), shutdown, |_| {}),
     };
     let (ticker_ctx, pods_store, token) = (ctx.clone(), stores.pods.clone(), shutdown.clone());
     tokio::spawn(async move {
@@ -306,6 +324,9 @@ impl Stores {
             self.provisioners.wait_until_ready().await,
             self.templates.wait_until_ready().await,
             self.daemonsets.wait_until_ready().await,
+            self.claims.wait_until_ready().await,
+            self.volumes.wait_until_ready().await,
+            self.storage_classes.wait_until_ready().await,
         ] {
             ready?;
         }
@@ -342,6 +363,22 @@ async fn provision(
     nodes: &[Arc<Node>],
     all_pods: &[Arc<Pod>],
 ) -> Result<Vec<String>, PassError> {
+    let volumes = volumes::Volumes {
+        claims: stores
+            .claims
+            .state()
+            .iter()
+            .map(|c| (format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()), (**c).clone()))
+            .collect(),
+        volumes: stores.volumes.state().iter().map(|v| (v.name_any(), (**v).clone())).collect(),
+        storage_classes: stores
+            .storage_classes
+            .state()
+            .iter()
+            .map(|c| (c.name_any(), (**c).clone()))
+            .collect(),
+    };
+    let pending: Vec<Pod> = pending.into_iter().map(|p| volumes.constrain(p)).collect();
     let provisioners: Vec<Arc<Provisioner>> = stores.provisioners.state();
     let mut templates: HashMap<String, (NodeTemplate, Option<f64>)> = HashMap::new();
     let mut zones: HashMap<String, BTreeSet<String>> = HashMap::new();

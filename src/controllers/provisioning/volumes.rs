@@ -1,0 +1,231 @@
+//! Volume topology (karpenter-behavior.md §2.9): a pod whose PersistentVolumeClaim is bound to a
+//! zonal volume can only run in that volume's zone, so the volume's node affinity (or, for an
+//! unbound claim, its StorageClass's `allowedTopologies`) becomes part of the pod's required node
+//! affinity before the simulation sees it. The requirements go into every required term, so
+//! relaxing preferences never removes them. Pure; the caller passes the objects it has cached.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume, PersistentVolumeClaim, Pod,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+
+/// The cached volume objects: claims by `namespace/name`, volumes and StorageClasses by name.
+#[derive(Clone, Debug, Default)]
+pub struct Volumes {
+    /// PersistentVolumeClaims by `namespace/name`.
+    pub claims: HashMap<String, PersistentVolumeClaim>,
+    /// PersistentVolumes by name.
+    pub volumes: HashMap<String, PersistentVolume>,
+    /// StorageClasses by name.
+    pub storage_classes: HashMap<String, StorageClass>,
+}
+
+impl Volumes {
+    /// The node requirements the pod's claims impose: per claim, the first node-selector term of
+    /// its bound volume's required node affinity, or else the first `allowedTopologies` entry of
+    /// its StorageClass as `In` requirements. Claims not cached yet impose nothing.
+    pub fn requirements(&self, pod: &Pod) -> Vec<NodeSelectorRequirement> {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let mut out = Vec::new();
+        let claims = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .filter_map(|v| v.persistent_volume_claim.as_ref().map(|c| c.claim_name.clone()));
+        for claim_name in claims {
+            let Some(claim) = self.claims.get(&format!("{namespace}/{claim_name}")) else {
+                continue;
+            };
+            let spec = claim.spec.as_ref();
+            let bound = spec
+                .and_then(|s| s.volume_name.as_ref())
+                .filter(|n| !n.is_empty())
+                .and_then(|n| self.volumes.get(n));
+            if let Some(volume) = bound {
+                let term = volume
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_affinity.as_ref())
+                    .and_then(|a| a.required.as_ref())
+                    .and_then(|r| r.node_selector_terms.first());
+                out.extend(term.iter().flat_map(|t| t.match_expressions.iter().flatten()).cloned());
+                continue;
+            }
+            let class = spec
+                .and_then(|s| s.storage_class_name.as_ref())
+                .and_then(|n| self.storage_classes.get(n));
+            let topology = class.and_then(|c| c.allowed_topologies.as_ref()).and_then(|t| t.first());
+            for expression in topology.iter().flat_map(|t| t.match_label_expressions.iter().flatten()) {
+                out.push(NodeSelectorRequirement {
+                    key: expression.key.clone(),
+                    operator: "In".to_string(),
+                    values: Some(expression.values.clone()),
+                });
+            }
+        }
+        out
+    }
+
+    /// `pod` with its volumes' requirements added to every required node-affinity term (one
+    /// term holding only them when it has none). A pod without such volumes is returned as is.
+    pub fn constrain(&self, mut pod: Pod) -> Pod {
+        let requirements = self.requirements(&pod);
+        if requirements.is_empty() {
+            return pod;
+        }
+        let spec = pod.spec.get_or_insert_with(Default::default);
+        let required = spec
+            .affinity
+            .get_or_insert_with(Affinity::default)
+            .node_affinity
+            .get_or_insert_with(NodeAffinity::default)
+            .required_during_scheduling_ignored_during_execution
+            .get_or_insert_with(NodeSelector::default);
+        if required.node_selector_terms.is_empty() {
+            required.node_selector_terms.push(NodeSelectorTerm::default());
+        }
+        for term in &mut required.node_selector_terms {
+            term.match_expressions
+                .get_or_insert_with(Vec::new)
+                .extend(requirements.iter().cloned());
+        }
+        pod
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const ZONE: &str = "topology.kubernetes.io/zone";
+
+    fn pod_with_claims(claims: &[&str], affinity: serde_json::Value) -> Pod {
+        let volumes: Vec<serde_json::Value> = claims
+            .iter()
+            .map(|c| json!({"name": c, "persistentVolumeClaim": {"claimName": c}}))
+            .collect();
+        serde_json::from_value(json!({
+            "metadata": {"name": "db", "namespace": "shop"},
+            "spec": {"containers": [], "volumes": volumes, "affinity": affinity}
+        }))
+        .unwrap()
+    }
+
+    fn volumes() -> Volumes {
+        let claim = |name: &str, spec: serde_json::Value| -> (String, PersistentVolumeClaim) {
+            (
+                format!("shop/{name}"),
+                serde_json::from_value(json!({"metadata": {"name": name, "namespace": "shop"}, "spec": spec})).unwrap(),
+            )
+        };
+        Volumes {
+            claims: [
+                claim("bound", json!({"volumeName": "pv-2c"})),
+                claim("unbound", json!({"storageClassName": "zonal"})),
+                claim("anywhere", json!({"storageClassName": "standard"})),
+            ]
+            .into(),
+            volumes: [(
+                "pv-2c".to_string(),
+                serde_json::from_value(json!({
+                    "metadata": {"name": "pv-2c"},
+                    "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["ap-northeast-2c"]}]},
+                        {"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["ap-northeast-2a"]}]}
+                    ]}}}
+                }))
+                .unwrap(),
+            )]
+            .into(),
+            storage_classes: [
+                (
+                    "zonal".to_string(),
+                    serde_json::from_value(json!({
+                        "metadata": {"name": "zonal"}, "provisioner": "ebs.csi.aws.com",
+                        "allowedTopologies": [{"matchLabelExpressions": [{"key": ZONE, "values": ["ap-northeast-2a"]}]}]
+                    }))
+                    .unwrap(),
+                ),
+                (
+                    "standard".to_string(),
+                    serde_json::from_value(json!({"metadata": {"name": "standard"}, "provisioner": "ebs.csi.aws.com"})).unwrap(),
+                ),
+            ]
+            .into(),
+        }
+    }
+
+    fn zones(requirements: &[NodeSelectorRequirement]) -> Vec<String> {
+        requirements
+            .iter()
+            .filter(|r| r.key == ZONE)
+            .flat_map(|r| r.values.clone().unwrap_or_default())
+            .collect()
+    }
+
+    #[test]
+    fn a_bound_claim_pins_the_zone_of_its_volume() {
+        let pod = pod_with_claims(&["bound"], json!(null));
+        assert_eq!(zones(&volumes().requirements(&pod)), ["ap-northeast-2c"], "the first term only");
+    }
+
+    #[test]
+    fn an_unbound_claim_uses_its_storage_class_topology() {
+        let pod = pod_with_claims(&["unbound"], json!(null));
+        let requirements = volumes().requirements(&pod);
+        assert_eq!(zones(&requirements), ["ap-northeast-2a"]);
+        assert_eq!(requirements[0].operator, "In");
+    }
+
+    #[test]
+    fn claims_without_topology_or_not_cached_add_nothing() {
+        let pod = pod_with_claims(&["anywhere", "missing"], json!(null));
+        assert!(volumes().requirements(&pod).is_empty());
+        assert_eq!(volumes().constrain(pod.clone()), pod);
+    }
+
+    #[test]
+    fn the_requirements_go_into_every_required_term() {
+        let affinity = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]},
+            {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}]}
+        ]}}});
+        let pod = volumes().constrain(pod_with_claims(&["bound"], affinity));
+        let terms = pod
+            .spec
+            .unwrap()
+            .affinity
+            .unwrap()
+            .node_affinity
+            .unwrap()
+            .required_during_scheduling_ignored_during_execution
+            .unwrap()
+            .node_selector_terms;
+        assert_eq!(terms.len(), 2);
+        for term in terms {
+            let expressions = term.match_expressions.unwrap();
+            assert_eq!(zones(&expressions), ["ap-northeast-2c"]);
+            assert_eq!(expressions.len(), 2);
+        }
+    }
+
+    #[test]
+    fn a_pod_without_affinity_gets_one_term() {
+        let pod = volumes().constrain(pod_with_claims(&["bound"], json!(null)));
+        let terms = pod
+            .spec
+            .unwrap()
+            .affinity
+            .unwrap()
+            .node_affinity
+            .unwrap()
+            .required_during_scheduling_ignored_during_execution
+            .unwrap()
+            .node_selector_terms;
+        assert_eq!(terms.len(), 1);
+        assert_eq!(zones(terms[0].match_expressions.as_ref().unwrap()), ["ap-northeast-2c"]);
+    }
+}
