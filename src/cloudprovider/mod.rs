@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::Taint;
 use crate::apis::v1alpha1::defaults::discovery_selector;
 use crate::apis::v1alpha1::{AwsNodeTemplateSpec, AwsNodeTemplateStatus, AwsProvider, BlockDeviceMapping, MetadataOptions};
 use crate::apis::v1alpha5::KubeletConfiguration;
+pub use crate::scheduling::AmiFamily;
 
 /// Kubernetes version whose AMIs are used when none is configured.
 pub const DEFAULT_KUBERNETES_VERSION: &str = "1.33";
@@ -161,18 +162,8 @@ impl InstanceTypeInfo {
     }
 }
 
-/// A GPU kind of an instance type.
-#[derive(Clone, Debug, PartialEq)]
-pub struct GpuInfo {
-    /// `t4`, `a10g`, ...
-    pub name: String,
-    /// `nvidia`, `amd`, ...
-    pub manufacturer: String,
-    /// How many.
-    pub count: i64,
-    /// Memory of one GPU in MiB.
-    pub memory_mib: i64,
-}
+/// A GPU kind of an instance type: the simulation's own type.
+pub type GpuInfo = crate::scheduling::GpuFacts;
 
 /// An accelerator kind of an instance type.
 #[derive(Clone, Debug, PartialEq)]
@@ -185,57 +176,8 @@ pub struct AcceleratorInfo {
     pub count: i64,
 }
 
-/// Where and how an instance type can be bought, and for how much.
-#[derive(Clone, Debug, PartialEq)]
-pub struct OfferingInfo {
-    /// Availability zone.
-    pub zone: String,
-    /// `on-demand` or `spot`.
-    pub capacity_type: String,
-    /// USD per hour.
-    pub price: f64,
-    /// False while a recent launch found no capacity here.
-    pub available: bool,
-}
-
-/// AMI family of a node template.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-pub enum AmiFamily {
-    /// Amazon Linux 2 EKS-optimized (default).
-    Al2,
-    /// Bottlerocket.
-    Bottlerocket,
-    /// Ubuntu EKS images.
-    Ubuntu,
-    /// Any AMI from `amiSelector`, booted with the template's own user data only.
-    Custom,
-}
-
-impl AmiFamily {
-    /// Parses an `amiFamily` value (absent = AL2).
-    pub fn parse(value: Option<&str>) -> Result<AmiFamily, Error> {
-        match value.unwrap_or("AL2") {
-            "AL2" => Ok(AmiFamily::Al2),
-            "Bottlerocket" => Ok(AmiFamily::Bottlerocket),
-            "Ubuntu" => Ok(AmiFamily::Ubuntu),
-            "Custom" => Ok(AmiFamily::Custom),
-            other => Err(Error::InvalidConfiguration(format!(
-                "amiFamily {other:?} is not supported by karpenter-rs (AL2, Bottlerocket, Ubuntu or Custom)"
-            ))),
-        }
-    }
-}
-
-impl fmt::Display for AmiFamily {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            AmiFamily::Al2 => "AL2",
-            AmiFamily::Bottlerocket => "Bottlerocket",
-            AmiFamily::Ubuntu => "Ubuntu",
-            AmiFamily::Custom => "Custom",
-        })
-    }
-}
+/// Where and how an instance type can be bought, and for how much: the simulation's own type.
+pub type OfferingInfo = crate::scheduling::Offering;
 
 /// The AWS settings of one Provisioner, from its AWSNodeTemplate or its inline `spec.provider`,
 /// with absent selectors defaulted to the cluster's discovery tag.
@@ -277,7 +219,7 @@ impl NodeTemplate {
                 spec.launch_template.as_deref(),
                 cluster_name,
             ),
-            ami_family: AmiFamily::parse(spec.ami_family.as_deref())?,
+            ami_family: AmiFamily::parse(spec.ami_family.as_deref()).map_err(Error::InvalidConfiguration)?,
             ami_selector: spec.ami_selector.clone(),
             instance_profile: spec.instance_profile.clone(),
             user_data: spec.user_data.clone(),
@@ -301,7 +243,7 @@ impl NodeTemplate {
                 provider.launch_template.as_deref(),
                 cluster,
             ),
-            ami_family: AmiFamily::parse(provider.ami_family.as_deref())?,
+            ami_family: AmiFamily::parse(provider.ami_family.as_deref()).map_err(Error::InvalidConfiguration)?,
             ami_selector: None,
             instance_profile: provider.instance_profile.clone(),
             user_data: None,
@@ -535,7 +477,8 @@ mod tests {
 
     #[test]
     fn rejects_windows_ami_families_naming_the_value() {
-        let err = AmiFamily::parse(Some("Windows2019")).unwrap_err();
+        let spec: AwsNodeTemplateSpec = serde_json::from_value(serde_json::json!({"amiFamily": "Windows2019"})).unwrap();
+        let err = NodeTemplate::from_node_template(&spec, "ssungz-cluster").unwrap_err();
         assert_eq!(err.kind(), "invalid_configuration");
         assert!(err.to_string().contains("\"Windows2019\""), "{err}");
     }

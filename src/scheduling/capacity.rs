@@ -66,8 +66,9 @@ pub struct GpuFacts {
     pub memory_mib: i64,
 }
 
-/// Which AMI family the node boots: it decides a few overhead rules.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Which AMI family the node boots: it decides a few overhead rules here, and the AMI, user
+/// data and block devices at launch (`cloudprovider`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum AmiFamily {
     /// Amazon Linux 2 (the default).
     #[default]
@@ -81,13 +82,16 @@ pub enum AmiFamily {
 }
 
 impl AmiFamily {
-    /// From `spec.amiFamily` (`AL2`, `Bottlerocket`, `Ubuntu`, `Custom`); anything else is AL2.
-    pub fn parse(s: &str) -> Self {
-        match s {
-            "Bottlerocket" => AmiFamily::Bottlerocket,
-            "Ubuntu" => AmiFamily::Ubuntu,
-            "Custom" => AmiFamily::Custom,
-            _ => AmiFamily::Al2,
+    /// From `spec.amiFamily` (absent = AL2); an unsupported family is an error naming it.
+    pub fn parse(value: Option<&str>) -> Result<AmiFamily, String> {
+        match value.unwrap_or("AL2") {
+            "AL2" => Ok(AmiFamily::Al2),
+            "Bottlerocket" => Ok(AmiFamily::Bottlerocket),
+            "Ubuntu" => Ok(AmiFamily::Ubuntu),
+            "Custom" => Ok(AmiFamily::Custom),
+            other => Err(format!(
+                "amiFamily {other:?} is not supported by karpenter-rs (AL2, Bottlerocket, Ubuntu or Custom)"
+            )),
         }
     }
 
@@ -101,6 +105,17 @@ impl AmiFamily {
 
     fn eviction_soft_enabled(self) -> bool {
         self != AmiFamily::Bottlerocket
+    }
+}
+
+impl std::fmt::Display for AmiFamily {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AmiFamily::Al2 => "AL2",
+            AmiFamily::Bottlerocket => "Bottlerocket",
+            AmiFamily::Ubuntu => "Ubuntu",
+            AmiFamily::Custom => "Custom",
+        })
     }
 }
 

@@ -12,7 +12,7 @@ use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, ZONE_LABEL};
 use crate::apis::v1alpha5::Provisioner;
 use crate::cloudprovider::{Instance, InstanceOption, InstanceTypeInfo, LaunchRequest, NodeTemplate};
 use crate::scheduling::instance_types::offering_allowed;
-use crate::scheduling::{AmiFamily, GpuFacts, InstanceFacts, InstanceType, NodeRequest, NodeSettings, Offering, Resources};
+use crate::scheduling::{InstanceFacts, InstanceType, NodeRequest, NodeSettings, Resources};
 
 /// EC2's facts in the simulation's terms.
 pub fn facts(info: &InstanceTypeInfo) -> InstanceFacts {
@@ -23,16 +23,7 @@ pub fn facts(info: &InstanceTypeInfo) -> InstanceFacts {
         architecture: info.architecture.clone(),
         max_enis: info.max_enis,
         ipv4_per_eni: info.ipv4_per_eni,
-        gpus: info
-            .gpus
-            .iter()
-            .map(|g| GpuFacts {
-                name: g.name.clone(),
-                manufacturer: g.manufacturer.clone(),
-                count: g.count,
-                memory_mib: g.memory_mib,
-            })
-            .collect(),
+        gpus: info.gpus.clone(),
         neuron_devices: info
             .accelerators
             .iter()
@@ -58,21 +49,11 @@ pub fn instance_types(
     region: &str,
 ) -> Vec<Arc<InstanceType>> {
     let mut settings = NodeSettings::from_kubelet(provisioner.spec.kubelet_configuration.as_ref());
-    settings.ami_family = AmiFamily::parse(&template.ami_family.to_string());
+    settings.ami_family = template.ami_family;
     catalogue
         .iter()
         .map(|info| {
-            let offerings = info
-                .offerings
-                .iter()
-                .filter(|o| zones.contains(&o.zone))
-                .map(|o| Offering {
-                    zone: o.zone.clone(),
-                    capacity_type: o.capacity_type.clone(),
-                    price: o.price,
-                    available: o.available,
-                })
-                .collect();
+            let offerings = info.offerings.iter().filter(|o| zones.contains(&o.zone)).cloned().collect();
             Arc::new(InstanceType::from_facts(&facts(info), offerings, &settings, Some(region)))
         })
         .collect()
