@@ -166,6 +166,15 @@ mod tests {
             .collect()
     }
 
+    fn required_terms(pod: Pod) -> Vec<NodeSelectorTerm> {
+        pod.spec
+            .and_then(|s| s.affinity)
+            .and_then(|a| a.node_affinity)
+            .and_then(|n| n.required_during_scheduling_ignored_during_execution)
+            .map(|r| r.node_selector_terms)
+            .unwrap_or_default()
+    }
+
     #[test]
     fn a_bound_claim_pins_the_zone_of_its_volume() {
         let pod = pod_with_claims(&["bound"], json!(null));
@@ -194,16 +203,7 @@ mod tests {
             {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}]}
         ]}}});
         let pod = volumes().constrain(pod_with_claims(&["bound"], affinity));
-        let terms = pod
-            .spec
-            .unwrap()
-            .affinity
-            .unwrap()
-            .node_affinity
-            .unwrap()
-            .required_during_scheduling_ignored_during_execution
-            .unwrap()
-            .node_selector_terms;
+        let terms = required_terms(pod);
         assert_eq!(terms.len(), 2);
         for term in terms {
             let expressions = term.match_expressions.unwrap();
@@ -215,16 +215,7 @@ mod tests {
     #[test]
     fn a_pod_without_affinity_gets_one_term() {
         let pod = volumes().constrain(pod_with_claims(&["bound"], json!(null)));
-        let terms = pod
-            .spec
-            .unwrap()
-            .affinity
-            .unwrap()
-            .node_affinity
-            .unwrap()
-            .required_during_scheduling_ignored_during_execution
-            .unwrap()
-            .node_selector_terms;
+        let terms = required_terms(pod);
         assert_eq!(terms.len(), 1);
         assert_eq!(zones(terms[0].match_expressions.as_ref().unwrap()), ["ap-northeast-2c"]);
     }
