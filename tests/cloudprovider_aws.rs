@@ -141,8 +141,11 @@ async fn catalogue_has_every_moto_instance_type_with_offerings_in_the_subnet_zon
     let types = cloud.instance_types().await.expect("describing instance types");
     assert!(types.len() >= 400, "only {} instance types", types.len());
     for name in ["t3.large", "t3.xlarge"] {
-        let it = types.iter().find(|t| t.name == name).unwrap_or_else(|| panic!("{name} missing"));
-        assert_eq!(it.architecture, "amd64");
+        let it = types
+            .iter()
+            .find(|t| t.facts.name == name)
+            .unwrap_or_else(|| panic!("{name} missing"));
+        assert_eq!(it.facts.architecture, "amd64");
         assert_eq!((it.category.as_str(), it.family.as_str(), it.generation), ("t", "t3", Some(3)));
         let zones: BTreeSet<&str> = it
             .offerings
@@ -156,17 +159,19 @@ async fn catalogue_has_every_moto_instance_type_with_offerings_in_the_subnet_zon
         assert!(it.offerings.iter().all(|o| o.price > 0.0), "{name} has an unpriced offering");
         assert!(it.capacity_types.contains(&"spot".to_string()));
     }
-    let large = types.iter().find(|t| t.name == "t3.large").unwrap();
-    assert_eq!((large.vcpu, large.memory_mib), (2, 8192));
+    let large = types.iter().find(|t| t.facts.name == "t3.large").unwrap();
+    assert_eq!((large.facts.vcpus, large.facts.memory_mib), (2, 8192));
     assert_eq!(large.eni_limited_pods(), 35, "3 ENIs x (12 - 1) + 2");
-    let xlarge = types.iter().find(|t| t.name == "t3.xlarge").unwrap();
+    let xlarge = types.iter().find(|t| t.facts.name == "t3.xlarge").unwrap();
     let od = |t: &karpenter_rs::cloudprovider::InstanceTypeInfo| t.offerings.iter().find(|o| o.capacity_type == "on-demand").unwrap().price;
     assert!(od(large) < od(xlarge), "t3.large must rank cheaper than t3.xlarge");
     assert!(
-        types.iter().any(|t| t.architecture == "arm64"),
+        types.iter().any(|t| t.facts.architecture == "arm64"),
         "Graviton types are in the catalogue"
     );
-    assert!(types.iter().all(|t| t.architecture == "amd64" || t.architecture == "arm64"));
+    assert!(types
+        .iter()
+        .all(|t| t.facts.architecture == "amd64" || t.facts.architecture == "arm64"));
 }
 
 /// moto does not implement the Pricing API (GetProducts answers 500 on the same endpoint), which
@@ -183,7 +188,10 @@ async fn catalogue_loads_with_prices_when_the_pricing_api_is_not_available() {
     let types = cloud.instance_types().await.expect("the catalogue loads without the Pricing API");
     assert!(types.len() >= 400, "only {} instance types", types.len());
     let on_demand = |name: &str| {
-        let it = types.iter().find(|t| t.name == name).unwrap_or_else(|| panic!("{name} missing"));
+        let it = types
+            .iter()
+            .find(|t| t.facts.name == name)
+            .unwrap_or_else(|| panic!("{name} missing"));
         let prices: BTreeSet<String> = it
             .offerings
             .iter()
@@ -206,7 +214,11 @@ async fn catalogue_loads_with_prices_when_the_pricing_api_is_not_available() {
         assert_eq!(price, estimate_on_demand(it), "{name} is priced by the estimate");
     }
     for it in &types {
-        assert!(it.offerings.iter().all(|o| o.price > 0.0), "{} has an unpriced offering", it.name);
+        assert!(
+            it.offerings.iter().all(|o| o.price > 0.0),
+            "{} has an unpriced offering",
+            it.facts.name
+        );
     }
     let again = cloud.instance_types().await.expect("loading again within the TTL");
     assert_eq!(again.len(), types.len());
@@ -371,7 +383,7 @@ async fn launches_spot_under_the_spot_price_when_spot_is_allowed() {
         let provisioner = provisioner.clone();
         async move {
             let types = cloud.instance_types().await.unwrap();
-            let large = types.iter().find(|t| t.name == "t3.large").unwrap();
+            let large = types.iter().find(|t| t.facts.name == "t3.large").unwrap();
             let spot = large
                 .offerings
                 .iter()

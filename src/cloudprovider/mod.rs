@@ -17,6 +17,7 @@ use crate::apis::v1alpha1::defaults::discovery_selector;
 use crate::apis::v1alpha1::{AwsNodeTemplateSpec, AwsNodeTemplateStatus, AwsProvider, BlockDeviceMapping, MetadataOptions};
 use crate::apis::v1alpha5::KubeletConfiguration;
 pub use crate::scheduling::AmiFamily;
+use crate::scheduling::InstanceFacts;
 
 /// Kubernetes version whose AMIs are used when none is configured.
 pub const DEFAULT_KUBERNETES_VERSION: &str = "1.33";
@@ -94,32 +95,11 @@ impl fmt::Debug for StaticCredentials {
 /// What one instance type is, as EC2 describes it, and where and at what price it is offered.
 #[derive(Clone, Debug, PartialEq)]
 pub struct InstanceTypeInfo {
-    /// `t3.large`.
-    pub name: String,
-    /// Kubernetes architecture: `amd64` or `arm64`.
-    pub architecture: String,
-    /// Default vCPUs.
-    pub vcpu: i64,
-    /// Memory in MiB.
-    pub memory_mib: i64,
-    /// Most network interfaces of the default network card.
-    pub max_enis: i64,
-    /// IPv4 addresses per network interface.
-    pub ipv4_per_eni: i64,
-    /// GPUs, one entry per kind.
-    pub gpus: Vec<GpuInfo>,
+    /// What the simulation needs to know of it: name, vCPUs, memory, architecture, network
+    /// interfaces, GPUs, Neuron devices, hypervisor, local NVMe, bandwidth.
+    pub facts: InstanceFacts,
     /// Inference/training accelerators (Inferentia, Trainium, Gaudi, ...), one entry per kind.
     pub accelerators: Vec<AcceleratorInfo>,
-    /// `nitro`, `xen`, or empty for bare metal.
-    pub hypervisor: String,
-    /// Whether traffic between such instances is encrypted in transit.
-    pub encryption_in_transit: bool,
-    /// Total local NVMe storage in GB, when the type has NVMe instance storage.
-    pub local_nvme_gb: Option<i64>,
-    /// Baseline network bandwidth in Mbps, when known.
-    pub network_bandwidth_mbps: Option<i64>,
-    /// Whether the type is a bare-metal size.
-    pub bare_metal: bool,
     /// `t` of `t3.large`.
     pub category: String,
     /// `t3` of `t3.large`.
@@ -137,17 +117,17 @@ pub struct InstanceTypeInfo {
 impl InstanceTypeInfo {
     /// Pods the AWS VPC CNI can address: `maxENIs × (IPv4PerENI − 1) + 2`.
     pub fn eni_limited_pods(&self) -> i64 {
-        self.max_enis * (self.ipv4_per_eni - 1).max(0) + 2
+        self.facts.max_enis * (self.facts.ipv4_per_eni - 1).max(0) + 2
     }
 
     /// Total GPUs of every kind.
     pub fn gpu_count(&self) -> i64 {
-        self.gpus.iter().map(|g| g.count).sum()
+        self.facts.gpus.iter().map(|g| g.count).sum()
     }
 
     /// Whether the type has an NVIDIA GPU or an AWS Neuron device (they need the GPU AMI variant).
     pub fn needs_accelerated_ami(&self) -> bool {
-        self.gpus.iter().any(|g| g.manufacturer.eq_ignore_ascii_case("nvidia"))
+        self.facts.gpus.iter().any(|g| g.manufacturer.eq_ignore_ascii_case("nvidia"))
             || self.accelerators.iter().any(|a| a.manufacturer.eq_ignore_ascii_case("aws"))
     }
 

@@ -12,6 +12,7 @@ use super::errors;
 use super::pricing::Pricing;
 use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT};
 use crate::cloudprovider::{AcceleratorInfo, Error, GpuInfo, InstanceTypeInfo, OfferingInfo};
+use crate::scheduling::InstanceFacts;
 
 /// Category, family, generation and size of an instance type name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,21 +118,30 @@ pub fn convert(it: &aws_sdk_ec2::types::InstanceTypeInfo) -> Option<InstanceType
         .filter(|s| s.nvme_support().is_some_and(|n| n.as_str() != "unsupported"))
         .and_then(|s| s.total_size_in_gb());
     let parts = parse_name(&name);
+    let neuron_devices = accelerators
+        .iter()
+        .filter(|a| a.manufacturer.eq_ignore_ascii_case("aws"))
+        .map(|a| a.count)
+        .sum();
     Some(InstanceTypeInfo {
-        architecture,
-        vcpu: it.v_cpu_info().and_then(|v| v.default_v_cpus()).unwrap_or(0).into(),
-        memory_mib: it.memory_info().and_then(|m| m.size_in_mib()).unwrap_or(0),
-        max_enis: max_enis.into(),
-        ipv4_per_eni: network.and_then(|n| n.ipv4_addresses_per_interface()).unwrap_or(0).into(),
-        gpus,
+        facts: InstanceFacts {
+            architecture,
+            vcpus: it.v_cpu_info().and_then(|v| v.default_v_cpus()).unwrap_or(0).into(),
+            memory_mib: it.memory_info().and_then(|m| m.size_in_mib()).unwrap_or(0),
+            max_enis: max_enis.into(),
+            ipv4_per_eni: network.and_then(|n| n.ipv4_addresses_per_interface()).unwrap_or(0).into(),
+            gpus,
+            neuron_devices,
+            hypervisor: it.hypervisor().map(|h| h.as_str().to_string()).unwrap_or_default(),
+            encryption_in_transit: network.and_then(|n| n.encryption_in_transit_supported()).unwrap_or(false),
+            local_nvme_gb: local_nvme_gb.unwrap_or(0),
+            network_bandwidth_mbps: default_card
+                .and_then(|c| c.baseline_bandwidth_in_gbps())
+                .map(|gbps| (gbps * 1000.0).round() as i64),
+            bare_metal: it.bare_metal().unwrap_or(false),
+            name,
+        },
         accelerators,
-        hypervisor: it.hypervisor().map(|h| h.as_str().to_string()).unwrap_or_default(),
-        encryption_in_transit: network.and_then(|n| n.encryption_in_transit_supported()).unwrap_or(false),
-        local_nvme_gb,
-        network_bandwidth_mbps: default_card
-            .and_then(|c| c.baseline_bandwidth_in_gbps())
-            .map(|gbps| (gbps * 1000.0).round() as i64),
-        bare_metal: it.bare_metal().unwrap_or(false),
         category: parts.category,
         family: parts.family,
         generation: parts.generation,
@@ -144,7 +154,6 @@ pub fn convert(it: &aws_sdk_ec2::types::InstanceTypeInfo) -> Option<InstanceType
             .map(str::to_string)
             .collect(),
         offerings: Vec::new(),
-        name,
     })
 }
 
@@ -156,7 +165,7 @@ pub fn with_offerings(
     pricing: &Pricing,
 ) -> Vec<InstanceTypeInfo> {
     for it in &mut types {
-        let Some(zones) = zones_by_type.get(&it.name) else { continue };
+        let Some(zones) = zones_by_type.get(&it.facts.name) else { continue };
         let on_demand = pricing.on_demand(it);
         for zone in zones {
             for capacity_type in &it.capacity_types {
@@ -174,7 +183,7 @@ pub fn with_offerings(
             }
         }
     }
-    types.sort_by(|a, b| a.name.cmp(&b.name));
+    types.sort_by(|a, b| a.facts.name.cmp(&b.facts.name));
     types
 }
 
@@ -293,12 +302,15 @@ mod tests {
             .supported_usage_classes(UsageClassType::Spot)
             .build();
         let it = convert(&described).expect("an hvm x86_64 type converts");
-        assert_eq!(it.name, "g4dn.xlarge");
-        assert_eq!(it.architecture, "amd64");
-        assert_eq!((it.vcpu, it.memory_mib, it.max_enis, it.ipv4_per_eni), (4, 16384, 3, 10));
+        assert_eq!(it.facts.name, "g4dn.xlarge");
+        assert_eq!(it.facts.architecture, "amd64");
+        assert_eq!(
+            (it.facts.vcpus, it.facts.memory_mib, it.facts.max_enis, it.facts.ipv4_per_eni),
+            (4, 16384, 3, 10)
+        );
         assert_eq!(it.eni_limited_pods(), 29);
         assert_eq!(
-            it.gpus,
+            it.facts.gpus,
             vec![GpuInfo {
                 name: "t4".into(),
                 manufacturer: "nvidia".into(),
@@ -307,8 +319,8 @@ mod tests {
             }]
         );
         assert!(it.needs_accelerated_ami());
-        assert_eq!(it.network_bandwidth_mbps, Some(5000));
-        assert_eq!(it.hypervisor, "nitro");
+        assert_eq!(it.facts.network_bandwidth_mbps, Some(5000));
+        assert_eq!(it.facts.hypervisor, "nitro");
         assert_eq!(it.capacity_types, vec!["on-demand", "spot"]);
         assert_eq!((it.category.as_str(), it.generation, it.size.as_str()), ("g", Some(4), "xlarge"));
     }
@@ -316,19 +328,22 @@ mod tests {
     #[test]
     fn prices_every_zone_and_capacity_type_of_a_type() {
         let it = InstanceTypeInfo {
-            name: "t3.large".into(),
-            architecture: "amd64".into(),
-            vcpu: 2,
-            memory_mib: 8192,
-            max_enis: 3,
-            ipv4_per_eni: 12,
-            gpus: vec![],
+            facts: InstanceFacts {
+                name: "t3.large".into(),
+                architecture: "amd64".into(),
+                vcpus: 2,
+                memory_mib: 8192,
+                max_enis: 3,
+                ipv4_per_eni: 12,
+                gpus: vec![],
+                neuron_devices: 0,
+                hypervisor: "nitro".into(),
+                encryption_in_transit: false,
+                local_nvme_gb: 0,
+                network_bandwidth_mbps: None,
+                bare_metal: false,
+            },
             accelerators: vec![],
-            hypervisor: "nitro".into(),
-            encryption_in_transit: false,
-            local_nvme_gb: None,
-            network_bandwidth_mbps: None,
-            bare_metal: false,
             category: "t".into(),
             family: "t3".into(),
             generation: Some(3),

@@ -179,7 +179,11 @@ impl AwsCloudProvider {
             async { Ok(self.on_demand_prices().await) },
         )?;
         let prices = pricing::Pricing::new(self.overrides.clone(), on_demand, spot);
-        let estimated: Vec<&str> = types.iter().filter(|t| prices.is_estimated(t)).map(|t| t.name.as_str()).collect();
+        let estimated: Vec<&str> = types
+            .iter()
+            .filter(|t| prices.is_estimated(t))
+            .map(|t| t.facts.name.as_str())
+            .collect();
         if !estimated.is_empty() && !self.warned_estimate.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 estimated = estimated.len(),
@@ -352,14 +356,14 @@ impl AwsCloudProvider {
             return Ok(types.iter().map(|t| (t.clone(), name.clone())).collect());
         }
         let catalogue = self.catalogue().await?;
-        let by_name: HashMap<&str, &InstanceTypeInfo> = catalogue.iter().map(|t| (t.name.as_str(), t)).collect();
+        let by_name: HashMap<&str, &InstanceTypeInfo> = catalogue.iter().map(|t| (t.facts.name.as_str(), t)).collect();
         let mut needs: BTreeMap<AmiNeed, Vec<String>> = BTreeMap::new();
         for t in types {
             let info = by_name
                 .get(t.as_str())
                 .ok_or_else(|| Error::InvalidConfiguration(format!("instance type {t} is not offered in this region")))?;
             let need = AmiNeed {
-                architecture: if info.architecture == "arm64" { "arm64" } else { "amd64" },
+                architecture: if info.facts.architecture == "arm64" { "arm64" } else { "amd64" },
                 accelerated: info.needs_accelerated_ami(),
             };
             needs.entry(need).or_default().push(t.clone());
@@ -488,7 +492,7 @@ impl CloudProvider for AwsCloudProvider {
         let mut types = catalogue.as_ref().clone();
         for t in &mut types {
             for o in &mut t.offerings {
-                o.available = !cache.is_unavailable(&t.name, &o.zone, &o.capacity_type, now);
+                o.available = !cache.is_unavailable(&t.facts.name, &o.zone, &o.capacity_type, now);
             }
         }
         Ok(types)

@@ -108,11 +108,11 @@ pub fn estimate_on_demand(it: &InstanceTypeInfo) -> f64 {
         "t" => (0.0269, 0.00349),
         _ => (0.0316, 0.0041),
     };
-    let base = it.vcpu as f64 * per_vcpu + it.memory_mib as f64 / 1024.0 * per_gib;
-    let base = if it.architecture == "arm64" { base * 0.8 } else { base };
+    let base = it.facts.vcpus as f64 * per_vcpu + it.facts.memory_mib as f64 / 1024.0 * per_gib;
+    let base = if it.facts.architecture == "arm64" { base * 0.8 } else { base };
     let extras = it.gpu_count() as f64 * 0.35
         + it.accelerators.iter().map(|a| a.count).sum::<i64>() as f64 * 0.25
-        + it.local_nvme_gb.unwrap_or(0) as f64 * 0.00006;
+        + it.facts.local_nvme_gb as f64 * 0.00006;
     round_price(base + extras)
 }
 
@@ -160,9 +160,9 @@ impl Pricing {
 
     /// Where the on-demand price of `it` comes from: overrides file > Pricing API > estimate.
     pub fn source(&self, it: &InstanceTypeInfo) -> PriceSource {
-        if self.overridden(&it.name).is_some() {
+        if self.overridden(&it.facts.name).is_some() {
             PriceSource::Override
-        } else if self.on_demand_api.contains_key(&it.name) {
+        } else if self.on_demand_api.contains_key(&it.facts.name) {
             PriceSource::PricingApi
         } else {
             PriceSource::Estimate
@@ -177,8 +177,8 @@ impl Pricing {
     /// On-demand USD per hour.
     pub fn on_demand(&self, it: &InstanceTypeInfo) -> f64 {
         match self.source(it) {
-            PriceSource::Override => self.overridden(&it.name).map(OverridePrice::on_demand),
-            PriceSource::PricingApi => self.on_demand_api.get(&it.name).copied(),
+            PriceSource::Override => self.overridden(&it.facts.name).map(OverridePrice::on_demand),
+            PriceSource::PricingApi => self.on_demand_api.get(&it.facts.name).copied(),
             PriceSource::Estimate => None,
         }
         .unwrap_or_else(|| estimate_on_demand(it))
@@ -186,9 +186,9 @@ impl Pricing {
 
     /// Spot USD per hour in `zone`, given the type's on-demand price.
     pub fn spot(&self, it: &InstanceTypeInfo, zone: &str, on_demand: f64) -> f64 {
-        self.overridden(&it.name)
+        self.overridden(&it.facts.name)
             .and_then(OverridePrice::spot)
-            .or_else(|| self.spot_history.get(&(it.name.clone(), zone.to_string())).copied())
+            .or_else(|| self.spot_history.get(&(it.facts.name.clone(), zone.to_string())).copied())
             .unwrap_or_else(|| round_price(on_demand * SPOT_FRACTION))
     }
 }
@@ -393,23 +393,27 @@ pub async fn describe_spot_prices(ec2: &Client) -> Result<BTreeMap<(String, Stri
 mod tests {
     use super::*;
     use crate::cloudprovider::GpuInfo;
+    use crate::scheduling::InstanceFacts;
 
     fn instance_type(name: &str, arch: &str, vcpu: i64, memory_gib: i64) -> InstanceTypeInfo {
         let parts = super::super::instance_types::parse_name(name);
         InstanceTypeInfo {
-            name: name.into(),
-            architecture: arch.into(),
-            vcpu,
-            memory_mib: memory_gib * 1024,
-            max_enis: 3,
-            ipv4_per_eni: 12,
-            gpus: vec![],
+            facts: InstanceFacts {
+                name: name.into(),
+                architecture: arch.into(),
+                vcpus: vcpu,
+                memory_mib: memory_gib * 1024,
+                max_enis: 3,
+                ipv4_per_eni: 12,
+                gpus: vec![],
+                neuron_devices: 0,
+                hypervisor: "nitro".into(),
+                encryption_in_transit: false,
+                local_nvme_gb: 0,
+                network_bandwidth_mbps: None,
+                bare_metal: false,
+            },
             accelerators: vec![],
-            hypervisor: "nitro".into(),
-            encryption_in_transit: false,
-            local_nvme_gb: None,
-            network_bandwidth_mbps: None,
-            bare_metal: false,
             category: parts.category,
             family: parts.family,
             generation: parts.generation,
@@ -431,13 +435,13 @@ mod tests {
         assert!(close(estimate_on_demand(&instance_type("t3.large", "amd64", 2, 8)), 0.0832));
         assert!(close(estimate_on_demand(&instance_type("m6g.large", "arm64", 2, 8)), 0.077));
         let mut g4dn = instance_type("g4dn.xlarge", "amd64", 4, 16);
-        g4dn.gpus = vec![GpuInfo {
+        g4dn.facts.gpus = vec![GpuInfo {
             name: "t4".into(),
             manufacturer: "nvidia".into(),
             count: 1,
             memory_mib: 16384,
         }];
-        g4dn.local_nvme_gb = Some(125);
+        g4dn.facts.local_nvme_gb = 125;
         assert!(close(estimate_on_demand(&g4dn), 0.526), "{}", estimate_on_demand(&g4dn));
     }
 

@@ -12,31 +12,7 @@ use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, ZONE_LABEL};
 use crate::apis::v1alpha5::Provisioner;
 use crate::cloudprovider::{Instance, InstanceOption, InstanceTypeInfo, LaunchRequest, NodeTemplate};
 use crate::scheduling::instance_types::offering_allowed;
-use crate::scheduling::{InstanceFacts, InstanceType, NodeRequest, NodeSettings, Resources};
-
-/// EC2's facts in the simulation's terms.
-pub fn facts(info: &InstanceTypeInfo) -> InstanceFacts {
-    InstanceFacts {
-        name: info.name.clone(),
-        vcpus: info.vcpu,
-        memory_mib: info.memory_mib,
-        architecture: info.architecture.clone(),
-        max_enis: info.max_enis,
-        ipv4_per_eni: info.ipv4_per_eni,
-        gpus: info.gpus.clone(),
-        neuron_devices: info
-            .accelerators
-            .iter()
-            .filter(|a| a.manufacturer.eq_ignore_ascii_case("aws"))
-            .map(|a| a.count)
-            .sum(),
-        hypervisor: info.hypervisor.clone(),
-        bare_metal: info.bare_metal,
-        local_nvme_gb: info.local_nvme_gb.unwrap_or(0),
-        network_bandwidth_mbps: info.network_bandwidth_mbps,
-        encryption_in_transit: info.encryption_in_transit,
-    }
-}
+use crate::scheduling::{InstanceType, NodeRequest, NodeSettings, Resources};
 
 /// The instance types a Provisioner may launch, with capacity and overhead computed for its
 /// kubelet settings and AMI family. Only offerings in `zones` (where its subnets are) are kept:
@@ -54,7 +30,7 @@ pub fn instance_types(
         .iter()
         .map(|info| {
             let offerings = info.offerings.iter().filter(|o| zones.contains(&o.zone)).cloned().collect();
-            Arc::new(InstanceType::from_facts(&facts(info), offerings, &settings, Some(region)))
+            Arc::new(InstanceType::from_facts(&info.facts, offerings, &settings, Some(region)))
         })
         .collect()
 }
