@@ -228,6 +228,37 @@ pub async fn describe_offerings(ec2: &Client) -> Result<BTreeMap<String, BTreeSe
     Ok(zones_by_type)
 }
 
+/// A plain Nitro instance type with on-demand and spot usage classes and no offerings yet, for
+/// the tests of this provider.
+#[cfg(test)]
+pub(crate) fn test_instance_type(name: &str, architecture: &str, vcpus: i64, memory_gib: i64) -> InstanceTypeInfo {
+    let parts = parse_name(name);
+    InstanceTypeInfo {
+        facts: InstanceFacts {
+            name: name.into(),
+            architecture: architecture.into(),
+            vcpus,
+            memory_mib: memory_gib * 1024,
+            max_enis: 3,
+            ipv4_per_eni: 12,
+            gpus: vec![],
+            neuron_devices: 0,
+            hypervisor: "nitro".into(),
+            encryption_in_transit: false,
+            local_nvme_gb: 0,
+            network_bandwidth_mbps: None,
+            bare_metal: false,
+        },
+        accelerators: vec![],
+        category: parts.category,
+        family: parts.family,
+        generation: parts.generation,
+        size: parts.size,
+        capacity_types: vec!["on-demand".into(), "spot".into()],
+        offerings: vec![],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,30 +358,7 @@ mod tests {
 
     #[test]
     fn prices_every_zone_and_capacity_type_of_a_type() {
-        let it = InstanceTypeInfo {
-            facts: InstanceFacts {
-                name: "t3.large".into(),
-                architecture: "amd64".into(),
-                vcpus: 2,
-                memory_mib: 8192,
-                max_enis: 3,
-                ipv4_per_eni: 12,
-                gpus: vec![],
-                neuron_devices: 0,
-                hypervisor: "nitro".into(),
-                encryption_in_transit: false,
-                local_nvme_gb: 0,
-                network_bandwidth_mbps: None,
-                bare_metal: false,
-            },
-            accelerators: vec![],
-            category: "t".into(),
-            family: "t3".into(),
-            generation: Some(3),
-            size: "large".into(),
-            capacity_types: vec!["on-demand".into(), "spot".into()],
-            offerings: vec![],
-        };
+        let it = test_instance_type("t3.large", "amd64", 2, 8);
         let zones = BTreeMap::from([(
             "t3.large".to_string(),
             BTreeSet::from(["ap-northeast-2a".to_string(), "ap-northeast-2c".to_string()]),

@@ -391,37 +391,9 @@ pub async fn describe_spot_prices(ec2: &Client) -> Result<BTreeMap<(String, Stri
 
 #[cfg(test)]
 mod tests {
+    use super::super::instance_types::test_instance_type as instance_type;
     use super::*;
     use crate::cloudprovider::GpuInfo;
-    use crate::scheduling::InstanceFacts;
-
-    fn instance_type(name: &str, arch: &str, vcpu: i64, memory_gib: i64) -> InstanceTypeInfo {
-        let parts = super::super::instance_types::parse_name(name);
-        InstanceTypeInfo {
-            facts: InstanceFacts {
-                name: name.into(),
-                architecture: arch.into(),
-                vcpus: vcpu,
-                memory_mib: memory_gib * 1024,
-                max_enis: 3,
-                ipv4_per_eni: 12,
-                gpus: vec![],
-                neuron_devices: 0,
-                hypervisor: "nitro".into(),
-                encryption_in_transit: false,
-                local_nvme_gb: 0,
-                network_bandwidth_mbps: None,
-                bare_metal: false,
-            },
-            accelerators: vec![],
-            category: parts.category,
-            family: parts.family,
-            generation: parts.generation,
-            size: parts.size,
-            capacity_types: vec!["on-demand".into(), "spot".into()],
-            offerings: vec![],
-        }
-    }
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() / b < 0.05
