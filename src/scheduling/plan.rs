@@ -419,7 +419,7 @@ mod tests {
     use super::*;
     use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
     use crate::scheduling::nodes::ExistingNode;
-    use crate::scheduling::testing::{catalogue, instance_type, node, pod, provisioner, taint, PodBuilder};
+    use crate::scheduling::testing::{catalogue, instance_type, node, pod, provisioner, service, taint, PodBuilder};
 
     fn input(provisioners: Vec<Provisioner>, pods: Vec<PodBuilder>) -> SimulationInput {
         SimulationInput {
@@ -433,16 +433,6 @@ mod tests {
                 .collect(),
             ..Default::default()
         }
-    }
-
-    fn service() -> Provisioner {
-        provisioner("service")
-            .taint("service=true:NoSchedule")
-            .label("nodeType", "service-2023")
-            .requirement(INSTANCE_TYPE_LABEL, "In", &["t3.large", "t3.xlarge"])
-            .requirement(ZONE_LABEL, "In", &["ap-northeast-2a", "ap-northeast-2c"])
-            .requirement(CAPACITY_TYPE_LABEL, "In", &["on-demand"])
-            .build()
     }
 
     fn nginx(name: &str) -> PodBuilder {

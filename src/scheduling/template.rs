@@ -182,18 +182,8 @@ pub(crate) fn domain_seeds(templates: &[NodeTemplate], keys: &BTreeSet<String>) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, ZONE_LABEL};
-    use crate::scheduling::testing::{catalogue, node, pod, provisioner};
-
-    fn service() -> Provisioner {
-        provisioner("service")
-            .taint("service=true:NoSchedule")
-            .label("nodeType", "service-2023")
-            .requirement(INSTANCE_TYPE_LABEL, "In", &["t3.large", "t3.xlarge"])
-            .requirement(ZONE_LABEL, "In", &["ap-northeast-2a", "ap-northeast-2c"])
-            .requirement(CAPACITY_TYPE_LABEL, "In", &["on-demand"])
-            .build()
-    }
+    use crate::apis::v1alpha5::labels::CAPACITY_TYPE_LABEL;
+    use crate::scheduling::testing::{catalogue, node, pod, provisioner, service};
 
     #[test]
     fn template_combines_requirements_labels_and_name() {

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference, Time};
 
+use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, ZONE_LABEL};
 use crate::apis::v1alpha5::{Limits, Provisioner, ProvisionerSpec};
 
 use super::capacity::{GpuFacts, InstanceFacts, NodeSettings};
@@ -339,6 +340,18 @@ pub struct ProvisionerBuilder(Provisioner);
 /// A Provisioner with no requirements, labels or taints.
 pub fn provisioner(name: &str) -> ProvisionerBuilder {
     ProvisionerBuilder(Provisioner::new(name, ProvisionerSpec::default()))
+}
+
+/// The first write-up's `service` Provisioner: its taint, label, and instance-type, zone and
+/// capacity-type requirements.
+pub fn service() -> Provisioner {
+    provisioner("service")
+        .taint("service=true:NoSchedule")
+        .label("nodeType", "service-2023")
+        .requirement(INSTANCE_TYPE_LABEL, "In", &["t3.large", "t3.xlarge"])
+        .requirement(ZONE_LABEL, "In", &["ap-northeast-2a", "ap-northeast-2c"])
+        .requirement(CAPACITY_TYPE_LABEL, "In", &["on-demand"])
+        .build()
 }
 
 impl ProvisionerBuilder {
