@@ -11,6 +11,45 @@ fn free_port() -> u16 {
 }
 
 /// Sends SIGTERM and waits (at most 30 s) for the process to exit.
+/// The three ports a `webhook` process listens on.
+struct Ports {
+    webhook: u16,
+    metrics: u16,
+    health: u16,
+}
+
+/// `karpenter-rs webhook` on free 127.0.0.1 ports with its certificates in `cert_dir`; the caller
+/// adds what else it needs and spawns it.
+fn webhook_command(cert_dir: &std::path::Path) -> (Command, Ports) {
+    let ports = Ports {
+        webhook: free_port(),
+        metrics: free_port(),
+        health: free_port(),
+    };
+    let mut command = Command::new(BIN);
+    command
+        .arg("webhook")
+        .env("CLUSTER_NAME", "ssungz-cluster")
+        .env("BIND_ADDRESS", "127.0.0.1")
+        .env("WEBHOOK_PORT", ports.webhook.to_string())
+        .env("METRICS_PORT", ports.metrics.to_string())
+        .env("HEALTH_PROBE_PORT", ports.health.to_string())
+        .env("CERT_DIR", cert_dir);
+    (command, ports)
+}
+
+/// A plain HTTP GET of `path` on 127.0.0.1:`port`: the status and the whole response.
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    let status = body.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body))
+}
+
 fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
     let kill = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(kill.success());
@@ -73,38 +112,21 @@ fn webhook_serves_probes_and_metrics_then_exits_cleanly_on_sigterm() {
         .unwrap()
         .status;
     assert!(status.success());
-    let (webhook, metrics, health) = (free_port(), free_port(), free_port());
-    let mut child = Command::new(BIN)
-        .arg("webhook")
-        .env("CLUSTER_NAME", "ssungz-cluster")
-        .env("BIND_ADDRESS", "127.0.0.1")
-        .env("WEBHOOK_PORT", webhook.to_string())
-        .env("METRICS_PORT", metrics.to_string())
-        .env("HEALTH_PROBE_PORT", health.to_string())
-        .env("CERT_DIR", certs.path())
+    let (mut command, Ports { webhook, metrics, health }) = webhook_command(certs.path());
+    let mut child = command
         .env("LOG_FORMAT", "json")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let get = |port: u16, path: &str| -> Option<(u16, String)> {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
-        let mut body = String::new();
-        s.read_to_string(&mut body).ok()?;
-        let status = body.split_whitespace().nth(1)?.parse().ok()?;
-        Some((status, body))
-    };
     let deadline = Instant::now() + Duration::from_secs(30);
-    while get(health, "/readyz").map(|(s, _)| s) != Some(200) {
+    while http_get(health, "/readyz").map(|(s, _)| s) != Some(200) {
         assert!(Instant::now() < deadline, "never became ready");
         assert!(child.try_wait().unwrap().is_none(), "exited early");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(get(health, "/healthz").unwrap().0, 200);
-    let (status, body) = get(metrics, "/metrics").unwrap();
+    assert_eq!(http_get(health, "/healthz").unwrap().0, 200);
+    let (status, body) = http_get(metrics, "/metrics").unwrap();
     assert_eq!(status, 200);
     assert!(body.contains("process_resident_memory_bytes"), "{body}");
     assert!(std::net::TcpStream::connect(("127.0.0.1", webhook)).is_ok());
@@ -135,30 +157,15 @@ fn webhook_without_a_mounted_certificate_stays_unready_until_it_has_one() {
     // No tls.crt/tls.key: the certificate is self-managed in a Secret, and with no reachable
     // API server there is none yet, so /readyz says no while /healthz says alive.
     let empty = tempfile::tempdir().unwrap();
-    let (webhook, metrics, health) = (free_port(), free_port(), free_port());
-    let mut child = Command::new(BIN)
-        .arg("webhook")
-        .env("CLUSTER_NAME", "ssungz-cluster")
-        .env("BIND_ADDRESS", "127.0.0.1")
-        .env("WEBHOOK_PORT", webhook.to_string())
-        .env("METRICS_PORT", metrics.to_string())
-        .env("HEALTH_PROBE_PORT", health.to_string())
-        .env("CERT_DIR", empty.path())
+    let (mut command, Ports { health, .. }) = webhook_command(empty.path());
+    let mut child = command
         .env("KUBECONFIG", empty.path().join("no-kubeconfig"))
         .env_remove("KUBERNETES_SERVICE_HOST")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let status = |path: &str| -> Option<u16> {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", health)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
-        let mut body = String::new();
-        s.read_to_string(&mut body).ok()?;
-        body.split_whitespace().nth(1)?.parse().ok()
-    };
+    let status = |path: &str| http_get(health, path).map(|(status, _)| status);
     let deadline = Instant::now() + Duration::from_secs(30);
     while status("/healthz") != Some(200) {
         assert!(Instant::now() < deadline, "never answered /healthz");
@@ -173,14 +180,8 @@ fn webhook_without_a_mounted_certificate_stays_unready_until_it_has_one() {
 #[test]
 fn a_renewal_window_longer_than_the_validity_is_refused_naming_both_flags() {
     let empty = tempfile::tempdir().unwrap();
-    let out = Command::new(BIN)
-        .arg("webhook")
-        .env("CLUSTER_NAME", "ssungz-cluster")
-        .env("BIND_ADDRESS", "127.0.0.1")
-        .env("WEBHOOK_PORT", free_port().to_string())
-        .env("METRICS_PORT", free_port().to_string())
-        .env("HEALTH_PROBE_PORT", free_port().to_string())
-        .env("CERT_DIR", empty.path())
+    let (mut command, _) = webhook_command(empty.path());
+    let out = command
         .args(["--cert-validity", "1h", "--cert-renew-before", "2h"])
         .output()
         .unwrap();
