@@ -66,13 +66,13 @@ pub struct RunArgs {
     /// Address the webhook, metrics and health servers listen on.
     #[arg(long, env = "BIND_ADDRESS", default_value = "0.0.0.0")]
     pub bind_address: IpAddr,
-    /// HTTPS port of the admission webhook.
+    /// HTTPS port of the admission webhook (0: any free port; the bound address is logged at start).
     #[arg(long, env = "WEBHOOK_PORT", default_value_t = 8443)]
     pub webhook_port: u16,
-    /// Plain-HTTP port of /metrics.
+    /// Plain-HTTP port of /metrics (0: any free port, logged at start).
     #[arg(long, env = "METRICS_PORT", default_value_t = 8080)]
     pub metrics_port: u16,
-    /// Plain-HTTP port of /healthz and /readyz.
+    /// Plain-HTTP port of /healthz and /readyz (0: any free port, logged at start).
     #[arg(long, env = "HEALTH_PROBE_PORT", default_value_t = 8081)]
     pub health_probe_port: u16,
     /// Directory holding the webhook's serving certificate (tls.crt) and key (tls.key); reloaded on change.

@@ -55,6 +55,9 @@ async fn run(args: RunArgs, with_controllers: bool) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding webhook port {}", bind(args.webhook_port)))?;
 
+    // Port 0 binds any free port; the addresses logged below are the ones really bound.
+    let metrics_addr = metrics_listener.local_addr().context("reading the metrics address")?;
+    let health_addr = health_listener.local_addr().context("reading the health probe address")?;
     let metrics_task = probes::serve(metrics_listener, probes::metrics_router(metrics.clone()), shutdown.clone());
     let health_task = probes::serve(health_listener, probes::health_router(readiness.clone()), shutdown.clone());
     let webhook = if webhook::tls::has_certificate_files(&args.cert_dir) {
@@ -86,8 +89,8 @@ async fn run(args: RunArgs, with_controllers: bool) -> anyhow::Result<()> {
     info!(
         cluster = %args.cluster_name,
         webhook = %webhook.local_addr,
-        metrics = %bind(args.metrics_port),
-        health = %bind(args.health_probe_port),
+        metrics = %metrics_addr,
+        health = %health_addr,
         "karpenter-rs started"
     );
 

@@ -1,47 +1,38 @@
 //! The built binary itself: flags and environment variables, the servers it starts, the
 //! subcommands that write files, and a clean exit on SIGTERM.
 
+use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_karpenter-rs");
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+#[path = "support/process.rs"]
+mod process;
 
-/// Sends SIGTERM and waits (at most 30 s) for the process to exit.
-/// The three ports a `webhook` process listens on.
-struct Ports {
-    webhook: u16,
-    metrics: u16,
-    health: u16,
-}
-
-/// `karpenter-rs webhook` on free 127.0.0.1 ports with its certificates in `cert_dir`; the caller
-/// adds what else it needs and spawns it.
-fn webhook_command(cert_dir: &std::path::Path) -> (Command, Ports) {
-    let ports = Ports {
-        webhook: free_port(),
-        metrics: free_port(),
-        health: free_port(),
-    };
+/// `karpenter-rs webhook` on 127.0.0.1, every port 0 (any free port), with its certificates in
+/// `cert_dir` and its output in `log`; the caller adds what else it needs and spawns it.
+fn webhook_command(cert_dir: &std::path::Path, log: &std::path::Path) -> Command {
+    let out = std::fs::File::create(log).unwrap();
     let mut command = Command::new(BIN);
     command
         .arg("webhook")
         .env("CLUSTER_NAME", "ssungz-cluster")
         .env("BIND_ADDRESS", "127.0.0.1")
-        .env("WEBHOOK_PORT", ports.webhook.to_string())
-        .env("METRICS_PORT", ports.metrics.to_string())
-        .env("HEALTH_PROBE_PORT", ports.health.to_string())
-        .env("CERT_DIR", cert_dir);
-    (command, ports)
+        .env("WEBHOOK_PORT", "0")
+        .env("METRICS_PORT", "0")
+        .env("HEALTH_PROBE_PORT", "0")
+        .env("CERT_DIR", cert_dir)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out);
+    command
 }
 
-/// A plain HTTP GET of `path` on 127.0.0.1:`port`: the status and the whole response.
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+/// A plain HTTP GET of `path` on `address`: the status and the whole response.
+fn http_get(address: SocketAddr, path: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let mut s = std::net::TcpStream::connect(address).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
     let mut body = String::new();
@@ -50,6 +41,7 @@ fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
+/// Sends SIGTERM and waits (at most 30 s) for the process to exit.
 fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
     let kill = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(kill.success());
@@ -103,7 +95,7 @@ fn run_requires_a_cluster_name() {
 }
 
 #[test]
-fn webhook_serves_probes_and_metrics_then_exits_cleanly_on_sigterm() {
+fn webhook_on_free_ports_serves_probes_and_metrics_where_it_logs_then_exits_cleanly_on_sigterm() {
     let certs = tempfile::tempdir().unwrap();
     let status = Command::new(BIN)
         .args(["certs", "--out-dir"])
@@ -112,13 +104,13 @@ fn webhook_serves_probes_and_metrics_then_exits_cleanly_on_sigterm() {
         .unwrap()
         .status;
     assert!(status.success());
-    let (mut command, Ports { webhook, metrics, health }) = webhook_command(certs.path());
-    let mut child = command
-        .env("LOG_FORMAT", "json")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let log = certs.path().join("webhook.log");
+    let mut child = webhook_command(certs.path(), &log).env("LOG_FORMAT", "json").spawn().unwrap();
+    // Port 0 everywhere: the started line names the ports really bound.
+    let process::Addresses { webhook, metrics, health } = process::wait_started(&mut child, &log, Duration::from_secs(30));
+    for address in [webhook, metrics, health] {
+        assert_ne!(address.port(), 0, "{address}");
+    }
     let deadline = Instant::now() + Duration::from_secs(30);
     while http_get(health, "/readyz").map(|(s, _)| s) != Some(200) {
         assert!(Instant::now() < deadline, "never became ready");
@@ -129,13 +121,11 @@ fn webhook_serves_probes_and_metrics_then_exits_cleanly_on_sigterm() {
     let (status, body) = http_get(metrics, "/metrics").unwrap();
     assert_eq!(status, 200);
     assert!(body.contains("process_resident_memory_bytes"), "{body}");
-    assert!(std::net::TcpStream::connect(("127.0.0.1", webhook)).is_ok());
+    assert!(std::net::TcpStream::connect(webhook).is_ok());
 
     let exit = terminate(&mut child);
     assert!(exit.success(), "{exit:?}");
-    let mut logs = String::new();
-    use std::io::Read;
-    child.stdout.take().unwrap().read_to_string(&mut logs).unwrap();
+    let logs = std::fs::read_to_string(&log).unwrap();
     assert!(logs.contains("\"message\":\"karpenter-rs started\""), "{logs}");
     assert!(logs.contains("webhook stopped"), "{logs}");
 }
@@ -157,14 +147,13 @@ fn webhook_without_a_mounted_certificate_stays_unready_until_it_has_one() {
     // No tls.crt/tls.key: the certificate is self-managed in a Secret, and with no reachable
     // API server there is none yet, so /readyz says no while /healthz says alive.
     let empty = tempfile::tempdir().unwrap();
-    let (mut command, Ports { health, .. }) = webhook_command(empty.path());
-    let mut child = command
+    let log = empty.path().join("webhook.log");
+    let mut child = webhook_command(empty.path(), &log)
         .env("KUBECONFIG", empty.path().join("no-kubeconfig"))
         .env_remove("KUBERNETES_SERVICE_HOST")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let health = process::wait_started(&mut child, &log, Duration::from_secs(30)).health;
     let status = |path: &str| http_get(health, path).map(|(status, _)| status);
     let deadline = Instant::now() + Duration::from_secs(30);
     while status("/healthz") != Some(200) {
@@ -180,9 +169,10 @@ fn webhook_without_a_mounted_certificate_stays_unready_until_it_has_one() {
 #[test]
 fn a_renewal_window_longer_than_the_validity_is_refused_naming_both_flags() {
     let empty = tempfile::tempdir().unwrap();
-    let (mut command, _) = webhook_command(empty.path());
-    let out = command
+    let out = webhook_command(empty.path(), &empty.path().join("webhook.log"))
         .args(["--cert-validity", "1h", "--cert-renew-before", "2h"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -191,4 +181,18 @@ fn a_renewal_window_longer_than_the_validity_is_refused_naming_both_flags() {
         stderr.contains("--cert-validity: invalid value 3600s: must be longer than --cert-renew-before (7200s)"),
         "{stderr}"
     );
+}
+
+#[test]
+fn the_started_line_is_read_in_both_log_formats() {
+    let expected = process::Addresses {
+        webhook: "127.0.0.1:43957".parse().unwrap(),
+        metrics: "127.0.0.1:44039".parse().unwrap(),
+        health: "127.0.0.1:33789".parse().unwrap(),
+    };
+    let text = "2026-11-30T18:38:51.706021Z  INFO karpenter-rs started cluster=ssungz-cluster webhook=127.0.0.1:43957 metrics=127.0.0.1:44039 health=127.0.0.1:33789";
+    assert_eq!(process::parse_started(text), Some(expected));
+    let json = r#"{"timestamp":"2026-11-30T18:38:51.706021Z","level":"INFO","message":"karpenter-rs started","cluster":"ssungz-cluster","webhook":"127.0.0.1:43957","metrics":"127.0.0.1:44039","health":"127.0.0.1:33789"}"#;
+    assert_eq!(process::parse_started(json), Some(expected));
+    assert_eq!(process::parse_started("INFO webhook serving HTTPS address=127.0.0.1:43957"), None);
 }

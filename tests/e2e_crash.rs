@@ -24,7 +24,7 @@ use karpenter_rs::cloudprovider::{instance_id_from_provider_id, CloudProvider};
 use karpenter_rs::failpoint::{CRASH_AT_ENV, CRASH_EXIT_CODE};
 use kube::ResourceExt;
 use serde_json::json;
-use support::{cluster, fixture, free_port, items, kubectl, kubectl_ok, unique, wait_for, AdmissionWebhook, Cluster};
+use support::{cluster, fixture, items, kubectl, kubectl_ok, unique, wait_for, AdmissionWebhook, Cluster};
 
 /// One run of the binary; killed (SIGKILL, a crash too) when dropped.
 struct Binary {
@@ -43,9 +43,8 @@ impl Binary {
         command
             .arg("run")
             .args(["--cluster-name", support::CLUSTER_NAME, "--bind-address", "127.0.0.1"])
-            .args(["--webhook-port", &free_port().to_string()])
-            .args(["--metrics-port", &free_port().to_string()])
-            .args(["--health-probe-port", &free_port().to_string()])
+            // Any free ports: the tests talk to none of them.
+            .args(["--webhook-port", "0", "--metrics-port", "0", "--health-probe-port", "0"])
             .args(["--cert-dir", certs.to_str().unwrap()])
             .args(["--default-instance-profile", "KarpenterNodeInstanceProfile"])
             .args(extra)
@@ -100,6 +99,32 @@ impl Binary {
 
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Polls `check` every 250 ms until it returns a value. Fails naming `what`, with this
+    /// process's log and the scenario's pods, nodes and events, when the process exits or
+    /// `timeout` passes.
+    fn wait_for<T>(&mut self, s: &Scenario, what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(v) = check() {
+                return v;
+            }
+            let exited = self.child.try_wait().unwrap();
+            if exited.is_some() || Instant::now() > deadline {
+                let why = match exited {
+                    Some(status) => format!("karpenter-rs exited ({status})"),
+                    None => format!("timed out after {timeout:?}"),
+                };
+                panic!(
+                    "{why} waiting for {what}\n{}\nlog {}:\n{}",
+                    s.describe(),
+                    self.log.display(),
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
     }
 }
 
@@ -204,6 +229,27 @@ impl Scenario {
             stuck: nodes.iter().filter(|n| n.metadata.deletion_timestamp.is_some()).count(),
             nodes: nodes.len(),
         }
+    }
+
+    /// The scenario's pods, nodes and events, for a failure's message.
+    fn describe(&self) -> String {
+        let selector = format!("karpenter.sh/provisioner-name={}", self.provisioner);
+        let show = |args: &[&str]| {
+            let out = kubectl(self.cluster, args, None);
+            format!(
+                "$ kubectl {}\n{}{}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        };
+        [
+            show(&["get", "pods", "-n", &self.namespace, "-o", "wide"]),
+            show(&["get", "nodes", "-o", "wide"]),
+            show(&["describe", "nodes", "-l", &selector]),
+            show(&["get", "events", "-n", &self.namespace]),
+        ]
+        .join("\n")
     }
 
     fn running_pod_node(&self) -> Option<String> {
@@ -331,8 +377,8 @@ fn crashes_at_every_point_converge_without_leaks_stuck_nodes_or_double_launches(
                 .expect_crash("after-launch", Duration::from_secs(90));
 
             // 2. Restarted, it launches again, binds the pod, and collects the first instance.
-            let normal = setup.start(None);
-            let node = wait_for("the pod Running on a node", Duration::from_secs(90), || s.running_pod_node());
+            let mut normal = setup.start(None);
+            let node = normal.wait_for(&s, "the pod Running on a node", Duration::from_secs(90), || s.running_pod_node());
             let settled = settle(|| s.tally(&setup), |t| t.leaked == 0 && t.stuck == 0 && t.nodes == 1);
             totals.leaked += settled.leaked;
             totals.stuck += settled.stuck;

@@ -12,6 +12,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 pub mod helm;
+pub mod process;
 
 use karpenter_rs::apis::ApiSettings;
 use karpenter_rs::certs::{self, Ca};

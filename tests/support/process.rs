@@ -1,0 +1,62 @@
+//! The addresses a karpenter-rs process really bound, read from its "karpenter-rs started" log
+//! line. Tests start the binary on port 0 (any free port) and read the ports back: a port found
+//! free beforehand can be taken by any other process (an outgoing connection included) before
+//! the binary binds it, and the binary then exits at start.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+/// Where a karpenter-rs process listens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Addresses {
+    /// The HTTPS admission webhook.
+    pub webhook: SocketAddr,
+    /// /metrics.
+    pub metrics: SocketAddr,
+    /// /healthz and /readyz.
+    pub health: SocketAddr,
+}
+
+/// The addresses in a "karpenter-rs started" log line, in the text or the JSON log format.
+pub fn parse_started(line: &str) -> Option<Addresses> {
+    if !line.contains("karpenter-rs started") {
+        return None;
+    }
+    let field = |key: &str| -> Option<SocketAddr> {
+        if let Ok(json) = serde_json::from_str::<serde_json::Value>(line) {
+            let value = json.get("fields").and_then(|f| f.get(key)).or_else(|| json.get(key))?;
+            return value.as_str()?.parse().ok();
+        }
+        let prefix = format!("{key}=");
+        line.split_whitespace()
+            .find_map(|token| token.strip_prefix(prefix.as_str())?.parse().ok())
+    };
+    Some(Addresses {
+        webhook: field("webhook")?,
+        metrics: field("metrics")?,
+        health: field("health")?,
+    })
+}
+
+/// Waits at most `timeout` for the started line in `log`, the file the process `child` writes
+/// its output to. Panics with the log when the process exits first or the line never comes.
+pub fn wait_started(child: &mut Child, log: &Path, timeout: Duration) -> Addresses {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(addresses) = text.lines().find_map(parse_started) {
+            return addresses;
+        }
+        if let Some(status) = child.try_wait().expect("polling the karpenter-rs process") {
+            panic!("karpenter-rs exited ({status}) before it started; log {}:\n{text}", log.display());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "karpenter-rs did not log its start within {timeout:?}; log {}:\n{text}",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
