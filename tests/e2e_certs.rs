@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use karpenter_rs::webhook::registration::{self, Target};
 use karpenter_rs::webhook::self_signed::{CA_CERT_KEY, SERVER_CERT_KEY};
 use serde_json::{json, Value};
-use support::{cluster, fixture, free_port, kubectl, kubectl_ok, unique, wait_for, AdmissionWebhook, Cluster, CLUSTER_NAME};
+use support::{cluster, fixture, kubectl, kubectl_ok, unique, wait_for, AdmissionWebhook, Cluster, CLUSTER_NAME};
 
 const BIN: &str = env!("CARGO_BIN_EXE_karpenter-rs");
 /// Only objects with this label go through the test's configurations.
@@ -60,8 +60,9 @@ struct Scenario {
 }
 
 impl Scenario {
-    /// A namespace and both configurations (empty caBundle, pointing at the first replica's
-    /// port), then `replicas` replicas with the given certificate validity and renewal window.
+    /// A namespace, `replicas` replicas with the given certificate validity and renewal window,
+    /// then both configurations (empty caBundle, pointing at the first replica's port): the
+    /// replicas fill in the configurations when they appear.
     fn start(cluster: &'static Cluster, replicas: usize, validity: &str, renew_before: &str) -> Scenario {
         let id = unique("certs");
         let mut scenario = Scenario {
@@ -74,13 +75,12 @@ impl Scenario {
             replicas: Vec::new(),
         };
         kubectl_ok(cluster, &["create", "namespace", &scenario.namespace], None);
-        let ports: Vec<u16> = (0..replicas).map(|_| free_port()).collect();
-        scenario.register(&format!("https://127.0.0.1:{}", ports[0]));
         let kubeconfig = scenario.least_privilege_kubeconfig();
-        for port in ports {
-            let replica = scenario.spawn(port, validity, renew_before, &kubeconfig);
+        for index in 0..replicas {
+            let replica = scenario.spawn(index, validity, renew_before, &kubeconfig);
             scenario.replicas.push(replica);
         }
+        scenario.register(&format!("https://127.0.0.1:{}", scenario.replicas[0].webhook_port));
         scenario
     }
 
@@ -176,19 +176,19 @@ impl Scenario {
         path
     }
 
-    fn spawn(&self, webhook_port: u16, validity: &str, renew_before: &str, kubeconfig: &std::path::Path) -> Replica {
+    /// Starts replica `index` on any free ports (read back from its start line).
+    fn spawn(&self, index: usize, validity: &str, renew_before: &str, kubeconfig: &std::path::Path) -> Replica {
         let cert_dir = tempfile::tempdir().unwrap();
-        let (metrics_port, health_port) = (free_port(), free_port());
-        let log = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{}-{webhook_port}.log", self.namespace));
+        let log = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{}-{index}.log", self.namespace));
         let log_file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(BIN)
+        let mut child = Command::new(BIN)
             .arg("webhook")
             .env("KUBECONFIG", kubeconfig)
             .env("CLUSTER_NAME", CLUSTER_NAME)
             .env("BIND_ADDRESS", "127.0.0.1")
-            .env("WEBHOOK_PORT", webhook_port.to_string())
-            .env("METRICS_PORT", metrics_port.to_string())
-            .env("HEALTH_PROBE_PORT", health_port.to_string())
+            .env("WEBHOOK_PORT", "0")
+            .env("METRICS_PORT", "0")
+            .env("HEALTH_PROBE_PORT", "0")
             .env("CERT_DIR", cert_dir.path())
             .env("CERT_SECRET", &self.secret)
             .env("SYSTEM_NAMESPACE", &self.namespace)
@@ -204,11 +204,12 @@ impl Scenario {
             .stderr(log_file)
             .spawn()
             .unwrap();
+        let bound = support::process::wait_started(&mut child, &log, Duration::from_secs(30));
         Replica {
             child,
-            webhook_port,
-            metrics_port,
-            health_port,
+            webhook_port: bound.webhook.port(),
+            metrics_port: bound.metrics.port(),
+            health_port: bound.health.port(),
             log,
             _cert_dir: cert_dir,
         }

@@ -96,10 +96,6 @@ impl Rendered {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// Everything a scenario created in the cluster, deleted on drop (also when the test fails).
 struct Objects<'a> {
     cluster: &'a Cluster,
@@ -142,7 +138,7 @@ struct Replica {
     child: Option<Child>,
     log: PathBuf,
     identity: String,
-    health_port: u16,
+    health: std::net::SocketAddr,
     webhook_url: String,
 }
 
@@ -192,8 +188,8 @@ fn service_account_kubeconfig(cluster: &Cluster, namespace: &str, account: &str,
 }
 
 /// Starts `karpenter-rs run` with the chart's environment; only what must differ on a loopback
-/// test cluster is overridden. The first replica (`-0`) gets the chart's webhook configurations,
-/// by URL and without caBundle, before it starts.
+/// test cluster is overridden, and the ports are 0 (any free port). Once the first replica
+/// (`-0`) has started, the chart's webhook configurations point at it, by URL and without caBundle.
 fn start_replica(cluster: &Cluster, rendered: &Rendered, namespace: &str, identity: &str, dir: &Path) -> Replica {
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     for entry in &rendered.env {
@@ -209,15 +205,15 @@ fn start_replica(cluster: &Cluster, rendered: &Rendered, namespace: &str, identi
         };
         env.insert(name, value);
     }
-    let (webhook, metrics, health) = (free_port(), free_port(), free_port());
     let cert_dir = dir.join(format!("{identity}-certs"));
     std::fs::create_dir_all(&cert_dir).unwrap();
     let overrides = [
         ("KUBECONFIG", dir.join("kubeconfig").display().to_string()),
         ("BIND_ADDRESS", "127.0.0.1".into()),
-        ("WEBHOOK_PORT", webhook.to_string()),
-        ("METRICS_PORT", metrics.to_string()),
-        ("HEALTH_PROBE_PORT", health.to_string()),
+        // Any free ports, read back from the start line.
+        ("WEBHOOK_PORT", "0".into()),
+        ("METRICS_PORT", "0".into()),
+        ("HEALTH_PROBE_PORT", "0".into()),
         // An empty directory, as in the chart's pod: the certificate is self-managed. The API
         // server reaches this webhook at https://127.0.0.1:<port>, so the certificate names it too.
         ("CERT_DIR", cert_dir.display().to_string()),
@@ -233,13 +229,9 @@ fn start_replica(cluster: &Cluster, rendered: &Rendered, namespace: &str, identi
         ("LOG_LEVEL", "info,karpenter_rs=debug".into()),
     ];
     env.extend(overrides.into_iter().map(|(k, v)| (k.to_string(), v)));
-    let webhook_url = format!("https://127.0.0.1:{webhook}");
-    if identity.ends_with("-0") {
-        register_webhook(cluster, rendered, &webhook_url);
-    }
     let log = dir.join(format!("{identity}.log"));
     let file = std::fs::File::create(&log).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_karpenter-rs"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_karpenter-rs"))
         .arg("run")
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -249,22 +241,22 @@ fn start_replica(cluster: &Cluster, rendered: &Rendered, namespace: &str, identi
         .stderr(file)
         .spawn()
         .expect("starting karpenter-rs");
+    let addresses = support::process::wait_started(&mut child, &log, Duration::from_secs(30));
+    let webhook_url = format!("https://{}", addresses.webhook);
+    if identity.ends_with("-0") {
+        register_webhook(cluster, rendered, &webhook_url);
+    }
     let replica = Replica {
         child: Some(child),
         log,
         identity: identity.to_string(),
-        health_port: health,
+        health: addresses.health,
         webhook_url,
     };
     // Ready once it serves the certificate it read from (or wrote into) the Secret.
     wait_for(&format!("{identity} to be ready"), Duration::from_secs(60), || {
         Command::new("curl")
-            .args([
-                "-fsS",
-                "--max-time",
-                "2",
-                &format!("http://127.0.0.1:{}/readyz", replica.health_port),
-            ])
+            .args(["-fsS", "--max-time", "2", &format!("http://{}/readyz", replica.health)])
             .output()
             .is_ok_and(|o| o.status.success())
     });

@@ -229,11 +229,6 @@ pub fn items<T: serde::de::DeserializeOwned>(json_text: &str) -> Vec<T> {
     serde_json::from_value(serde_json::from_str::<serde_json::Value>(json_text).unwrap()["items"].clone()).unwrap()
 }
 
-/// A free TCP port on 127.0.0.1 (free when asked; a process started right after binds it).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// A name no other test run uses: `base-<pid>-<n>`.
 pub fn unique(base: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
