@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use aws_sdk_ec2::types::Filter;
 use base64::Engine;
@@ -437,4 +438,97 @@ async fn deleting_an_unknown_instance_succeeds() {
         .await
         .expect("an instance that does not exist counts as deleted");
     assert!(cloud.get("i-0123456789abcdef0").await.unwrap_err().is_not_found());
+}
+
+/// The names of the launch templates tagged with `cluster`.
+async fn cluster_templates(cloud: &AwsCloudProvider, cluster: &str) -> BTreeSet<String> {
+    let out = cloud
+        .ec2()
+        .describe_launch_templates()
+        .filters(Filter::builder().name("tag:karpenter.k8s.aws/cluster").values(cluster).build())
+        .send()
+        .await
+        .expect("listing launch templates");
+    out.launch_templates()
+        .iter()
+        .filter_map(|t| t.launch_template_name().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test]
+async fn launch_templates_unused_for_the_period_are_deleted_and_made_again_when_needed() {
+    // A cluster name of its own, so that no other test's templates are in play.
+    let mut config = config();
+    config.cluster_name = unique("lt-gc");
+    let cluster = config.cluster_name.clone();
+    let cloud = AwsCloudProvider::new(config.clone()).await.expect("building the provider");
+    let provisioner = unique("service");
+    with_cleanup(&cloud, &provisioner, |ids| {
+        let cloud = &cloud;
+        let provisioner = provisioner.clone();
+        async move {
+            let request = first_write_up_request(&provisioner);
+            let first = cloud.create(&request).await.expect("launching");
+            ids.lock().unwrap().push(first.id.clone());
+            let ours = cluster_templates(cloud, &cluster).await;
+            assert_eq!(ours.len(), 1, "{ours:?}");
+            assert!(ours.iter().all(|n| n.starts_with(&format!("karpenter-rs/{cluster}/"))), "{ours:?}");
+
+            // A template of the user's, tagged with the cluster but not named by karpenter-rs.
+            let user_template = format!("user-{provisioner}");
+            cloud
+                .ec2()
+                .create_launch_template()
+                .launch_template_name(&user_template)
+                .launch_template_data(
+                    aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
+                        .image_id("ami-12c6146b")
+                        .build(),
+                )
+                .tag_specifications(
+                    aws_sdk_ec2::types::TagSpecification::builder()
+                        .resource_type(aws_sdk_ec2::types::ResourceType::LaunchTemplate)
+                        .tags(
+                            aws_sdk_ec2::types::Tag::builder()
+                                .key("karpenter.k8s.aws/cluster")
+                                .value(&cluster)
+                                .build(),
+                        )
+                        .tags(
+                            aws_sdk_ec2::types::Tag::builder()
+                                .key("karpenter.sh/provisioner-name")
+                                .value(&provisioner)
+                                .build(),
+                        )
+                        .build(),
+                )
+                .send()
+                .await
+                .expect("creating the user's template");
+
+            // Used just now: kept.
+            let kept = cloud.delete_unused_launch_templates(Duration::from_secs(3600)).await.unwrap();
+            assert!(kept.is_empty(), "{kept:?}");
+            // A process that never used it (a new leader) counts it as used when it first sees it.
+            let other = AwsCloudProvider::new(config.clone()).await.expect("building a second provider");
+            let first_sight = other.delete_unused_launch_templates(Duration::from_millis(500)).await.unwrap();
+            assert!(first_sight.is_empty(), "{first_sight:?}");
+
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            let deleted = cloud.delete_unused_launch_templates(Duration::from_millis(500)).await.unwrap();
+            assert_eq!(deleted.iter().cloned().collect::<BTreeSet<_>>(), ours);
+            assert_eq!(
+                cluster_templates(cloud, &cluster).await,
+                BTreeSet::from([user_template.clone()]),
+                "ours deleted, the user's left"
+            );
+
+            // The next launch of that configuration makes the template again.
+            let second = cloud.create(&request).await.expect("launching after the template was deleted");
+            ids.lock().unwrap().push(second.id.clone());
+            let again = cluster_templates(cloud, &cluster).await;
+            assert!(ours.is_subset(&again), "{again:?}");
+        }
+    })
+    .await;
 }

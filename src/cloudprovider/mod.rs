@@ -420,6 +420,10 @@ pub trait CloudProvider: Send + Sync {
     async fn create(&self, request: &LaunchRequest) -> Result<Instance, Error>;
     /// Terminates the instance. An instance that no longer exists is success.
     async fn delete(&self, instance_id: &str) -> Result<(), Error>;
+    /// Deletes the launch templates this cluster's launches created and have not used for
+    /// longer than `unused_for` (one first seen by this process counts as used then); returns
+    /// the names deleted.
+    async fn delete_unused_launch_templates(&self, unused_for: Duration) -> Result<Vec<String>, Error>;
     /// The instances of this cluster (found by tag) that are not terminated.
     async fn list(&self) -> Result<Vec<Instance>, Error>;
     /// One instance; `Error::NotFound` when it does not exist or is terminated.

@@ -2,10 +2,16 @@
 //! instance profile, security groups, block devices, metadata options, monitoring, tags), named
 //! `karpenter-rs/<cluster>/<hash of the configuration>`, created when missing and reused.
 //!
+//! Templates no launch has used for a while are deleted (karpenter-behavior.md §3.4): a
+//! configuration that changed (a new label, AMI or security group) leaves its old template
+//! behind, and EC2 caps templates per region. Instances keep running without their template.
+//!
 //! Rendering the bootstrap user data (AL2/Ubuntu EKS bootstrap script in MIME multipart,
-//! Bottlerocket TOML), the family defaults and the name are pure; `ensure` calls EC2.
+//! Bottlerocket TOML), the family defaults, the name and which templates are unused are pure;
+//! `ensure`, `list` and `delete` call EC2.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
 use aws_sdk_ec2::types::{
     LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
@@ -357,7 +363,7 @@ impl LaunchTemplateConfig {
         let json = serde_json::to_vec(self).expect("plain data always serializes");
         let digest = Sha256::digest(&json);
         let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-        format!("karpenter-rs/{}/{hex}", self.cluster_name)
+        format!("{}{hex}", name_prefix(&self.cluster_name))
     }
 }
 
@@ -468,9 +474,121 @@ pub async fn ensure(ec2: &Client, config: &LaunchTemplateConfig) -> Result<Strin
     }
 }
 
+/// The name prefix of every launch template karpenter-rs creates for `cluster`.
+pub fn name_prefix(cluster: &str) -> String {
+    format!("karpenter-rs/{cluster}/")
+}
+
+/// When each launch template was last used, for deciding which are unused.
+#[derive(Debug, Default)]
+pub struct Usage {
+    last_used: HashMap<String, Instant>,
+}
+
+impl Usage {
+    /// Whether `name` is known to exist (created or used by this process and not deleted since).
+    pub fn contains(&self, name: &str) -> bool {
+        self.last_used.contains_key(name)
+    }
+
+    /// A launch uses (or has just created) `name` at `now`.
+    pub fn used(&mut self, name: &str, now: Instant) {
+        self.last_used.insert(name.to_string(), now);
+    }
+
+    /// Forgets every template (they may have been deleted behind our back).
+    pub fn clear(&mut self) {
+        self.last_used.clear();
+    }
+
+    /// Of the templates that exist, those unused for longer than `unused_for`; they are
+    /// forgotten, so a launch after this creates them anew. A template this process has not
+    /// seen before counts as used when first seen: after a restart or a change of leader, what
+    /// the previous process used gets the full `unused_for` before it goes. Templates that no
+    /// longer exist are forgotten.
+    pub fn take_unused(&mut self, existing: &[String], unused_for: Duration, now: Instant) -> Vec<String> {
+        self.last_used.retain(|name, _| existing.contains(name));
+        let mut unused = Vec::new();
+        for name in existing {
+            let last = *self.last_used.entry(name.clone()).or_insert(now);
+            if now.saturating_duration_since(last) > unused_for {
+                unused.push(name.clone());
+            }
+        }
+        for name in &unused {
+            self.last_used.remove(name);
+        }
+        unused.sort();
+        unused
+    }
+}
+
+/// The names of the launch templates karpenter-rs created for `cluster`: tagged with it and
+/// named with its prefix (templates of users, or of another tool, are never listed).
+pub async fn list(ec2: &Client, cluster: &str) -> Result<Vec<String>, Error> {
+    let prefix = name_prefix(cluster);
+    let mut pages = ec2
+        .describe_launch_templates()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name(format!("tag:{LAUNCH_TEMPLATE_CLUSTER_TAG}"))
+                .values(cluster)
+                .build(),
+        )
+        .into_paginator()
+        .send();
+    let mut names = Vec::new();
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|e| errors::api("ec2:DescribeLaunchTemplates", e))?;
+        names.extend(
+            page.launch_templates()
+                .iter()
+                .filter_map(|t| t.launch_template_name())
+                .filter(|n| n.starts_with(&prefix))
+                .map(str::to_string),
+        );
+    }
+    Ok(names)
+}
+
+/// Deletes the launch template `name`; one already gone is success.
+pub async fn delete(ec2: &Client, name: &str) -> Result<(), Error> {
+    match ec2.delete_launch_template().launch_template_name(name).send().await {
+        Ok(_) => Ok(()),
+        Err(e) if e.as_service_error().and_then(|s| s.meta().code()).is_some_and(errors::is_not_found) => Ok(()),
+        Err(e) => Err(errors::api("ec2:DeleteLaunchTemplate", e)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn templates_go_once_unused_for_the_period_counting_first_sight_as_a_use() {
+        let start = Instant::now();
+        let minute = Duration::from_secs(60);
+        let mut usage = Usage::default();
+        usage.used("karpenter-rs/c/a", start);
+        let existing = ["karpenter-rs/c/a".to_string(), "karpenter-rs/c/b".to_string()];
+        // b was made by an earlier process: first seen now.
+        assert!(usage.take_unused(&existing, 10 * minute, start + minute).is_empty());
+        usage.used("karpenter-rs/c/a", start + 5 * minute);
+        assert_eq!(
+            usage.take_unused(&existing, 10 * minute, start + 12 * minute),
+            ["karpenter-rs/c/b"],
+            "b unused since first seen at 1 min; a used at 5 min"
+        );
+        assert!(!usage.contains("karpenter-rs/c/b"), "forgotten, so a later launch creates it again");
+        assert_eq!(
+            usage.take_unused(&existing[..1], 10 * minute, start + 16 * minute),
+            ["karpenter-rs/c/a"]
+        );
+        // Deleted behind our back: forgotten.
+        usage.used("karpenter-rs/c/a", start + 17 * minute);
+        assert!(usage.take_unused(&[], 10 * minute, start + 18 * minute).is_empty());
+        assert!(!usage.contains("karpenter-rs/c/a"));
+    }
 
     fn taint(key: &str, value: Option<&str>, effect: &str) -> Taint {
         Taint {

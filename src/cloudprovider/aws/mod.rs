@@ -99,7 +99,7 @@ pub struct AwsCloudProvider {
     subnets: TtlCache<BTreeMap<String, String>, Vec<Subnet>>,
     security_groups: TtlCache<BTreeMap<String, String>, Vec<SecurityGroup>>,
     amis: TtlCache<String, Ami>,
-    launch_templates: Mutex<HashSet<String>>,
+    launch_templates: Mutex<launch_template::Usage>,
     warned_estimate: AtomicBool,
 }
 
@@ -148,7 +148,7 @@ impl AwsCloudProvider {
             subnets: TtlCache::new(config.resolve_ttl),
             security_groups: TtlCache::new(config.resolve_ttl),
             amis: TtlCache::new(config.resolve_ttl),
-            launch_templates: Mutex::new(HashSet::new()),
+            launch_templates: Mutex::new(launch_template::Usage::default()),
             warned_estimate: AtomicBool::new(false),
             config,
         })
@@ -328,19 +328,21 @@ impl AwsCloudProvider {
 
     async fn ensure_launch_template(&self, config: &LaunchTemplateConfig) -> Result<String, Error> {
         let name = config.name();
-        if self
-            .launch_templates
-            .lock()
-            .expect("cache lock is never poisoned: no panics while held")
-            .contains(&name)
         {
-            return Ok(name);
+            let mut usage = self
+                .launch_templates
+                .lock()
+                .expect("cache lock is never poisoned: no panics while held");
+            if usage.contains(&name) {
+                usage.used(&name, std::time::Instant::now());
+                return Ok(name);
+            }
         }
         let name = launch_template::ensure(&self.ec2, config).await?;
         self.launch_templates
             .lock()
             .expect("cache lock is never poisoned: no panics while held")
-            .insert(name.clone());
+            .used(&name, std::time::Instant::now());
         Ok(name)
     }
 
@@ -573,6 +575,27 @@ impl CloudProvider for AwsCloudProvider {
             "launched instance"
         );
         Ok(instance)
+    }
+
+    async fn delete_unused_launch_templates(&self, unused_for: Duration) -> Result<Vec<String>, Error> {
+        let existing = launch_template::list(&self.ec2, &self.config.cluster_name).await?;
+        let unused = self
+            .launch_templates
+            .lock()
+            .expect("cache lock is never poisoned: no panics while held")
+            .take_unused(&existing, unused_for, std::time::Instant::now());
+        let mut deleted = Vec::new();
+        for name in unused {
+            match launch_template::delete(&self.ec2, &name).await {
+                Ok(()) => {
+                    tracing::info!(launch_template = %name, "deleted unused launch template");
+                    deleted.push(name);
+                }
+                // Forgotten already: the next pass sees it again (as new) and retries later.
+                Err(e) => tracing::warn!(launch_template = %name, error = %e, "deleting unused launch template; retrying later"),
+            }
+        }
+        Ok(deleted)
     }
 
     async fn delete(&self, instance_id: &str) -> Result<(), Error> {

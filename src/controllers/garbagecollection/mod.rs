@@ -2,6 +2,7 @@
 //! after a grace period are terminated (a crash between launch and Node creation, a Node
 //! force-deleted without its finalizer), and Nodes of ours whose instance is gone are deleted
 //! (the termination controller then drains them and, the instance being gone, releases them).
+//! Launch templates unused for a while are deleted too (karpenter-behavior.md §3.4).
 //! Leader only; every 10 s for the first 20 passes, then every `interval`. `collect.rs` decides.
 
 pub mod collect;
@@ -40,6 +41,8 @@ pub struct GarbageCollectionConfig {
     pub instance_tags: BTreeMap<String, String>,
     /// Label selector of the Nodes whose instance is looked up (ours by default).
     pub node_selector: String,
+    /// Launch templates no launch has used for this long are deleted.
+    pub launch_template_unused_for: Duration,
 }
 
 impl Default for GarbageCollectionConfig {
@@ -51,6 +54,7 @@ impl Default for GarbageCollectionConfig {
             grace_period: Duration::from_secs(120),
             instance_tags: BTreeMap::new(),
             node_selector: PROVISIONER_NAME_LABEL.to_string(),
+            launch_template_unused_for: Duration::from_secs(600),
         }
     }
 }
@@ -196,6 +200,24 @@ async fn pass(ctx: &Context) -> Result<(), GarbageCollectionError> {
             &note,
         )
         .await;
+    }
+    // Last, and not failing the pass: a template deleted late costs nothing meanwhile.
+    let result = {
+        let _timer = ctx
+            .metrics
+            .cloudprovider_duration
+            .with_label_values(&["delete_launch_templates"])
+            .start_timer();
+        ctx.cloud
+            .delete_unused_launch_templates(ctx.config.launch_template_unused_for)
+            .await
+    };
+    if let Err(e) = result {
+        ctx.metrics
+            .cloudprovider_errors
+            .with_label_values(&["delete_launch_templates", e.kind()])
+            .inc();
+        warn!(error = %telemetry::chain(&e), "deleting unused launch templates; retrying next pass");
     }
     Ok(())
 }

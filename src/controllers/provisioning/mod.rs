@@ -839,6 +839,9 @@ mod tests {
         async fn delete(&self, _: &str) -> Result<(), Error> {
             unreachable!("not used by create_instance")
         }
+        async fn delete_unused_launch_templates(&self, _: Duration) -> Result<Vec<String>, Error> {
+            unreachable!("not used by create_instance")
+        }
         async fn list(&self) -> Result<Vec<Instance>, Error> {
             unreachable!("not used by create_instance")
         }
