@@ -334,7 +334,7 @@ impl AwsCloudProvider {
                 .lock()
                 .expect("cache lock is never poisoned: no panics while held");
             if usage.contains(&name) {
-                usage.used(&name, std::time::Instant::now());
+                usage.used(&name, Instant::now());
                 return Ok(name);
             }
         }
@@ -342,7 +342,7 @@ impl AwsCloudProvider {
         self.launch_templates
             .lock()
             .expect("cache lock is never poisoned: no panics while held")
-            .used(&name, std::time::Instant::now());
+            .used(&name, Instant::now());
         Ok(name)
     }
 
@@ -583,7 +583,7 @@ impl CloudProvider for AwsCloudProvider {
             .launch_templates
             .lock()
             .expect("cache lock is never poisoned: no panics while held")
-            .take_unused(&existing, unused_for, std::time::Instant::now());
+            .take_unused(&existing, unused_for, Instant::now());
         let mut deleted = Vec::new();
         for name in unused {
             match launch_template::delete(&self.ec2, &name).await {
