@@ -41,6 +41,29 @@ fn http_get(address: SocketAddr, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
+/// A started process, killed when dropped: a failing test leaves nothing running.
+struct Running(std::process::Child);
+
+impl std::ops::Deref for Running {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Sends SIGTERM and waits (at most 30 s) for the process to exit.
 fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
     let kill = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
@@ -105,7 +128,7 @@ fn webhook_on_free_ports_serves_probes_and_metrics_where_it_logs_then_exits_clea
         .status;
     assert!(status.success());
     let log = certs.path().join("webhook.log");
-    let mut child = webhook_command(certs.path(), &log).env("LOG_FORMAT", "json").spawn().unwrap();
+    let mut child = Running(webhook_command(certs.path(), &log).env("LOG_FORMAT", "json").spawn().unwrap());
     // Port 0 everywhere: the started line names the ports really bound.
     let process::Addresses { webhook, metrics, health } = process::wait_started(&mut child, &log, Duration::from_secs(30));
     for address in [webhook, metrics, health] {
@@ -148,11 +171,13 @@ fn webhook_without_a_mounted_certificate_stays_unready_until_it_has_one() {
     // API server there is none yet, so /readyz says no while /healthz says alive.
     let empty = tempfile::tempdir().unwrap();
     let log = empty.path().join("webhook.log");
-    let mut child = webhook_command(empty.path(), &log)
-        .env("KUBECONFIG", empty.path().join("no-kubeconfig"))
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .spawn()
-        .unwrap();
+    let mut child = Running(
+        webhook_command(empty.path(), &log)
+            .env("KUBECONFIG", empty.path().join("no-kubeconfig"))
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .spawn()
+            .unwrap(),
+    );
     let health = process::wait_started(&mut child, &log, Duration::from_secs(30)).health;
     let status = |path: &str| http_get(health, path).map(|(status, _)| status);
     let deadline = Instant::now() + Duration::from_secs(30);
