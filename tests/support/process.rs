@@ -41,7 +41,8 @@ pub fn parse_started(line: &str) -> Option<Addresses> {
 }
 
 /// Waits at most `timeout` for the started line in `log`, the file the process `child` writes
-/// its output to. Panics with the log when the process exits first or the line never comes.
+/// its output to. Panics with the log when the process exits first or the line never comes
+/// (killing it then, so that nothing is left running).
 pub fn wait_started(child: &mut Child, log: &Path, timeout: Duration) -> Addresses {
     let deadline = Instant::now() + timeout;
     loop {
@@ -52,11 +53,14 @@ pub fn wait_started(child: &mut Child, log: &Path, timeout: Duration) -> Address
         if let Some(status) = child.try_wait().expect("polling the karpenter-rs process") {
             panic!("karpenter-rs exited ({status}) before it started; log {}:\n{text}", log.display());
         }
-        assert!(
-            Instant::now() < deadline,
-            "karpenter-rs did not log its start within {timeout:?}; log {}:\n{text}",
-            log.display()
-        );
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "karpenter-rs did not log its start within {timeout:?}; log {}:\n{text}",
+                log.display()
+            );
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
 }
