@@ -1,6 +1,6 @@
 //! Binding planned pods once their node is ready (differences.md item 10): the node is Ready, no
-//! startup or not-ready taint is left, and it advertises every resource the pods requested. The
-//! decision is pure; `bind` is the one call that writes.
+//! startup or not-ready taint is left, and it advertises every resource the pods requested; and
+//! only the pods that still fit on it. The decisions are pure; `bind` is the one call that writes.
 
 use std::collections::BTreeMap;
 
@@ -10,6 +10,8 @@ use kube::api::PostParams;
 use kube::Api;
 
 use crate::apis::quantity::parse_quantity;
+use crate::scheduling::resources::pod_requests;
+use crate::scheduling::Resources;
 
 /// Taints the node lifecycle puts on a node that is not ready yet.
 pub const EPHEMERAL_TAINTS: &[&str] = &[
@@ -37,6 +39,35 @@ pub fn is_ready_for_pods(node: &Node, startup_taints: &[Taint], requested: &BTre
             .is_some_and(|v| v > 0.0)
     });
     ready && !blocked && advertises
+}
+
+/// Of the pods planned for `node`, in order, those that fit on it beside `on_node` (the pods
+/// already bound to it; Succeeded and Failed ones hold nothing) and the ones taken before them.
+/// The scheduler may have put other pending pods on the node since the plan was made (it binds
+/// to any ready node with room), and the API server does not check a Binding against the
+/// node's capacity: binding regardless would overcommit the node, and its kubelet would reject
+/// the pod. A pod left out stays pending for the scheduler, on the node the others would have used.
+pub fn bindable<'a>(node: &Node, on_node: &[Pod], planned: &[&'a Pod]) -> Vec<&'a Pod> {
+    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+    let Some(Ok(allocatable)) = allocatable.map(Resources::from_quantities) else {
+        return Vec::new();
+    };
+    let mut used = Resources::zero();
+    for pod in on_node {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if !matches!(phase, Some("Succeeded") | Some("Failed")) {
+            used.add(&pod_requests(pod));
+        }
+    }
+    let mut taken = Vec::new();
+    for pod in planned {
+        let with_pod = used.plus(&pod_requests(pod));
+        if with_pod.fits(&allocatable) {
+            used = with_pod;
+            taken.push(*pod);
+        }
+    }
+    taken
 }
 
 /// What binding a pod did.
@@ -92,6 +123,41 @@ mod tests {
             "spec": {"taints": taints},
             "status": {"conditions": [{"type": "Ready", "status": "True"}], "allocatable": allocatable}
         }))
+    }
+
+    fn pod_on(name: &str, cpu: &str, node: Option<&str>, phase: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+            "status": {"phase": phase}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn binds_only_the_planned_pods_that_still_fit_beside_what_the_scheduler_put_there() {
+        // A t3.xlarge planned for two 1500m pods; the scheduler already bound a third pod there.
+        let node = ready(json!([]), json!({"cpu": "3920m", "memory": "14Gi", "pods": "58"}));
+        let planned = [pod_on("x", "1500m", None, "Pending"), pod_on("y", "1500m", None, "Pending")];
+        let planned: Vec<&Pod> = planned.iter().collect();
+        let names = |pods: Vec<&Pod>| pods.iter().map(|p| p.metadata.name.clone().unwrap()).collect::<Vec<_>>();
+        assert_eq!(names(bindable(&node, &[], &planned)), ["x", "y"]);
+        let scheduled = [pod_on("z", "1500m", Some("n"), "Running")];
+        assert_eq!(names(bindable(&node, &scheduled, &planned)), ["x"], "room for one more, not two");
+        let full = [
+            pod_on("z", "1500m", Some("n"), "Running"),
+            pod_on("w", "1500m", Some("n"), "Pending"),
+        ];
+        assert!(bindable(&node, &full, &planned).is_empty());
+        // Finished pods hold nothing.
+        let finished = [
+            pod_on("z", "1500m", Some("n"), "Succeeded"),
+            pod_on("w", "1500m", Some("n"), "Failed"),
+        ];
+        assert_eq!(names(bindable(&node, &finished, &planned)), ["x", "y"]);
+        // The pod count is a resource too.
+        let one_pod = ready(json!([]), json!({"cpu": "3920m", "pods": "1"}));
+        assert_eq!(names(bindable(&one_pod, &[], &planned)), ["x"]);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Taint};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::PostParams;
+use kube::api::{ListParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
@@ -759,22 +759,45 @@ async fn bind_loop(ctx: Arc<Context>, stores: Stores, shutdown: CancellationToke
                 continue;
             }
             if ctx.config.bind_pods {
-                for key in &plan.pods {
-                    let unbound = stores.pods.state().into_iter().find(|p| PodKey::of(p) == *key).filter(|p| {
+                let unbound: Vec<Arc<Pod>> = plan
+                    .pods
+                    .iter()
+                    .filter_map(|key| stores.pods.state().into_iter().find(|p| PodKey::of(p) == *key))
+                    .filter(|p| {
                         p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_none_or(str::is_empty)
                             && p.metadata.deletion_timestamp.is_none()
-                    });
-                    let Some(pod) = unbound else { continue };
+                    })
+                    .collect();
+                // What is on the node now, read from the API server rather than the cache: the
+                // scheduler binds to a node the moment it is ready.
+                let on_node = if unbound.is_empty() {
+                    Vec::new()
+                } else {
+                    let all: Api<Pod> = Api::all(ctx.client.clone());
+                    match all.list(&ListParams::default().fields(&format!("spec.nodeName={node_name}"))).await {
+                        Ok(list) => list.items,
+                        Err(e) => {
+                            warn!(node = %node_name, error = %e, "listing the pods on a ready node before binding; retrying");
+                            continue;
+                        }
+                    }
+                };
+                let planned: Vec<&Pod> = unbound.iter().map(|p| p.as_ref()).collect();
+                let fitting = bind::bindable(&node, &on_node, &planned);
+                for pod in planned.iter().filter(|p| !fitting.iter().any(|f| std::ptr::eq(*f, **p))) {
+                    debug!(pod = %pods::pod_key(pod), node = %node_name, "not binding: the node has no room left for the pod; the scheduler will place it");
+                }
+                for pod in fitting {
                     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
                     match bind::bind(&api, &pod.name_any(), node_name).await {
                         Ok(outcome) => {
                             ctx.metrics.pods_bound.with_label_values(&[bind_label(&outcome)]).inc();
                             if outcome == bind::BindOutcome::Bound {
-                                info!(pod = %pods::pod_key(&pod), node = %node_name, "bound pod");
+                                info!(pod = %pods::pod_key(pod), node = %node_name, "bound pod");
                             }
                         }
                         Err(e) => {
-                            warn!(pod = %pods::pod_key(&pod), node = %node_name, error = %e, "binding pod; the scheduler will place it")
+                            warn!(pod = %pods::pod_key(pod), node = %node_name, error = %e, "binding pod; the scheduler will place it")
                         }
                     }
                 }
