@@ -1,7 +1,6 @@
 //! The built binary itself: flags and environment variables, the servers it starts, the
 //! subcommands that write files, and a clean exit on SIGTERM.
 
-use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -9,6 +8,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_karpenter-rs");
 
 #[path = "support/process.rs"]
 mod process;
+
+use process::http_get;
 
 /// `karpenter-rs webhook` on 127.0.0.1, every port 0 (any free port), with its certificates in
 /// `cert_dir` and its output in `log`; the caller adds what else it needs and spawns it.
@@ -27,18 +28,6 @@ fn webhook_command(cert_dir: &std::path::Path, log: &std::path::Path) -> Command
         .stdout(out.try_clone().unwrap())
         .stderr(out);
     command
-}
-
-/// A plain HTTP GET of `path` on `address`: the status and the whole response.
-fn http_get(address: SocketAddr, path: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(address).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    let status = body.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, body))
 }
 
 /// A started process, killed when dropped: a failing test leaves nothing running.

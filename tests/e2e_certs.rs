@@ -9,6 +9,7 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, OnceLock};
@@ -19,6 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use karpenter_rs::webhook::registration::{self, Target};
 use karpenter_rs::webhook::self_signed::{CA_CERT_KEY, SERVER_CERT_KEY};
 use serde_json::{json, Value};
+use support::process::{http_get, Addresses};
 use support::{cluster, fixture, kubectl, kubectl_ok, unique, wait_for, AdmissionWebhook, Cluster, CLUSTER_NAME};
 
 const BIN: &str = env!("CARGO_BIN_EXE_karpenter-rs");
@@ -41,9 +43,8 @@ fn setup() -> &'static Cluster {
 /// One `karpenter-rs webhook` process in self-managed certificate mode; killed on drop.
 struct Replica {
     child: Child,
-    webhook_port: u16,
-    metrics_port: u16,
-    health_port: u16,
+    /// Where it listens (any free ports, read back from its start line).
+    bound: Addresses,
     log: PathBuf,
     _cert_dir: tempfile::TempDir,
 }
@@ -80,7 +81,7 @@ impl Scenario {
             let replica = scenario.spawn(index, validity, renew_before, &kubeconfig);
             scenario.replicas.push(replica);
         }
-        scenario.register(&format!("https://127.0.0.1:{}", scenario.replicas[0].webhook_port));
+        scenario.register(&format!("https://{}", scenario.replicas[0].bound.webhook));
         scenario
     }
 
@@ -207,9 +208,7 @@ impl Scenario {
         let bound = support::process::wait_started(&mut child, &log, Duration::from_secs(30));
         Replica {
             child,
-            webhook_port: bound.webhook.port(),
-            metrics_port: bound.metrics.port(),
-            health_port: bound.health.port(),
+            bound,
             log,
             _cert_dir: cert_dir,
         }
@@ -218,7 +217,7 @@ impl Scenario {
     fn wait_ready(&self) {
         for r in &self.replicas {
             wait_for("a replica to become ready", Duration::from_secs(60), || {
-                (http_get(r.health_port, "/readyz").map(|(s, _)| s) == Some(200)).then_some(())
+                (http_get(r.bound.health, "/readyz").map(|(s, _)| s) == Some(200)).then_some(())
             });
         }
     }
@@ -276,7 +275,7 @@ impl Scenario {
             let (rv, data) = self.secret()?;
             let ca = ders(data.get(CA_CERT_KEY)?).into_iter().next()?;
             let cert = ders(data.get(SERVER_CERT_KEY)?).into_iter().next()?;
-            let served: Vec<_> = self.replicas.iter().map(|r| peer_certificate(r.webhook_port)).collect();
+            let served: Vec<_> = self.replicas.iter().map(|r| peer_certificate(r.bound.webhook)).collect();
             if served.iter().any(|s| s.as_ref() != Some(&cert)) {
                 return None;
             }
@@ -316,7 +315,7 @@ impl Scenario {
 
     /// Applies a valid Provisioner and checks that the first replica defaulted it.
     fn assert_apply_is_defaulted_by_the_first_replica(&self) {
-        let before = mutate_requests(self.replicas[0].metrics_port);
+        let before = mutate_requests(self.replicas[0].bound.metrics);
         let (ok, out) = self.apply(|_| {});
         assert!(ok, "{out}\n{}", self.logs());
         let stored: Value = serde_json::from_str(&out).unwrap();
@@ -328,7 +327,7 @@ impl Scenario {
             .collect();
         assert!(keys.contains(&"kubernetes.io/arch") && keys.contains(&"kubernetes.io/os"), "{out}");
         assert!(
-            mutate_requests(self.replicas[0].metrics_port) > before,
+            mutate_requests(self.replicas[0].bound.metrics) > before,
             "the first replica was not called"
         );
     }
@@ -397,28 +396,17 @@ fn ders(pem: &[u8]) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    let status = body.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, body))
-}
-
 /// AdmissionReviews the replica answered on /mutate, from its metrics.
-fn mutate_requests(metrics_port: u16) -> f64 {
-    let (_, body) = http_get(metrics_port, "/metrics").expect("metrics answer");
+fn mutate_requests(metrics: SocketAddr) -> f64 {
+    let (_, body) = http_get(metrics, "/metrics").expect("metrics answer");
     body.lines()
         .filter(|l| l.starts_with("karpenter_webhook_requests_total{") && l.contains("path=\"/mutate\""))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
 
-/// The certificate the webhook on `port` presents (DER), or None when the handshake fails.
-fn peer_certificate(port: u16) -> Option<Vec<u8>> {
+/// The certificate the webhook at `address` presents (DER), or None when the handshake fails.
+fn peer_certificate(address: SocketAddr) -> Option<Vec<u8>> {
     use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
     use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
     use rustls::{DigitallySignedStruct, SignatureScheme};
@@ -467,7 +455,7 @@ fn peer_certificate(port: u16) -> Option<Vec<u8>> {
         .with_no_client_auth();
     let name = ServerName::try_from("127.0.0.1").unwrap();
     let mut connection = rustls::ClientConnection::new(Arc::new(config), name).ok()?;
-    let mut socket = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let mut socket = std::net::TcpStream::connect(address).ok()?;
     socket.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     while connection.is_handshaking() {
         connection.complete_io(&mut socket).ok()?;

@@ -255,10 +255,7 @@ fn start_replica(cluster: &Cluster, rendered: &Rendered, namespace: &str, identi
     };
     // Ready once it serves the certificate it read from (or wrote into) the Secret.
     wait_for(&format!("{identity} to be ready"), Duration::from_secs(60), || {
-        Command::new("curl")
-            .args(["-fsS", "--max-time", "2", &format!("http://{}/readyz", replica.health)])
-            .output()
-            .is_ok_and(|o| o.status.success())
+        support::process::http_get(replica.health, "/readyz").is_some_and(|(status, _)| status == 200)
     });
     replica
 }

@@ -1,7 +1,8 @@
 //! The addresses a karpenter-rs process really bound, read from its "karpenter-rs started" log
 //! line. Tests start the binary on port 0 (any free port) and read the ports back: a port found
 //! free beforehand can be taken by any other process (an outgoing connection included) before
-//! the binary binds it, and the binary then exits at start.
+//! the binary binds it, and the binary then exits at start. Also a plain HTTP GET for its
+//! probe and metrics ports.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -63,4 +64,16 @@ pub fn wait_started(child: &mut Child, log: &Path, timeout: Duration) -> Address
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A plain HTTP GET of `path` on `address`: the status and the whole response.
+pub fn http_get(address: SocketAddr, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(address).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    let status = body.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body))
 }
