@@ -286,10 +286,48 @@ impl Metrics {
             .encode_to_string(&families)
             .expect("text encoding cannot fail")
     }
+
+    /// Runs one cloud-provider call: its duration goes to `karpenter_cloudprovider_duration_seconds`
+    /// and its error, if any, to `karpenter_cloudprovider_errors_total`, both under `method`.
+    pub async fn cloud_call<T>(
+        &self,
+        method: &str,
+        call: impl std::future::Future<Output = Result<T, crate::cloudprovider::Error>>,
+    ) -> Result<T, crate::cloudprovider::Error> {
+        let result = {
+            let _timer = self.cloudprovider_duration.with_label_values(&[method]).start_timer();
+            call.await
+        };
+        if let Err(e) = &result {
+            self.cloudprovider_errors.with_label_values(&[method, e.kind()]).inc();
+        }
+        result
+    }
 }
 
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cloudprovider::Error;
+
+    #[tokio::test]
+    async fn a_cloud_call_is_timed_and_its_error_counted_by_kind() {
+        let metrics = Metrics::new();
+        let ok: Result<u32, Error> = metrics.cloud_call("list", async { Ok(1) }).await;
+        assert_eq!(ok.unwrap(), 1);
+        let failed: Result<(), Error> = metrics
+            .cloud_call("get", async { Err(Error::NotFound("instance i-0123".into())) })
+            .await;
+        let kind = failed.unwrap_err().kind();
+        assert_eq!(metrics.cloudprovider_duration.with_label_values(&["list"]).get_sample_count(), 1);
+        assert_eq!(metrics.cloudprovider_duration.with_label_values(&["get"]).get_sample_count(), 1);
+        assert_eq!(metrics.cloudprovider_errors.with_label_values(&["list", kind]).get(), 0);
+        assert_eq!(metrics.cloudprovider_errors.with_label_values(&["get", kind]).get(), 1);
     }
 }

@@ -112,13 +112,11 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
 /// before the listing has its Node in it once past the grace period).
 #[instrument(skip_all)]
 async fn pass(ctx: &Context) -> Result<(), GarbageCollectionError> {
-    let instances = {
-        let _timer = ctx.metrics.cloudprovider_duration.with_label_values(&["list"]).start_timer();
-        ctx.cloud.list().await.map_err(|source| {
-            ctx.metrics.cloudprovider_errors.with_label_values(&["list", source.kind()]).inc();
-            GarbageCollectionError::ListInstances { source }
-        })?
-    };
+    let instances = ctx
+        .metrics
+        .cloud_call("list", ctx.cloud.list())
+        .await
+        .map_err(|source| GarbageCollectionError::ListInstances { source })?;
     let instances: Vec<_> = instances
         .into_iter()
         .filter(|i| ctx.config.instance_tags.iter().all(|(k, v)| i.tags.get(k) == Some(v)))
@@ -135,16 +133,9 @@ async fn pass(ctx: &Context) -> Result<(), GarbageCollectionError> {
             .find(|i| i.id == instance_id)
             .and_then(|i| i.tags.get(PROVISIONER_NAME_LABEL).cloned())
             .unwrap_or_default();
-        let result = {
-            let _timer = ctx.metrics.cloudprovider_duration.with_label_values(&["delete"]).start_timer();
-            ctx.cloud.delete(&instance_id).await
-        };
-        match result {
+        match ctx.metrics.cloud_call("delete", ctx.cloud.delete(&instance_id)).await {
             Ok(()) => info!(instance_id = %instance_id, provisioner = %provisioner, "garbage collected instance without a node"),
-            Err(e) => {
-                ctx.metrics.cloudprovider_errors.with_label_values(&["delete", e.kind()]).inc();
-                warn!(instance_id = %instance_id, error = %telemetry::chain(&e), "terminating leaked instance; retrying next pass");
-            }
+            Err(e) => warn!(instance_id = %instance_id, error = %telemetry::chain(&e), "terminating leaked instance; retrying next pass"),
         }
     }
     let selected = nodes_api
@@ -153,6 +144,7 @@ async fn pass(ctx: &Context) -> Result<(), GarbageCollectionError> {
         .map_err(|source| GarbageCollectionError::ListNodes { source })?
         .items;
     for (node_name, instance_id) in collect::nodes_to_check(&selected, ctx.config.grace_period, Utc::now()) {
+        // Timed by hand: a gone instance is the answer looked for here, not an error to count.
         let result = {
             let _timer = ctx.metrics.cloudprovider_duration.with_label_values(&["get"]).start_timer();
             ctx.cloud.get(&instance_id).await
@@ -202,21 +194,8 @@ async fn pass(ctx: &Context) -> Result<(), GarbageCollectionError> {
         .await;
     }
     // Last, and not failing the pass: a template deleted late costs nothing meanwhile.
-    let result = {
-        let _timer = ctx
-            .metrics
-            .cloudprovider_duration
-            .with_label_values(&["delete_launch_templates"])
-            .start_timer();
-        ctx.cloud
-            .delete_unused_launch_templates(ctx.config.launch_template_unused_for)
-            .await
-    };
-    if let Err(e) = result {
-        ctx.metrics
-            .cloudprovider_errors
-            .with_label_values(&["delete_launch_templates", e.kind()])
-            .inc();
+    let unused = ctx.cloud.delete_unused_launch_templates(ctx.config.launch_template_unused_for);
+    if let Err(e) = ctx.metrics.cloud_call("delete_launch_templates", unused).await {
         warn!(error = %telemetry::chain(&e), "deleting unused launch templates; retrying next pass");
     }
     Ok(())

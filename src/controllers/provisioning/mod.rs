@@ -404,19 +404,7 @@ async fn provision(
             }
         }
     }
-    let catalogue = {
-        let _timer = ctx
-            .metrics
-            .cloudprovider_duration
-            .with_label_values(&["instance_types"])
-            .start_timer();
-        ctx.cloud.instance_types().await.inspect_err(|e| {
-            ctx.metrics
-                .cloudprovider_errors
-                .with_label_values(&["instance_types", e.kind()])
-                .inc();
-        })?
-    };
+    let catalogue = ctx.metrics.cloud_call("instance_types", ctx.cloud.instance_types()).await?;
     let input = SimulationInput {
         pods: pending.clone(),
         provisioners: provisioners
@@ -647,14 +635,9 @@ async fn create_instance(
 ) -> Result<cloudprovider::Instance, cloudprovider::Error> {
     let mut attempt = 1;
     loop {
-        let result = {
-            let _timer = metrics.cloudprovider_duration.with_label_values(&["create"]).start_timer();
-            cloud.create(request).await
-        };
-        match result {
+        match metrics.cloud_call("create", cloud.create(request)).await {
             Ok(instance) => return Ok(instance),
             Err(e) => {
-                metrics.cloudprovider_errors.with_label_values(&["create", e.kind()]).inc();
                 if !matches!(e, cloudprovider::Error::InsufficientCapacity { .. }) || attempt == LAUNCH_ATTEMPTS {
                     return Err(e);
                 }

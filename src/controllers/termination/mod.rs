@@ -220,12 +220,7 @@ async fn reconcile(ctx: &Context, node: &Node) -> Result<usize, TerminationError
     // 3. terminate the instance (one that is already gone counts as terminated)
     let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default();
     if let Some(instance_id) = instance_id_from_provider_id(provider_id) {
-        let result = {
-            let _timer = ctx.metrics.cloudprovider_duration.with_label_values(&["delete"]).start_timer();
-            ctx.cloud.delete(instance_id).await
-        };
-        if let Err(source) = result {
-            ctx.metrics.cloudprovider_errors.with_label_values(&["delete", source.kind()]).inc();
+        if let Err(source) = ctx.metrics.cloud_call("delete", ctx.cloud.delete(instance_id)).await {
             return Err(TerminationError::Terminate {
                 node: name,
                 instance_id: instance_id.to_string(),
