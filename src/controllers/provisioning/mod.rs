@@ -742,10 +742,11 @@ async fn bind_loop(ctx: Arc<Context>, stores: Stores, shutdown: CancellationToke
                 continue;
             }
             if ctx.config.bind_pods {
-                let unbound: Vec<Arc<Pod>> = plan
+                let cached = stores.pods.state();
+                let unbound: Vec<&Arc<Pod>> = plan
                     .pods
                     .iter()
-                    .filter_map(|key| stores.pods.state().into_iter().find(|p| PodKey::of(p) == *key))
+                    .filter_map(|key| cached.iter().find(|p| PodKey::of(p) == *key))
                     .filter(|p| {
                         p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_none_or(str::is_empty)
                             && p.metadata.deletion_timestamp.is_none()
