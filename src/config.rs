@@ -144,6 +144,14 @@ pub struct RunArgs {
     /// Bind planned pods to their new node once it is ready, instead of waiting for the scheduler (`run` only).
     #[arg(long, env = "BIND_PODS", default_value_t = true, action = clap::ArgAction::Set)]
     pub bind_pods: bool,
+    /// A node karpenter-rs launched that is not Ready this long after its creation is deleted
+    /// and its instance terminated, and its pods get a fresh node (`run` only).
+    #[arg(long, env = "REGISTRATION_TTL", default_value = "15m", value_parser = parse_duration)]
+    pub registration_ttl: Duration,
+    /// At most this many nodes are launched per Provisioner in any minute; 0 stops launches
+    /// (`run` only).
+    #[arg(long, env = "MAX_NODE_LAUNCHES_PER_MINUTE", default_value_t = 100)]
+    pub max_node_launches_per_minute: u32,
     /// How often empty and expired nodes are looked for (`run` only).
     #[arg(long, env = "DEPROVISIONING_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     pub deprovisioning_interval: Duration,
@@ -204,6 +212,8 @@ impl RunArgs {
                 max: self.batch_max_duration,
             },
             bind_pods: self.bind_pods,
+            registration_ttl: self.registration_ttl,
+            max_launches_per_minute: self.max_node_launches_per_minute,
         }
     }
 

@@ -33,6 +33,8 @@ pub mod reason {
     pub const EXPIRATION: &str = "expiration";
     /// Its instance is gone.
     pub const GARBAGE_COLLECTED: &str = "garbage_collected";
+    /// Not Ready within the registration TTL (Karpenter v0.28's machine liveness).
+    pub const LIVENESS: &str = "liveness";
 }
 
 /// The metrics of one process.

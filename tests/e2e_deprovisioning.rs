@@ -26,6 +26,9 @@ use support::{cluster, fixture, items, kubectl, kubectl_ok, unique, wait_for, Ad
 const SUITE_KEY: &str = "e2e.karpenter-rs/suite";
 const SUITE: &str = "deprovisioning";
 const EMPTINESS_ANNOTATION: &str = "karpenter.sh/emptiness-timestamp";
+/// Short, so the registration test does not wait 15 minutes; every node kwok runs is Ready
+/// within seconds.
+const REGISTRATION_TTL: Duration = Duration::from_secs(45);
 
 fn setup() -> (&'static Cluster, &'static Controller) {
     static WEBHOOK: OnceLock<AdmissionWebhook> = OnceLock::new();
@@ -51,6 +54,7 @@ fn setup() -> (&'static Cluster, &'static Controller) {
                     node_selector: selector,
                     ..Default::default()
                 },
+                registration_ttl: REGISTRATION_TTL,
             },
         )
     });
@@ -92,6 +96,17 @@ struct Scenario {
 
 impl Scenario {
     fn create(cluster: &'static Cluster, base: &str, ttl_after_empty: Option<i64>, ttl_until_expired: Option<i64>) -> Scenario {
+        Self::create_with(cluster, base, ttl_after_empty, ttl_until_expired, |_| {})
+    }
+
+    /// `create`, with `edit` applied to the Provisioner before it is applied.
+    fn create_with(
+        cluster: &'static Cluster,
+        base: &str,
+        ttl_after_empty: Option<i64>,
+        ttl_until_expired: Option<i64>,
+        edit: impl FnOnce(&mut serde_json::Value),
+    ) -> Scenario {
         let suffix = unique(base);
         let scenario = Scenario {
             cluster,
@@ -116,6 +131,7 @@ impl Scenario {
         if let Some(ttl) = ttl_until_expired {
             spec.insert("ttlSecondsUntilExpired".into(), json!(ttl));
         }
+        edit(&mut provisioner);
         kubectl_ok(cluster, &["create", "namespace", &scenario.namespace], None);
         kubectl_ok(cluster, &["apply", "-f", "-"], Some(&template.to_string()));
         kubectl_ok(cluster, &["apply", "-f", "-"], Some(&provisioner.to_string()));
@@ -530,4 +546,134 @@ fn a_node_whose_instance_is_gone_is_deleted_and_released() {
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
+}
+
+/// Node events with `reason` for `node`.
+fn node_events(cluster: &Cluster, node: &str, reason: &str) -> Vec<serde_json::Value> {
+    let selector = format!("involvedObject.name={node},reason={reason}");
+    let out = kubectl_ok(cluster, &["get", "events", "-A", "--field-selector", &selector, "-o", "json"], None);
+    serde_json::from_str::<serde_json::Value>(&out).unwrap()["items"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn a_node_whose_kubelet_never_starts_is_replaced_after_the_registration_ttl_and_not_in_a_loop() {
+    let (cluster, controller) = setup();
+    // kwok leaves nodes labelled e2e.karpenter-rs/no-kubelet alone: they never become Ready.
+    let scenario = Scenario::create_with(cluster, "noreg", Some(30), None, |p| {
+        p["spec"]["labels"]["e2e.karpenter-rs/no-kubelet"] = json!("true");
+    });
+    with_scenario(scenario, controller, |s| {
+        s.create_pod("web", json!({}));
+        let mut launched = BTreeSet::new();
+        let record = |launched: &mut BTreeSet<String>| {
+            for n in s.nodes() {
+                launched.insert(n.name_any());
+            }
+            launched.len()
+        };
+        let first = wait_for("a node launched", Duration::from_secs(90), || {
+            s.nodes().first().map(|n| n.name_any())
+        });
+        let created = Instant::now();
+        // Until the TTL, that node is the only one: not removed as empty, nothing launched beside it.
+        while created.elapsed() < REGISTRATION_TTL - Duration::from_secs(10) {
+            assert_eq!(record(&mut launched), 1, "launched again before the registration TTL: {launched:?}");
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        let instance = instance_id(&s.node(&first).expect("still there"));
+        wait_for("the unregistered node deleted", Duration::from_secs(90), || {
+            record(&mut launched);
+            s.node(&first).is_none().then_some(())
+        });
+        let event = wait_for("a NodeRegistrationFailed event", Duration::from_secs(30), || {
+            node_events(cluster, &first, "NodeRegistrationFailed").into_iter().next()
+        });
+        assert_eq!(event["type"], "Warning");
+        let cloud = cloud(controller, cluster);
+        wait_for("its instance terminated", Duration::from_secs(30), || {
+            instance_terminated(controller, &cloud, &instance).then_some(())
+        });
+        // One replacement for the pod, then nothing more until its own TTL.
+        let second = wait_for("a replacement launched", Duration::from_secs(60), || {
+            s.nodes().into_iter().map(|n| n.name_any()).find(|n| *n != first)
+        });
+        let replaced = Instant::now();
+        while replaced.elapsed() < REGISTRATION_TTL - Duration::from_secs(15) {
+            assert!(record(&mut launched) <= 2, "a loop: {launched:?} (replacement {second})");
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        assert!(
+            controller.metrics.render().contains(&format!(
+                "karpenter_nodes_terminated{{provisioner=\"{}\",reason=\"liveness\"}}",
+                s.provisioner
+            )),
+            "the liveness metric"
+        );
+    });
+}
+
+#[test]
+fn a_pod_every_new_node_evicts_does_not_launch_nodes_in_a_loop() {
+    let (cluster, controller) = setup();
+    // The chaos case: a spot Provisioner, and every node it launches gets a NoExecute taint as it
+    // appears, which evicts the 1-replica Deployment's pod; the ReplicaSet makes a new one.
+    let scenario = Scenario::create_with(cluster, "chaos", Some(30), None, |p| {
+        let requirements = p["spec"]["requirements"].as_array_mut().unwrap();
+        requirements.retain(|r| r["key"] != "karpenter.sh/capacity-type");
+        requirements.push(json!({"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}));
+    });
+    with_scenario(scenario, controller, |s| {
+        let mut deployment = fixture("first-writeup/nginx-deployment.yaml");
+        deployment["metadata"]["namespace"] = json!(s.namespace);
+        deployment["spec"]["replicas"] = json!(1);
+        deployment["spec"]["template"]["spec"]["nodeSelector"]["nodeType"] = json!(s.node_type);
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&deployment.to_string()));
+        let chaos = json!([{"op": "add", "path": "/spec/taints/-", "value": {"key": "e2e.karpenter-rs/chaos", "value": "evict", "effect": "NoExecute"}}])
+            .to_string();
+        let (mut launched, mut most_at_once) = (BTreeSet::new(), 0);
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(5 * 60) {
+            let nodes = s.nodes();
+            most_at_once = most_at_once.max(nodes.len());
+            for node in &nodes {
+                launched.insert(node.name_any());
+                let tainted = node
+                    .spec
+                    .as_ref()
+                    .and_then(|sp| sp.taints.as_ref())
+                    .is_some_and(|t| t.iter().any(|t| t.key == "e2e.karpenter-rs/chaos"));
+                if !tainted && node.metadata.deletion_timestamp.is_none() {
+                    kubectl(cluster, &["patch", "node", &node.name_any(), "--type=json", "-p", &chaos], None);
+                }
+            }
+            assert!(most_at_once <= 3, "{most_at_once} nodes at once: {launched:?}");
+            assert!(
+                launched.len() <= 10,
+                "{} nodes launched in {:?}: {launched:?}",
+                launched.len(),
+                started.elapsed()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        assert!(launched.len() >= 2, "the chaos did evict: {launched:?}");
+        // The taint goes away: once a node is there, the pod runs on it at once.
+        let node = wait_for("a node of the scenario", Duration::from_secs(6 * 60), || {
+            s.nodes().into_iter().find(|n| n.metadata.deletion_timestamp.is_none())
+        });
+        let calm = json!([{"op": "replace", "path": "/spec/taints", "value": node
+            .spec
+            .as_ref()
+            .and_then(|sp| sp.taints.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| t.key != "e2e.karpenter-rs/chaos")
+            .collect::<Vec<_>>()}])
+        .to_string();
+        kubectl_ok(cluster, &["patch", "node", &node.name_any(), "--type=json", "-p", &calm], None);
+        let nodes = s.wait_running(1);
+        assert!(nodes.len() == 1, "{nodes:?}");
+    });
 }

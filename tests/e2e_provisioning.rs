@@ -662,3 +662,190 @@ fn pods_with_zonal_volumes_get_nodes_in_their_volumes_zones() {
         kubectl(cluster, &["delete", "pv", pv, "--wait=false"], None);
     }
 }
+
+/// The names of the nodes `provisioner` has launched so far, as seen on every poll.
+fn launched_names(cluster: &Cluster, provisioner: &str, seen: &mut std::collections::BTreeSet<String>) -> usize {
+    for n in our_nodes(cluster, provisioner) {
+        seen.insert(n.name_any());
+    }
+    seen.len()
+}
+
+#[test]
+fn every_requirement_becomes_a_node_label_and_the_pod_runs_there_with_one_launch() {
+    let (cluster, controller) = setup();
+    // `team In [a, b]` and `team Exists`, each on a Provisioner of its own with a 1-replica
+    // Deployment requiring it.
+    let cases = [
+        ("in", json!({"key": "team", "operator": "In", "values": ["a", "b"]})),
+        ("exists", json!({"key": "team", "operator": "Exists"})),
+    ];
+    let suffix = unique("reqlabels");
+    let namespace = format!("ns-{suffix}");
+    kubectl_ok(cluster, &["create", "namespace", &namespace], None);
+    let mut created = Vec::new();
+    for (name, requirement) in &cases {
+        let (template, provisioner, node_type) = service_provisioner(cluster, &format!("{suffix}-{name}"), |p| {
+            p["spec"]["requirements"].as_array_mut().unwrap().push(requirement.clone());
+        });
+        let d = deployment(&namespace, &node_type, 1, |d| {
+            d["metadata"]["name"] = json!(format!("web-{name}"));
+            d["spec"]["selector"]["matchLabels"]["app"] = json!(format!("web-{name}"));
+            d["spec"]["template"]["metadata"]["labels"]["app"] = json!(format!("web-{name}"));
+            d["spec"]["template"]["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                {"nodeSelectorTerms": [{"matchExpressions": [requirement]}]}}});
+        });
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&d.to_string()));
+        created.push((template, provisioner));
+    }
+    with_clean_up(cluster, controller, &namespace, &created, || {
+        wait_for("both pods Running", Duration::from_secs(120), || {
+            (running_pods(cluster, &namespace).len() == 2).then_some(())
+        });
+        for ((name, requirement), (_, provisioner)) in cases.iter().zip(&created) {
+            let nodes = our_nodes(cluster, provisioner);
+            assert_eq!(nodes.len(), 1, "{name}: one node");
+            let team = nodes[0].labels().get("team").cloned();
+            match requirement["operator"].as_str().unwrap() {
+                "In" => assert!(matches!(team.as_deref(), Some("a") | Some("b")), "{name}: team label {team:?}"),
+                _ => assert!(team.is_some(), "{name}: a team label"),
+            }
+            let pod = running_pods(cluster, &namespace)
+                .into_iter()
+                .find(|p| p.name_any().starts_with(&format!("web-{name}")))
+                .unwrap();
+            assert_eq!(
+                pod.spec.unwrap().node_name.unwrap(),
+                nodes[0].name_any(),
+                "{name}: the pod runs on it"
+            );
+        }
+        // No second launch over a minute: the pod stays where it is and nothing loops.
+        let mut seen: Vec<std::collections::BTreeSet<String>> = vec![Default::default(); created.len()];
+        for _ in 0..12 {
+            for (i, (_, provisioner)) in created.iter().enumerate() {
+                assert_eq!(
+                    launched_names(cluster, provisioner, &mut seen[i]),
+                    1,
+                    "{provisioner} launched again: {:?}",
+                    seen[i]
+                );
+            }
+            std::thread::sleep(Duration::from_secs(5));
+        }
+        assert_eq!(running_pods(cluster, &namespace).len(), 2);
+    });
+}
+
+/// Reads one object as JSON.
+fn get_json(cluster: &Cluster, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["get"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["-o", "json"]);
+    serde_json::from_str(&kubectl_ok(cluster, &all, None)).unwrap()
+}
+
+#[test]
+fn a_wait_for_first_consumer_claim_gets_its_selected_node_from_the_scheduler_and_the_pod_runs() {
+    let (cluster, controller) = setup();
+    let suffix = unique("wffc");
+    let namespace = format!("ns-{suffix}");
+    let class = format!("sc-{suffix}");
+    let (template, provisioner, node_type) = service_provisioner(cluster, &suffix, |_| {});
+    kubectl_ok(cluster, &["create", "namespace", &namespace], None);
+    let pv = format!("pv-{suffix}");
+    with_clean_up(cluster, controller, &namespace, &[(template, provisioner.clone())], || {
+        // A dynamically provisioned class whose provisioner is this test: it waits for the
+        // scheduler to pick the node (`volume.kubernetes.io/selected-node`), then makes the volume.
+        let manifests = json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": class},
+             "provisioner": "e2e.karpenter-rs/test-provisioner", "volumeBindingMode": "WaitForFirstConsumer"},
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": namespace},
+             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class, "resources": {"requests": {"storage": "1Gi"}}}},
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "db", "namespace": namespace},
+             "spec": {
+                "nodeSelector": {"nodeType": node_type},
+                "tolerations": [{"key": "service", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+                "containers": [{"name": "db", "image": "postgres", "resources": {"requests": {"cpu": "100m"}}}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]}}
+        ]});
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&manifests.to_string()));
+        let selected = wait_for("the scheduler selects a node for the claim", Duration::from_secs(150), || {
+            let claim = get_json(cluster, &["pvc", "data", "-n", &namespace]);
+            claim["metadata"]["annotations"]["volume.kubernetes.io/selected-node"]
+                .as_str()
+                .map(str::to_string)
+        });
+        assert!(
+            our_nodes(cluster, &provisioner).iter().any(|n| n.name_any() == selected),
+            "the selected node {selected} is the one launched"
+        );
+        // The provisioner's part: a volume on that node, bound to the claim.
+        let volume = json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                "hostPath": {"path": "/data"}, "claimRef": {"namespace": namespace, "name": "data"},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [selected]}]}]}}}});
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&volume.to_string()));
+        let pod = wait_for("the pod Running", Duration::from_secs(120), || {
+            running_pods(cluster, &namespace).into_iter().find(|p| p.name_any() == "db")
+        });
+        assert_eq!(pod.spec.unwrap().node_name.unwrap(), selected);
+    });
+    kubectl(cluster, &["delete", "pv", &pv, "--wait=false"], None);
+    kubectl(cluster, &["delete", "storageclass", &class, "--wait=false"], None);
+}
+
+#[test]
+fn a_pod_of_another_scheduler_is_never_bound_by_us() {
+    let (cluster, controller) = setup();
+    let suffix = unique("othersched");
+    let namespace = format!("ns-{suffix}");
+    let (template, provisioner, node_type) = service_provisioner(cluster, &suffix, |_| {});
+    kubectl_ok(cluster, &["create", "namespace", &namespace], None);
+    with_clean_up(cluster, controller, &namespace, &[(template, provisioner.clone())], || {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "batch", "namespace": namespace},
+            "spec": {"schedulerName": "e2e-other-scheduler", "nodeSelector": {"nodeType": node_type},
+                "tolerations": [{"key": "service", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+                "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}]}});
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&pod.to_string()));
+        // The other scheduler found no node for it: it says so the way kube-scheduler does.
+        let status = json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/0 nodes are available"}]}});
+        kubectl_ok(
+            cluster,
+            &[
+                "patch",
+                "pod",
+                "batch",
+                "-n",
+                &namespace,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                &status.to_string(),
+            ],
+            None,
+        );
+        // karpenter-rs launches for it (capacity is its job) but leaves the binding to that
+        // scheduler: the node becomes Ready and the pod stays unbound.
+        let node = wait_for("a node Ready for the pod", Duration::from_secs(120), || {
+            our_nodes(cluster, &provisioner).into_iter().find(|n| {
+                n.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+        });
+        for _ in 0..10 {
+            let pod = get_json(cluster, &["pod", "batch", "-n", &namespace]);
+            assert!(
+                pod["spec"]["nodeName"].is_null(),
+                "bound to {} by karpenter-rs",
+                pod["spec"]["nodeName"]
+            );
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        assert_eq!(our_nodes(cluster, &provisioner).len(), 1, "one launch for {}", node.name_any());
+    });
+}

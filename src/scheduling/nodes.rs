@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 
 use crate::apis::v1alpha5::labels::{HOSTNAME_LABEL, PROVISIONER_NAME_LABEL};
 
+use super::instance_types::InstanceType;
 use super::pods::{is_terminal_or_terminating, PodKey};
 use super::resources::{pod_requests, Resources};
 use super::taints::{same_taint, NOT_READY_TAINT_KEY, UNREACHABLE_TAINT_KEY, UNSCHEDULABLE_TAINT_KEY};
@@ -83,6 +84,17 @@ impl ExistingNode {
         }
     }
 
+    /// Until the node is initialised, what its instance type offers stands for what the kubelet
+    /// reports (Karpenter's `state/node.go`): the Node is created without a status, and a kubelet
+    /// that has just registered may not have every resource advertised yet.
+    pub fn expect(&mut self, instance_type: &InstanceType) {
+        if self.initialized {
+            return;
+        }
+        self.capacity = instance_type.capacity.clone();
+        self.allocatable = instance_type.allocatable();
+    }
+
     /// The Provisioner that launched this node, from its label.
     pub fn provisioner(&self) -> Option<&str> {
         self.labels.get(PROVISIONER_NAME_LABEL).map(String::as_str)
@@ -148,6 +160,26 @@ pub fn provisioner_usage(nodes: &[ExistingNode], provisioner: &str) -> Resources
 mod tests {
     use super::*;
     use crate::scheduling::testing::{node, pod, taint};
+
+    #[test]
+    fn an_uninitialised_node_offers_its_instance_type_until_then_what_the_kubelet_reports() {
+        let t3 = crate::scheduling::testing::instance_type("t3.large");
+        // Created by us without a status: nothing reported yet.
+        let launched: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n", "labels": {"karpenter.sh/provisioner-name": "default", "node.kubernetes.io/instance-type": "t3.large"}}
+        }))
+        .unwrap();
+        let mut n = ExistingNode::from_node(&launched, Vec::new());
+        assert!(!n.initialized);
+        assert!(n.allocatable.is_zero() && n.capacity.is_zero());
+        n.expect(&t3);
+        assert_eq!(n.allocatable, t3.allocatable());
+        assert_eq!(n.capacity, t3.capacity);
+        // Once initialised, the kubelet's figures stand.
+        let mut ready = node("n", "1", "1Gi", 5);
+        ready.expect(&t3);
+        assert_eq!(ready.allocatable.get("pods"), 5);
+    }
 
     #[test]
     fn ignores_startup_and_not_ready_taints_until_initialized() {

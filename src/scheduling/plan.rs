@@ -72,8 +72,9 @@ pub struct NodeRequest {
     pub pods: Vec<PodKey>,
     /// DaemonSet overhead + the pods' requests.
     pub requests: Resources,
-    /// Labels the node gets: the single-valued, settable requirements (Provisioner labels,
-    /// provisioner name, pinned zone or capacity type...).
+    /// Labels the node gets: a satisfying value for every settable requirement key
+    /// (`Requirements::node_labels`: Provisioner labels, custom keys the pods require, pinned
+    /// zone or capacity type...).
     pub labels: BTreeMap<String, String>,
     /// The Provisioner's taints.
     pub taints: Vec<Taint>,
@@ -403,7 +404,7 @@ impl Solver<'_> {
         );
         NodeRequest {
             provisioner: t.provisioner.clone(),
-            labels: requirements.labels(),
+            labels: requirements.node_labels(),
             requirements,
             instance_type_options: options,
             pods: node.pods.iter().map(|i| self.pods[*i].key.clone()).collect(),

@@ -157,6 +157,21 @@ impl Requirement {
         }
     }
 
+    /// A value that satisfies this requirement, for a node label (Karpenter's `Any()`,
+    /// karpenter-behavior.md §2.3): the smallest admitted value of an `In` set; for `Exists`,
+    /// `NotIn`, `Gt` and `Lt`, the smallest non-negative integer that is within the bounds and
+    /// not excluded (Karpenter picks a random one; the smallest keeps node labels stable).
+    /// `None` when nothing is admitted.
+    pub fn sample(&self) -> Option<String> {
+        if !self.complement {
+            return self.values.iter().find(|v| self.within_bounds(v)).cloned();
+        }
+        let low = self.greater_than.map_or(0, |g| g.saturating_add(1)).max(0);
+        let high = self.less_than.unwrap_or(i64::MAX);
+        // At most `values.len()` candidates are excluded, so this ends within that many steps.
+        (low..high).map(|n| n.to_string()).find(|v| !self.values.contains(v))
+    }
+
     /// The values admitted by both.
     pub fn intersection(&self, other: &Requirement) -> Requirement {
         let complement = self.complement && other.complement;
@@ -505,6 +520,38 @@ impl Requirements {
             .collect()
     }
 
+    /// Whether a node with `labels` satisfies every requirement, as kube-scheduler reads a node
+    /// selector term: an absent label satisfies only `NotIn` and `DoesNotExist`. The first key
+    /// that fails is the error.
+    pub fn matched_by(&self, labels: &BTreeMap<String, String>) -> Result<(), String> {
+        for (key, requirement) in &self.0 {
+            let value = labels
+                .get(key)
+                .or_else(|| labels.iter().find(|(k, _)| normalize_key(k) == key).map(|(_, v)| v));
+            let ok = match value {
+                Some(v) => requirement.has(v),
+                None => excludes_only(requirement),
+            };
+            if !ok {
+                return Err(key.clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// The labels of a node launched for these requirements (the Provisioner's, the instance
+    /// type's and the pods'; Karpenter's `Requirements.Labels()`, karpenter-behavior.md §2.3,
+    /// §4.1): every key users may set on nodes gets a value that satisfies it (`sample`), so
+    /// the pods it was launched for, whose node affinity demands the key, can run there. The
+    /// cloud's labels (zone, instance type, capacity type...) are laid over these at launch.
+    pub fn node_labels(&self) -> BTreeMap<String, String> {
+        self.0
+            .iter()
+            .filter(|(k, _)| k.as_str() != HOSTNAME_LABEL && labels::restriction(k).is_none())
+            .filter_map(|(k, r)| r.sample().map(|v| (k.clone(), v)))
+            .collect()
+    }
+
     /// The requirements as Kubernetes node selector requirements, by key.
     pub fn to_node_selector_requirements(&self) -> Vec<NodeSelectorRequirement> {
         self.0.iter().flat_map(|(k, r)| r.to_node_selector_requirements(k)).collect()
@@ -628,6 +675,36 @@ mod tests {
             .with("team", r("Exists", &[]));
         let got: Vec<String> = reqs.labels().into_iter().map(|(k, v)| format!("{k}={v}")).collect();
         assert_eq!(got, ["karpenter.sh/capacity-type=on-demand", "nodeType=service-2023"]);
+    }
+
+    #[test]
+    fn node_labels_give_every_settable_key_a_value_that_satisfies_it() {
+        let reqs = Requirements::new()
+            .with("nodeType", r("In", &["service-2023"]))
+            .with("team", r("In", &["b", "a"]))
+            .with("owner", r("Exists", &[]))
+            .with("tier", r("NotIn", &["0", "1"]))
+            .with("size", r("Gt", &["7"]))
+            .with("size", r("Lt", &["12"]))
+            .with("small", r("Lt", &["3"]))
+            .with("gone", r("DoesNotExist", &[]))
+            .with(HOSTNAME_LABEL, r("In", &["h"]))
+            .with("kubernetes.io/custom", r("In", &["x"]));
+        let labels = reqs.node_labels();
+        let got: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        assert_eq!(
+            got,
+            ["nodeType=service-2023", "owner=0", "size=8", "small=0", "team=a", "tier=2"],
+            "DoesNotExist, the hostname and restricted keys get no label"
+        );
+        // Every label satisfies its requirement: the node is compatible with what it was
+        // launched for.
+        for (k, v) in &labels {
+            assert!(reqs.get(k).unwrap().has(v), "{k}={v}");
+        }
+        // An empty range has no value.
+        assert_eq!(r("Gt", &["5"]).intersection(&r("Lt", &["6"])).sample(), None);
+        assert_eq!(r("In", &["a"]).intersection(&r("In", &["b"])).sample(), None);
     }
 
     #[test]

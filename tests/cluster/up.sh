@@ -427,6 +427,8 @@ start_kwok() {
   # KWOK_WORKDIR keeps kwok from reading ~/.kwok/kwok.yaml.
   # --node-lease-duration-seconds=40: keep Leases in kube-node-lease renewed
   #   (every 10 s) and use the 20 s status heartbeat (see the spec, §4.3).
+  # --manage-nodes-with-label-selector: the nodes karpenter-rs launches, except those labelled
+  #   e2e.karpenter-rs/no-kubelet (a node whose kubelet never starts, for registration tests).
   # --server-address: only for /healthz (plain HTTP on loopback).
   # --cidr: pool for fake pod IPs (just strings; nothing routes to them).
   mkdir -p "$STATE/kwok"
@@ -435,7 +437,7 @@ start_kwok() {
     "$BIN_DIR/kwok" \
     --kubeconfig="$KUBECONFIG_FILE" \
     --manage-all-nodes=false \
-    --manage-nodes-with-label-selector=karpenter.sh/provisioner-name \
+    --manage-nodes-with-label-selector='karpenter.sh/provisioner-name,!e2e.karpenter-rs/no-kubelet' \
     --node-lease-duration-seconds=40 \
     --server-address="127.0.0.1:$KWOK_PORT" \
     --cidr=10.244.0.1/16

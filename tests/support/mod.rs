@@ -288,6 +288,8 @@ pub struct Loops {
     pub termination: karpenter_rs::controllers::termination::TerminationConfig,
     pub deprovisioning: karpenter_rs::controllers::deprovisioning::DeprovisioningConfig,
     pub garbage_collection: karpenter_rs::controllers::garbagecollection::GarbageCollectionConfig,
+    /// How long a launched node may take to become Ready before it is replaced.
+    pub registration_ttl: std::time::Duration,
 }
 
 impl Controller {
@@ -317,8 +319,10 @@ impl Controller {
         let config = provisioning::ProvisioningConfig {
             cluster_name: CLUSTER_NAME.into(),
             region: cluster.env["AWS_REGION"].clone(),
-            windows: Default::default(),
-            bind_pods: true,
+            registration_ttl: loops
+                .as_ref()
+                .map_or(std::time::Duration::from_secs(15 * 60), |l| l.registration_ttl),
+            ..Default::default()
         };
         let cloud_config = cloud_config(cluster);
         let (token, m) = (shutdown.clone(), metrics.clone());

@@ -9,6 +9,7 @@ use k8s_openapi::chrono::{DateTime, Duration, Utc};
 
 use crate::apis::v1alpha5::labels::{DO_NOT_EVICT_ANNOTATION, EMPTINESS_TIMESTAMP_ANNOTATION, PROVISIONER_NAME_LABEL};
 use crate::controllers::termination::drain::{is_daemonset_pod, is_mirror_pod, is_terminal, is_terminating};
+use crate::scheduling::nodes::INITIALIZED_LABEL;
 use crate::scheduling::Selector;
 
 /// What to do about one node and `ttlSecondsAfterEmpty`.
@@ -121,7 +122,15 @@ pub fn emptiness(node: &Node, pods: &[Pod], ttl_seconds_after_empty: Option<i64>
             Emptiness::Occupied
         };
     }
-    if !is_ready(node) || created(node).is_none_or(|c| now < c + nomination) {
+    // A node that has not initialised is in flight, never empty (karpenter-behavior.md §5.3):
+    // removing it would launch the same capacity again for the pods on their way to it.
+    let initialized = node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(INITIALIZED_LABEL))
+        .is_some_and(|v| v == "true");
+    if !initialized || !is_ready(node) || created(node).is_none_or(|c| now < c + nomination) {
         return Emptiness::Ignore;
     }
     if ttl == 0 {
@@ -235,7 +244,7 @@ mod tests {
 
     fn node(name: &str, created: i64) -> Node {
         serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {PROVISIONER_NAME_LABEL: "default"}, "creationTimestamp": at(created).to_rfc3339()},
+            "metadata": {"name": name, "labels": {PROVISIONER_NAME_LABEL: "default", INITIALIZED_LABEL: "true"}, "creationTimestamp": at(created).to_rfc3339()},
             "status": {"conditions": [{"type": "Ready", "status": "True"}]}
         }))
         .unwrap()
@@ -325,6 +334,19 @@ mod tests {
         foreign.metadata.labels = None;
         assert_eq!(decide(&foreign, &[], Some(30), 100), Emptiness::Ignore);
         assert_eq!(decide(&node("n1", 90), &[], Some(0), 100), Emptiness::Ignore, "launched 10 s ago");
+    }
+
+    #[test]
+    fn a_node_that_never_initialised_is_never_empty() {
+        // Launched a minute ago, its kubelet never came up: in flight, not empty.
+        let mut launched = node("n1", 0);
+        launched.metadata.labels = Some([(PROVISIONER_NAME_LABEL.to_string(), "default".to_string())].into());
+        launched.status = None;
+        assert_eq!(decide(&launched, &[], Some(0), 60), Emptiness::Ignore);
+        assert_eq!(decide(&launched, &[], Some(30), 600), Emptiness::Ignore);
+        // Ready, but not yet labelled initialised (a startup taint is left, say).
+        launched.status = node("n1", 0).status;
+        assert_eq!(decide(&launched, &[], Some(0), 600), Emptiness::Ignore);
     }
 
     #[test]

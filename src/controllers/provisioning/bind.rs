@@ -10,8 +10,9 @@ use kube::api::PostParams;
 use kube::Api;
 
 use crate::apis::quantity::parse_quantity;
+use crate::scheduling::pods::PodState;
 use crate::scheduling::resources::pod_requests;
-use crate::scheduling::Resources;
+use crate::scheduling::{taints, Resources};
 
 /// Taints the node lifecycle puts on a node that is not ready yet.
 pub const EPHEMERAL_TAINTS: &[&str] = &[
@@ -41,16 +42,98 @@ pub fn is_ready_for_pods(node: &Node, startup_taints: &[Taint], requested: &BTre
     ready && !blocked && advertises
 }
 
-/// Of the pods planned for `node`, in order, those that fit on it beside `on_node` (the pods
-/// already bound to it; Succeeded and Failed ones hold nothing) and the ones taken before them.
-/// The scheduler may have put other pending pods on the node since the plan was made (it binds
-/// to any ready node with room), and the API server does not check a Binding against the
-/// node's capacity: binding regardless would overcommit the node, and its kubelet would reject
-/// the pod. A pod left out stays pending for the scheduler, on the node the others would have used.
-pub fn bindable<'a>(node: &Node, on_node: &[Pod], planned: &[&'a Pod]) -> Vec<&'a Pod> {
+/// The scheduler whose pods karpenter-rs may bind.
+pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
+
+/// Why a planned pod is left to kube-scheduler rather than bound (differences.md item 10), or
+/// `None` when the binder can verify everything the scheduler and the kubelet would check:
+/// a pod of another scheduler; a pod with a claim that is not bound yet (for a
+/// `WaitForFirstConsumer` claim the scheduler picks the node and the volume together);
+/// required pod (anti-)affinity or a `DoNotSchedule` topology spread, which depend on the pods
+/// on other nodes at this moment; and a pod whose node selector, required node affinity or
+/// tolerations do not admit `node` as it is now (its labels and taints).
+pub fn leave_to_scheduler(node: &Node, pod: &Pod, claim_bound: &dyn Fn(&str, &str) -> bool) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    let scheduler = spec.scheduler_name.as_deref().unwrap_or(DEFAULT_SCHEDULER);
+    if scheduler != DEFAULT_SCHEDULER {
+        return Some(format!("its scheduler is {scheduler:?}"));
+    }
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    for volume in spec.volumes.iter().flatten() {
+        if let Some(claim) = &volume.persistent_volume_claim {
+            if !claim_bound(namespace, &claim.claim_name) {
+                return Some(format!("its claim {:?} is not bound yet", claim.claim_name));
+            }
+        }
+    }
+    let affinity = spec.affinity.as_ref();
+    let required_pod_terms = |terms: Option<&Vec<k8s_openapi::api::core::v1::PodAffinityTerm>>| terms.is_some_and(|t| !t.is_empty());
+    if required_pod_terms(
+        affinity
+            .and_then(|a| a.pod_affinity.as_ref())
+            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()),
+    ) || required_pod_terms(
+        affinity
+            .and_then(|a| a.pod_anti_affinity.as_ref())
+            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()),
+    ) {
+        return Some("it has required pod (anti-)affinity".into());
+    }
+    if spec
+        .topology_spread_constraints
+        .iter()
+        .flatten()
+        .any(|c| c.when_unsatisfiable == "DoNotSchedule")
+    {
+        return Some("it has a DoNotSchedule topology spread constraint".into());
+    }
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    if let Err(why) = matches_node_affinity(pod, &labels) {
+        return Some(why);
+    }
+    let taints: Vec<Taint> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+        .collect();
+    taints::tolerates_all(spec.tolerations.as_deref().unwrap_or_default(), &taints).err()
+}
+
+/// Whether `labels` satisfy the pod's node selector and one of its required node-affinity
+/// terms, as kube-scheduler's NodeAffinity filter decides (an absent label satisfies only
+/// `NotIn` and `DoesNotExist`).
+pub fn matches_node_affinity(pod: &Pod, labels: &BTreeMap<String, String>) -> Result<(), String> {
+    let state = PodState::new(pod);
+    if let Err(key) = state.node_selector.matched_by(labels) {
+        return Err(format!("the node does not match its node selector on {key:?}"));
+    }
+    if state.required_terms.is_empty() || state.required_terms.iter().any(|t| t.matched_by(labels).is_ok()) {
+        return Ok(());
+    }
+    Err("the node matches none of its required node-affinity terms".into())
+}
+
+/// Of the pods planned for `node`, in order, those that may be bound to it now: nothing left
+/// to the scheduler (`leave_to_scheduler`), and room beside `on_node` (the pods already bound
+/// to it; Succeeded and Failed ones hold nothing) and the ones taken before them. The
+/// scheduler may have put other pending pods on the node since the plan was made (it binds to
+/// any ready node with room), and the API server does not check a Binding against anything:
+/// binding regardless would overcommit the node or break the pod's constraints, and its
+/// kubelet would reject the pod. Each pod left out comes with the reason; it stays pending for
+/// the scheduler.
+pub fn bindable<'a>(
+    node: &Node,
+    on_node: &[Pod],
+    planned: &[&'a Pod],
+    claim_bound: &dyn Fn(&str, &str) -> bool,
+) -> (Vec<&'a Pod>, Vec<(&'a Pod, String)>) {
     let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
     let Some(Ok(allocatable)) = allocatable.map(Resources::from_quantities) else {
-        return Vec::new();
+        let why = "the node reports no allocatable resources".to_string();
+        return (Vec::new(), planned.iter().map(|p| (*p, why.clone())).collect());
     };
     let mut used = Resources::zero();
     for pod in on_node {
@@ -59,15 +142,21 @@ pub fn bindable<'a>(node: &Node, on_node: &[Pod], planned: &[&'a Pod]) -> Vec<&'
             used.add(&pod_requests(pod));
         }
     }
-    let mut taken = Vec::new();
+    let (mut taken, mut left) = (Vec::new(), Vec::new());
     for pod in planned {
+        if let Some(why) = leave_to_scheduler(node, pod, claim_bound) {
+            left.push((*pod, why));
+            continue;
+        }
         let with_pod = used.plus(&pod_requests(pod));
         if with_pod.fits(&allocatable) {
             used = with_pod;
             taken.push(*pod);
+        } else {
+            left.push((*pod, "the node has no room left for it".to_string()));
         }
     }
-    taken
+    (taken, left)
 }
 
 /// What binding a pod did.
@@ -140,7 +229,10 @@ mod tests {
         let node = ready(json!([]), json!({"cpu": "3920m", "memory": "14Gi", "pods": "58"}));
         let planned = [pod_on("x", "1500m", None, "Pending"), pod_on("y", "1500m", None, "Pending")];
         let planned: Vec<&Pod> = planned.iter().collect();
-        let names = |pods: Vec<&Pod>| pods.iter().map(|p| p.metadata.name.clone().unwrap()).collect::<Vec<_>>();
+        let names = |(pods, _): (Vec<&Pod>, Vec<(&Pod, String)>)| pods.iter().map(|p| p.metadata.name.clone().unwrap()).collect::<Vec<_>>();
+        fn bindable<'a>(node: &Node, on_node: &[Pod], planned: &[&'a Pod]) -> (Vec<&'a Pod>, Vec<(&'a Pod, String)>) {
+            super::bindable(node, on_node, planned, &|_, _| true)
+        }
         assert_eq!(names(bindable(&node, &[], &planned)), ["x", "y"]);
         let scheduled = [pod_on("z", "1500m", Some("n"), "Running")];
         assert_eq!(names(bindable(&node, &scheduled, &planned)), ["x"], "room for one more, not two");
@@ -148,7 +240,7 @@ mod tests {
             pod_on("z", "1500m", Some("n"), "Running"),
             pod_on("w", "1500m", Some("n"), "Pending"),
         ];
-        assert!(bindable(&node, &full, &planned).is_empty());
+        assert!(bindable(&node, &full, &planned).0.is_empty());
         // Finished pods hold nothing.
         let finished = [
             pod_on("z", "1500m", Some("n"), "Succeeded"),
@@ -158,6 +250,91 @@ mod tests {
         // The pod count is a resource too.
         let one_pod = ready(json!([]), json!({"cpu": "3920m", "pods": "1"}));
         assert_eq!(names(bindable(&one_pod, &[], &planned)), ["x"]);
+    }
+
+    fn planned(spec: serde_json::Value) -> Pod {
+        let mut spec = spec;
+        spec["containers"] = json!([{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]);
+        serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "default"}, "spec": spec})).unwrap()
+    }
+
+    fn labelled(labels: serde_json::Value, taints: serde_json::Value) -> Node {
+        node(json!({
+            "metadata": {"name": "n", "labels": labels},
+            "spec": {"taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}], "allocatable": {"cpu": "2", "pods": "10"}}
+        }))
+    }
+
+    #[test]
+    fn leaves_to_the_scheduler_what_it_cannot_verify_on_the_node_as_it_is() {
+        let node = labelled(
+            json!({"team": "a", "nodeType": "service-2023"}),
+            json!([{"key": "service", "value": "true", "effect": "NoSchedule"}]),
+        );
+        let tolerates = json!([{"key": "service", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]);
+        let all_bound = |_: &str, _: &str| true;
+        let check = |spec: serde_json::Value| leave_to_scheduler(&node, &planned(spec), &all_bound);
+        assert_eq!(
+            check(json!({"tolerations": tolerates, "nodeSelector": {"nodeType": "service-2023"}})),
+            None
+        );
+        assert!(check(json!({"nodeSelector": {"nodeType": "service-2023"}}))
+            .unwrap()
+            .contains("did not tolerate taint service=true:NoSchedule"));
+        // Required node affinity against the node's labels: a node launched without the `team`
+        // label (or with another value) must not get the pod.
+        let affinity = |op: &str, values: serde_json::Value| {
+            json!({"tolerations": tolerates, "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                {"nodeSelectorTerms": [{"matchExpressions": [{"key": "team", "operator": op, "values": values}]}]}}}})
+        };
+        assert_eq!(check(affinity("In", json!(["a", "b"]))), None);
+        assert_eq!(check(affinity("Exists", json!([]))), None);
+        assert!(check(affinity("In", json!(["b"])))
+            .unwrap()
+            .contains("none of its required node-affinity terms"));
+        assert!(check(affinity("DoesNotExist", json!([]))).is_some());
+        let unlabelled = labelled(json!({}), json!([]));
+        assert!(leave_to_scheduler(&unlabelled, &planned(affinity("Exists", json!([]))), &all_bound).is_some());
+        assert_eq!(
+            leave_to_scheduler(&unlabelled, &planned(affinity("NotIn", json!(["a"]))), &all_bound),
+            None
+        );
+        assert!(
+            leave_to_scheduler(&unlabelled, &planned(json!({"nodeSelector": {"team": "a"}})), &all_bound)
+                .unwrap()
+                .contains("node selector on \"team\"")
+        );
+        // Another scheduler's pod, a claim not bound yet, required pod (anti-)affinity and hard
+        // topology spread are the scheduler's to place.
+        let mut other = json!({"tolerations": tolerates, "schedulerName": "volcano"});
+        assert!(check(other.clone()).unwrap().contains("volcano"));
+        other["schedulerName"] = json!("default-scheduler");
+        assert_eq!(check(other), None);
+        let with_claim = json!({"tolerations": tolerates, "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]});
+        assert_eq!(check(with_claim.clone()), None);
+        let unbound = |ns: &str, name: &str| !(ns == "default" && name == "data");
+        assert!(leave_to_scheduler(&node, &planned(with_claim), &unbound)
+            .unwrap()
+            .contains("\"data\" is not bound"));
+        let term = json!({"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"});
+        assert!(check(
+            json!({"tolerations": tolerates, "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}})
+        )
+        .is_some());
+        assert!(check(
+            json!({"tolerations": tolerates, "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}})
+        )
+        .is_some());
+        let spread = |when: &str| json!({"tolerations": tolerates, "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": when, "labelSelector": {"matchLabels": {"app": "x"}}}]});
+        assert!(check(spread("DoNotSchedule")).is_some());
+        assert_eq!(check(spread("ScheduleAnyway")), None);
+        // bindable reports why each pod was left out.
+        let pods = [planned(json!({"nodeSelector": {"team": "b"}, "tolerations": tolerates}))];
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let (taken, left) = bindable(&node, &[], &refs, &all_bound);
+        assert!(taken.is_empty());
+        assert!(left[0].1.contains("node selector"), "{left:?}");
     }
 
     #[test]

@@ -91,8 +91,6 @@ pub fn launched(instance: &Instance, instance_type: Option<&InstanceType>, regio
         capacity_type: instance.capacity_type.clone(),
         private_dns_name: instance.private_dns_name.clone(),
         instance_type_labels: labels,
-        capacity: instance_type.map(|it| it.capacity.to_quantities()).unwrap_or_default(),
-        allocatable: instance_type.map(|it| it.allocatable().to_quantities()).unwrap_or_default(),
     }
 }
 

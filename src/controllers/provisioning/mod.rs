@@ -6,15 +6,17 @@
 //! launched instance and `bind.rs` decides when planned pods may be bound. This file is the I/O
 //! around them: watches, one pass at a time (read → `scheduling::simulate` → act), the binder.
 
+pub mod backoff;
 pub mod batcher;
 pub mod bind;
 pub mod catalogue;
+pub mod lifecycle;
 pub mod node;
 pub mod pods;
 pub mod usage;
 pub mod volumes;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -26,17 +28,20 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
+use std::sync::Mutex as StdMutex;
+
+use k8s_openapi::chrono::Utc;
 use tokio::sync::{watch, Mutex};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, instrument, warn};
 
 use crate::apis::v1alpha1::{AwsNodeTemplate, AwsProvider};
-use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
+use crate::apis::v1alpha5::labels::{INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL};
 use crate::apis::v1alpha5::Provisioner;
 use crate::cloudprovider::{self, CloudProvider, NodeTemplate};
 use crate::controllers::reflect;
 use crate::metrics::Metrics;
-use crate::scheduling::{self, ExistingNode, PodKey, ProvisionerInput, SimulationInput};
+use crate::scheduling::{self, ExistingNode, InstanceType, PodKey, ProvisionerInput, SimulationInput};
 use crate::telemetry;
 use batcher::{BatchWindows, Batcher};
 
@@ -51,6 +56,24 @@ pub struct ProvisioningConfig {
     pub windows: BatchWindows,
     /// Whether planned pods are bound once their node is ready (differences.md item 10).
     pub bind_pods: bool,
+    /// A node we launched that is not Ready this long after its creation is deleted and its
+    /// instance terminated (differences.md item 11).
+    pub registration_ttl: Duration,
+    /// At most this many launches per Provisioner in any minute (`backoff::LaunchRate`).
+    pub max_launches_per_minute: u32,
+}
+
+impl Default for ProvisioningConfig {
+    fn default() -> Self {
+        ProvisioningConfig {
+            cluster_name: String::new(),
+            region: String::new(),
+            windows: BatchWindows::default(),
+            bind_pods: true,
+            registration_ttl: Duration::from_secs(15 * 60),
+            max_launches_per_minute: 100,
+        }
+    }
 }
 
 /// What a pass and the binder share.
@@ -71,6 +94,12 @@ pub struct Context {
     stores: OnceLock<Stores>,
     /// Held by a pass and by `replace`: one simulation-and-launch at a time.
     pass_lock: Mutex<()>,
+    /// Per Provisioner, its instance types as the last pass saw them: what a node that has not
+    /// initialised yet is expected to offer.
+    instance_types: StdMutex<HashMap<String, Vec<Arc<InstanceType>>>>,
+    /// Runaway protection per owner of pods, and the launch rate per Provisioner.
+    backoff: StdMutex<backoff::LaunchBackoff>,
+    launch_rate: StdMutex<backoff::LaunchRate>,
 }
 
 struct PlannedNode {
@@ -105,12 +134,37 @@ impl Context {
             client,
             cloud,
             metrics,
-            config,
             batcher: Batcher::default(),
             planned: Mutex::new(HashMap::new()),
             stores: OnceLock::new(),
             pass_lock: Mutex::new(()),
+            instance_types: StdMutex::new(HashMap::new()),
+            backoff: StdMutex::new(backoff::LaunchBackoff::default()),
+            launch_rate: StdMutex::new(backoff::LaunchRate::new(config.max_launches_per_minute)),
+            config,
         })
+    }
+
+    /// The instance type `name` as `provisioner`'s last pass saw it.
+    pub fn expected_instance_type(&self, provisioner: &str, name: &str) -> Option<Arc<InstanceType>> {
+        let types = self.instance_types.lock().unwrap_or_else(|e| e.into_inner());
+        types.get(provisioner)?.iter().find(|it| it.name == name).cloned()
+    }
+
+    /// `nodes` as the simulation sees them, with the pods bound to them: a node of ours that has
+    /// not initialised counts what its instance type offers (karpenter-behavior.md §4.3).
+    fn existing_nodes(&self, nodes: &[Arc<Node>], all_pods: &[Arc<Pod>], provisioners: &[Arc<Provisioner>]) -> Vec<ExistingNode> {
+        let mut existing = existing_nodes(nodes, all_pods, provisioners);
+        for node in existing.iter_mut().filter(|n| !n.initialized) {
+            let expected = node
+                .provisioner()
+                .zip(node.labels.get(INSTANCE_TYPE_LABEL))
+                .and_then(|(p, name)| self.expected_instance_type(p, name));
+            if let Some(it) = expected {
+                node.expect(&it);
+            }
+        }
+        existing
     }
 
     /// Provisions room for the pods of `node_name`, which is about to be drained (expiration,
@@ -141,7 +195,7 @@ impl Context {
                     pod
                 }),
         );
-        provision(self, stores, pending, &nodes, &all_pods).await
+        provision(self, stores, pending, &nodes, &all_pods, &HashSet::new()).await
     }
 }
 
@@ -152,6 +206,7 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
     let stores = ctx.stores.get_or_init(|| stores).clone();
     let binder = tokio::spawn(bind_loop(ctx.clone(), stores.clone(), shutdown.clone()));
     let status = tokio::spawn(status_loop(ctx.clone(), stores.clone(), leading.clone(), shutdown.clone()));
+    let lifecycle = tokio::spawn(lifecycle::run(ctx.clone(), stores.clone(), leading.clone(), shutdown.clone()));
     let mut leading = leading;
     loop {
         tokio::select! {
@@ -170,6 +225,7 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
     }
     let _ = binder.await;
     let _ = status.await;
+    let _ = lifecycle.await;
 }
 
 /// Every 10 s on the leader: each Provisioner's `status.resources` (written only when it
@@ -179,20 +235,8 @@ async fn status_loop(ctx: Arc<Context>, stores: Stores, leading: watch::Receiver
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut reported: BTreeSet<(String, String)> = BTreeSet::new();
     let mut pod_series: BTreeSet<[String; 10]> = BTreeSet::new();
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = ticker.tick() => {}
-        }
-        if !*leading.borrow() || stores.ready().await.is_err() {
-            continue;
-        }
-        let nodes: Vec<ExistingNode> = stores
-            .nodes
-            .state()
-            .iter()
-            .map(|n| ExistingNode::from_node(n, Vec::new()))
-            .collect();
+    while next_leading_tick(&mut ticker, &leading, &stores, &shutdown).await {
+        let nodes = ctx.existing_nodes(&stores.nodes.state(), &[], &stores.provisioners.state());
         let mut now_reported = BTreeSet::new();
         for p in stores.provisioners.state() {
             let name = p.name_any();
@@ -253,6 +297,25 @@ async fn status_loop(ctx: Arc<Context>, stores: Stores, leading: watch::Receiver
             let _ = ctx.metrics.pods_state.remove_label_values(&values);
         }
         pod_series = now_series;
+    }
+}
+
+/// Waits for the next tick of `ticker` at which this replica leads and the caches are ready;
+/// false once `shutdown` is cancelled.
+async fn next_leading_tick(
+    ticker: &mut tokio::time::Interval,
+    leading: &watch::Receiver<bool>,
+    stores: &Stores,
+    shutdown: &CancellationToken,
+) -> bool {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return false,
+            _ = ticker.tick() => {}
+        }
+        if *leading.borrow() && stores.ready().await.is_ok() {
+            return true;
+        }
     }
 }
 
@@ -351,17 +414,44 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
     if pending.is_empty() {
         return Ok(());
     }
-    provision(ctx, stores, pending, &nodes, &all_pods).await.map(drop)
+    let held = held_back(ctx, &pending, &all_pods, &nodes);
+    provision(ctx, stores, pending, &nodes, &all_pods, &held).await.map(drop)
+}
+
+/// The pending pods new capacity must not be launched for now (`backoff::LaunchBackoff`), after
+/// the history has looked at every pod and node.
+fn held_back(ctx: &Context, pending: &[Pod], all_pods: &[Arc<Pod>], nodes: &[Arc<Node>]) -> HashSet<PodKey> {
+    let now = Instant::now();
+    let by_uid: HashMap<String, &Pod> = all_pods
+        .iter()
+        .filter_map(|p| Some((p.metadata.uid.clone()?, p.as_ref())))
+        .collect();
+    let ready: HashMap<String, bool> = nodes
+        .iter()
+        .map(|n| (n.name_any(), bind::is_ready_for_pods(n, &[], &BTreeMap::new())))
+        .collect();
+    let mut history = ctx.backoff.lock().unwrap_or_else(|e| e.into_inner());
+    history.observe(&by_uid, &ready, now, Utc::now());
+    let mut held = HashSet::new();
+    for pod in pending {
+        if let Some(until) = history.blocked_until(pod, now) {
+            debug!(pod = %pods::pod_key(pod), wait_seconds = until.duration_since(now).as_secs(), "no new capacity for the pod yet: it waits for the node launched for it, or its owner's pods were lost from the capacity launched for them");
+            held.insert(PodKey::of(pod));
+        }
+    }
+    held
 }
 
 /// Simulates `pending` against the Provisioners and `nodes` (with the pods bound to them), then
-/// launches the new nodes of the plan; returns the names of the Nodes created.
+/// launches the new nodes of the plan, except for the pods `held` back (they still take their
+/// place on existing nodes in the simulation); returns the names of the Nodes created.
 async fn provision(
     ctx: &Context,
     stores: &Stores,
     pending: Vec<Pod>,
     nodes: &[Arc<Node>],
     all_pods: &[Arc<Pod>],
+    held: &HashSet<PodKey>,
 ) -> Result<Vec<String>, PassError> {
     let volumes = volumes::Volumes {
         claims: stores
@@ -405,7 +495,7 @@ async fn provision(
         }
     }
     let catalogue = ctx.metrics.cloud_call("instance_types", ctx.cloud.instance_types()).await?;
-    let input = SimulationInput {
+    let mut input = SimulationInput {
         pods: pending.clone(),
         provisioners: provisioners
             .iter()
@@ -417,11 +507,33 @@ async fn provision(
                 })
             })
             .collect(),
-        nodes: existing_nodes(nodes, all_pods, &provisioners),
+        // Filled in below, once this pass's instance types are recorded.
+        nodes: Vec::new(),
         daemonset_pods: daemonset_pods(&stores.daemonsets.state()),
         namespace_labels: BTreeMap::new(),
     };
-    let plan = scheduling::simulate(&input);
+    {
+        let mut types = ctx.instance_types.lock().unwrap_or_else(|e| e.into_inner());
+        for p in &input.provisioners {
+            types.insert(p.provisioner.name_any(), p.instance_types.clone());
+        }
+    }
+    input.nodes = ctx.existing_nodes(nodes, all_pods, &provisioners);
+    let mut plan = scheduling::simulate(&input);
+    if !held.is_empty() {
+        let before = plan.new_nodes.len();
+        for request in &mut plan.new_nodes {
+            request.pods.retain(|k| !held.contains(k));
+        }
+        plan.new_nodes.retain(|r| !r.pods.is_empty());
+        if plan.new_nodes.len() < before {
+            info!(
+                held_pods = held.len(),
+                nodes_not_launched = before - plan.new_nodes.len(),
+                "launches held back: the pods wait for the nodes launched for them, or their owners' pods were lost from capacity launched for them"
+            );
+        }
+    }
     info!(
         pending = pending.len(),
         new_nodes = plan.new_nodes.len(),
@@ -469,11 +581,29 @@ async fn provision(
         }
     }
     let (provisioners, templates, pending) = (&provisioners, &templates, &pending);
-    let launches = plan.new_nodes.iter().map(|request| async move {
+    let admitted: Vec<&scheduling::NodeRequest> = {
+        let now = Instant::now();
+        let mut rate = ctx.launch_rate.lock().unwrap_or_else(|e| e.into_inner());
+        plan.new_nodes.iter().filter(|r| rate.take(&r.provisioner, now)).collect()
+    };
+    if admitted.len() < plan.new_nodes.len() {
+        warn!(
+            planned = plan.new_nodes.len(),
+            launching = admitted.len(),
+            limit_per_minute = ctx.config.max_launches_per_minute,
+            "launch rate limit reached; the other nodes wait for a later pass"
+        );
+    }
+    let launches = admitted.into_iter().map(|request| async move {
         let provisioner = provisioners.iter().find(|p| p.name_any() == request.provisioner)?;
         let (template, spot_max) = templates.get(&request.provisioner)?;
         match launch(ctx, request, provisioner, template.clone(), *spot_max).await {
             Ok(node_name) => {
+                let launched_for = request.pods.iter().filter_map(|key| pending.iter().find(|p| PodKey::of(p) == *key));
+                ctx.backoff
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .launched(&node_name, launched_for, Instant::now());
                 for key in &request.pods {
                     if let Some(pod) = pending.iter().find(|p| PodKey::of(p) == *key) {
                         publish(
@@ -721,6 +851,8 @@ fn daemonset_pods(daemonsets: &[Arc<DaemonSet>]) -> Vec<Pod> {
 }
 
 /// Binds planned pods to their node once it is ready; forgets plans older than 15 minutes.
+/// The plans are copied out under the lock and the lock released before any API call, so
+/// launches recording new plans never wait on the binder.
 async fn bind_loop(ctx: Arc<Context>, stores: Stores, shutdown: CancellationToken) {
     let mut ticker = tokio::time::interval(Duration::from_millis(500));
     loop {
@@ -728,68 +860,81 @@ async fn bind_loop(ctx: Arc<Context>, stores: Stores, shutdown: CancellationToke
             _ = shutdown.cancelled() => return,
             _ = ticker.tick() => {}
         }
-        let mut planned = ctx.planned.lock().await;
         let mut done = Vec::new();
-        for (node_name, plan) in planned.iter() {
-            if plan.since.elapsed() > Duration::from_secs(15 * 60) {
-                done.push(node_name.clone());
-                continue;
-            }
-            let Some(node) = stores.nodes.state().into_iter().find(|n| n.name_any() == *node_name) else {
-                continue;
-            };
-            if !bind::is_ready_for_pods(&node, &plan.startup_taints, &plan.requested) {
-                continue;
-            }
+        let ready: Vec<(Arc<Node>, Vec<PodKey>)> = {
+            let planned = ctx.planned.lock().await;
+            planned
+                .iter()
+                .filter_map(|(node_name, plan)| {
+                    if plan.since.elapsed() > Duration::from_secs(15 * 60) {
+                        done.push(node_name.clone());
+                        return None;
+                    }
+                    let node = stores.nodes.get(&reflector::ObjectRef::new(node_name))?;
+                    bind::is_ready_for_pods(&node, &plan.startup_taints, &plan.requested).then(|| (node, plan.pods.clone()))
+                })
+                .collect()
+        };
+        for (node, pods) in ready {
             if ctx.config.bind_pods {
-                let cached = stores.pods.state();
-                let unbound: Vec<&Arc<Pod>> = plan
-                    .pods
-                    .iter()
-                    .filter_map(|key| cached.iter().find(|p| PodKey::of(p) == *key))
-                    .filter(|p| {
-                        p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_none_or(str::is_empty)
-                            && p.metadata.deletion_timestamp.is_none()
-                    })
-                    .collect();
-                // What is on the node now, read from the API server rather than the cache: the
-                // scheduler binds to a node the moment it is ready.
-                let on_node = if unbound.is_empty() {
-                    Vec::new()
-                } else {
-                    let all: Api<Pod> = Api::all(ctx.client.clone());
-                    match all.list(&ListParams::default().fields(&format!("spec.nodeName={node_name}"))).await {
-                        Ok(list) => list.items,
-                        Err(e) => {
-                            warn!(node = %node_name, error = %e, "listing the pods on a ready node before binding; retrying");
-                            continue;
-                        }
-                    }
-                };
-                let planned: Vec<&Pod> = unbound.iter().map(|p| p.as_ref()).collect();
-                let fitting = bind::bindable(&node, &on_node, &planned);
-                for pod in planned.iter().filter(|p| !fitting.iter().any(|f| std::ptr::eq(*f, **p))) {
-                    debug!(pod = %pods::pod_key(pod), node = %node_name, "not binding: the node has no room left for the pod; the scheduler will place it");
-                }
-                for pod in fitting {
-                    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
-                    match bind::bind(&api, &pod.name_any(), node_name).await {
-                        Ok(outcome) => {
-                            ctx.metrics.pods_bound.with_label_values(&[bind_label(&outcome)]).inc();
-                            if outcome == bind::BindOutcome::Bound {
-                                info!(pod = %pods::pod_key(pod), node = %node_name, "bound pod");
-                            }
-                        }
-                        Err(e) => {
-                            warn!(pod = %pods::pod_key(pod), node = %node_name, error = %e, "binding pod; the scheduler will place it")
-                        }
-                    }
+                bind_planned(&ctx, &stores, &node, &pods).await;
+            }
+            done.push(node.name_any());
+        }
+        if !done.is_empty() {
+            let mut planned = ctx.planned.lock().await;
+            for n in done {
+                planned.remove(&n);
+            }
+        }
+    }
+}
+
+/// Binds the still-unbound pods planned for `node` that `bind::bindable` admits.
+async fn bind_planned(ctx: &Context, stores: &Stores, node: &Node, keys: &[PodKey]) {
+    let node_name = node.name_any();
+    let cached = stores.pods.state();
+    let unbound: Vec<&Arc<Pod>> = keys
+        .iter()
+        .filter_map(|key| cached.iter().find(|p| PodKey::of(p) == *key))
+        .filter(|p| {
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_none_or(str::is_empty) && p.metadata.deletion_timestamp.is_none()
+        })
+        .collect();
+    if unbound.is_empty() {
+        return;
+    }
+    // What is on the node now, read from the API server rather than the cache: the scheduler
+    // binds to a node the moment it is ready.
+    let all: Api<Pod> = Api::all(ctx.client.clone());
+    let on_node = match all.list(&ListParams::default().fields(&format!("spec.nodeName={node_name}"))).await {
+        Ok(list) => list.items,
+        Err(e) => {
+            warn!(node = %node_name, error = %e, "listing the pods on a ready node before binding; the scheduler will place them");
+            return;
+        }
+    };
+    let claims = &stores.claims;
+    let claim_bound = |namespace: &str, name: &str| {
+        claims
+            .get(&reflector::ObjectRef::new(name).within(namespace))
+            .is_some_and(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+    };
+    let planned: Vec<&Pod> = unbound.iter().map(|p| p.as_ref()).collect();
+    let (fitting, left) = bind::bindable(node, &on_node, &planned, &claim_bound);
+    for (pod, why) in left {
+        debug!(pod = %pods::pod_key(pod), node = %node_name, reason = %why, "not binding; the scheduler will place the pod");
+    }
+    for pod in fitting {
+        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
+        match bind::bind(&api, &pod.name_any(), &node_name).await {
+            Ok(outcome) => {
+                ctx.metrics.pods_bound.with_label_values(&[bind_label(&outcome)]).inc();
+                if outcome == bind::BindOutcome::Bound {
+                    info!(pod = %pods::pod_key(pod), node = %node_name, "bound pod");
                 }
             }
-            done.push(node_name.clone());
-        }
-        for n in done {
-            planned.remove(&n);
+            Err(e) => warn!(pod = %pods::pod_key(pod), node = %node_name, error = %e, "binding pod; the scheduler will place it"),
         }
     }
 }

@@ -5,8 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Taint};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, PROVISIONER_NAME_LABEL, REGION_LABEL, TERMINATION_FINALIZER, ZONE_LABEL};
@@ -27,10 +26,6 @@ pub struct LaunchedInstance {
     pub private_dns_name: String,
     /// Single-valued labels of its instance type (instance type, arch, os, category, ...).
     pub instance_type_labels: BTreeMap<String, String>,
-    /// Capacity of the instance type.
-    pub capacity: BTreeMap<String, Quantity>,
-    /// Allocatable after reservations and overhead.
-    pub allocatable: BTreeMap<String, Quantity>,
 }
 
 impl LaunchedInstance {
@@ -95,13 +90,10 @@ pub fn node_for(provisioner: &Provisioner, instance: &LaunchedInstance, requirem
             taints: (!taints.is_empty()).then_some(taints),
             ..Default::default()
         }),
-        // The kubelet overwrites these when it registers; until then the scheduler and the
-        // next provisioning pass see what the node will offer.
-        status: Some(NodeStatus {
-            capacity: Some(instance.capacity.clone()),
-            allocatable: Some(instance.allocatable.clone()),
-            ..Default::default()
-        }),
+        // No status: only the kubelet reports what the node has (differences.md item 11), so
+        // kube-scheduler places nothing here before the kubelet runs. The simulation counts
+        // what the instance type offers meanwhile (`scheduling::ExistingNode::expect`).
+        status: None,
     }
 }
 
@@ -130,8 +122,6 @@ mod tests {
             capacity_type: "on-demand".into(),
             private_dns_name: "IP-10-0-1-23.ap-northeast-2.compute.internal".into(),
             instance_type_labels: BTreeMap::from([("node.kubernetes.io/instance-type".into(), "t3.large".into())]),
-            capacity: BTreeMap::from([("cpu".into(), Quantity("2".into()))]),
-            allocatable: BTreeMap::from([("cpu".into(), Quantity("1930m".into()))]),
         }
     }
 
@@ -153,7 +143,7 @@ mod tests {
         );
         assert_eq!(v["metadata"]["finalizers"], json!(["karpenter.sh/termination"]));
         assert_eq!(v["metadata"]["ownerReferences"][0]["kind"], "Provisioner");
-        assert_eq!(v["status"]["allocatable"]["cpu"], "1930m");
+        assert!(v.get("status").is_none(), "only the kubelet reports capacity: {}", v["status"]);
     }
 
     #[test]

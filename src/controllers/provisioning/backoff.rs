@@ -1,0 +1,370 @@
+//! Runaway protection: capacity launched for pods that then do not stay (evicted by a taint the
+//! new node gets, rejected by its kubelet, deleted before they ran) must not be launched again
+//! and again at the pace of the batcher. Two bounds, both pure and driven by the time passed in:
+//!
+//! - **Per owner** (the pod's controller, e.g. its ReplicaSet; the pod itself when it has
+//!   none): when a pod we launched a node for is lost before it has run for `STABLE_RUN`, the
+//!   owner's next launch waits `BASE_DELAY × 2^(losses − 1)`, at most `MAX_DELAY`. A pod of the
+//!   owner that runs for `STABLE_RUN` resets it. A pod is lost when it is gone, failed or
+//!   deleting, or still unbound `NODE_GRACE` after the node launched for it became Ready (that
+//!   node cannot take it: a taint it got, a kubelet that rejects it), or that node is gone.
+//!   Until then the pod waits for its node: nothing more is launched for it.
+//! - Held pods still count in the simulation, so they land on existing nodes with room; only
+//!   new capacity for them waits.
+//! - **Per Provisioner**: at most `max_per_minute` launches in any minute (a token bucket that
+//!   refills continuously), whatever the pods.
+//!
+//! Karpenter has neither (karpenter-behavior.md §10 lists the incidents); differences.md says why
+//! we do.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::chrono::{DateTime, Utc};
+
+/// The first delay after a lost pod.
+pub const BASE_DELAY: Duration = Duration::from_secs(10);
+/// The longest delay.
+pub const MAX_DELAY: Duration = Duration::from_secs(5 * 60);
+/// How long a pod must have been Ready for its owner to count as placed for good.
+pub const STABLE_RUN: Duration = Duration::from_secs(60);
+/// How long a pod we launched for is watched for loss.
+const WATCH_FOR: Duration = Duration::from_secs(15 * 60);
+/// How long a pod may stay unbound after the node launched for it is Ready.
+pub const NODE_GRACE: Duration = Duration::from_secs(30);
+
+/// Who a pod belongs to for back-off: its controller owner's uid, else its own uid.
+pub fn owner_key(pod: &Pod) -> String {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .or_else(|| pod.metadata.owner_references.iter().flatten().next())
+        .map(|o| o.uid.clone())
+        .or_else(|| pod.metadata.uid.clone())
+        .unwrap_or_default()
+}
+
+#[derive(Clone, Debug, Default)]
+struct Owner {
+    /// Pods lost since the owner last had one run for `STABLE_RUN`.
+    losses: u32,
+    /// The owner's last launch.
+    last_launch: Option<Instant>,
+}
+
+#[derive(Clone, Debug)]
+struct Watched {
+    owner: String,
+    since: Instant,
+    /// The node launched for it.
+    node: String,
+    /// When that node was first seen Ready.
+    node_ready: Option<Instant>,
+    /// Seen bound to a node since the launch.
+    bound: bool,
+}
+
+/// Launch history per owner and the pods being watched for loss.
+#[derive(Debug, Default)]
+pub struct LaunchBackoff {
+    owners: HashMap<String, Owner>,
+    /// Pod uid → what it is watched for.
+    watched: HashMap<String, Watched>,
+}
+
+impl LaunchBackoff {
+    /// Records that `node` was launched at `now` for `pods`.
+    pub fn launched<'a>(&mut self, node: &str, pods: impl IntoIterator<Item = &'a Pod>, now: Instant) {
+        for pod in pods {
+            let owner = owner_key(pod);
+            self.owners.entry(owner.clone()).or_default().last_launch = Some(now);
+            if let Some(uid) = pod.metadata.uid.clone() {
+                self.watched.insert(
+                    uid,
+                    Watched {
+                        owner,
+                        since: now,
+                        node: node.to_string(),
+                        node_ready: None,
+                        bound: false,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Looks at every pod of the cluster (`all`, by uid) and every node (`nodes`, name → Ready)
+    /// at `now` (`wall` is the same moment by the wall clock, for the pods' condition times): a
+    /// watched pod that is lost (see the module) is a loss for its owner; one Ready for
+    /// `STABLE_RUN` resets its owner.
+    pub fn observe(&mut self, all: &HashMap<String, &Pod>, nodes: &HashMap<String, bool>, now: Instant, wall: DateTime<Utc>) {
+        let mut done = Vec::new();
+        for (uid, watched) in &mut self.watched {
+            let lost = match all.get(uid) {
+                None => true,
+                Some(pod) => {
+                    if ready_for(pod, wall).is_some_and(|d| d >= STABLE_RUN) {
+                        self.owners.entry(watched.owner.clone()).or_default().losses = 0;
+                        done.push(uid.clone());
+                        continue;
+                    }
+                    let bound = pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.node_name.as_deref())
+                        .is_some_and(|n| !n.is_empty());
+                    let failed = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed");
+                    let pending_again = watched.bound && !bound;
+                    watched.bound |= bound;
+                    let node = nodes.get(&watched.node);
+                    if node == Some(&true) && watched.node_ready.is_none() {
+                        watched.node_ready = Some(now);
+                    }
+                    let stranded =
+                        !watched.bound && (node.is_none() || watched.node_ready.is_some_and(|t| now.duration_since(t) >= NODE_GRACE));
+                    failed || pending_again || stranded || pod.metadata.deletion_timestamp.is_some()
+                }
+            };
+            if lost {
+                let owner = self.owners.entry(watched.owner.clone()).or_default();
+                owner.losses = owner.losses.saturating_add(1);
+                done.push(uid.clone());
+            } else if now.duration_since(watched.since) > WATCH_FOR {
+                done.push(uid.clone());
+            }
+        }
+        for uid in done {
+            self.watched.remove(&uid);
+        }
+        // Owners with nothing left to remember.
+        self.owners.retain(|_, o| {
+            o.last_launch
+                .is_some_and(|t| now.saturating_duration_since(t) < MAX_DELAY + WATCH_FOR)
+        });
+    }
+
+    /// When new capacity may next be launched for `pod`, if that is after `now`: it is waiting
+    /// for the node launched for it, or its owner is backing off.
+    pub fn blocked_until(&self, pod: &Pod, now: Instant) -> Option<Instant> {
+        if let Some(watched) = pod.metadata.uid.as_ref().and_then(|uid| self.watched.get(uid)) {
+            if !watched.bound {
+                return Some(
+                    watched
+                        .node_ready
+                        .map_or(now + NODE_GRACE, |t| t + NODE_GRACE)
+                        .max(now + Duration::from_millis(1)),
+                );
+            }
+        }
+        let owner = self.owners.get(&owner_key(pod))?;
+        let until = owner.last_launch? + delay(owner.losses)?;
+        (until > now).then_some(until)
+    }
+}
+
+/// The wait after `losses` lost pods: none for 0, then 10 s, 20 s, 40 s, ... up to 5 minutes.
+pub fn delay(losses: u32) -> Option<Duration> {
+    let exponent = losses.checked_sub(1)?;
+    Some(BASE_DELAY.saturating_mul(2u32.saturating_pow(exponent.min(16))).min(MAX_DELAY))
+}
+
+/// How long the pod has been Ready, from its Ready condition.
+fn ready_for(pod: &Pod, now: DateTime<Utc>) -> Option<Duration> {
+    let ready = pod
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == "True")?;
+    (now - ready.last_transition_time.as_ref()?.0).to_std().ok()
+}
+
+/// At most `per_minute` launches in any minute per Provisioner: a bucket of `per_minute`
+/// tokens refilled continuously.
+#[derive(Debug)]
+pub struct LaunchRate {
+    per_minute: u32,
+    buckets: HashMap<String, (f64, Instant)>,
+}
+
+impl LaunchRate {
+    /// A limit of `per_minute` launches per Provisioner (0: no launches at all).
+    pub fn new(per_minute: u32) -> Self {
+        LaunchRate {
+            per_minute,
+            buckets: HashMap::new(),
+        }
+    }
+
+    /// Takes one launch for `provisioner` at `now`; false when its minute's worth is used up.
+    pub fn take(&mut self, provisioner: &str, now: Instant) -> bool {
+        let capacity = f64::from(self.per_minute);
+        let (tokens, at) = self.buckets.entry(provisioner.to_string()).or_insert((capacity, now));
+        let refill = now.saturating_duration_since(*at).as_secs_f64() * capacity / 60.0;
+        *tokens = (*tokens + refill).min(capacity);
+        *at = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(uid: &str, owner: &str, node: Option<&str>, ready_since: Option<&str>) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": uid, "namespace": "default", "uid": uid,
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": owner, "controller": true}]},
+            "spec": {"nodeName": node, "containers": []},
+            "status": {"conditions": ready_since.map(|t| vec![json!({"type": "Ready", "status": "True", "lastTransitionTime": t})])},
+        }))
+        .unwrap()
+    }
+
+    fn by_uid<'a>(pods: &'a [Pod]) -> HashMap<String, &'a Pod> {
+        pods.iter().map(|p| (p.metadata.uid.clone().unwrap(), p)).collect()
+    }
+
+    fn ready(names: &[&str]) -> HashMap<String, bool> {
+        names.iter().map(|n| (n.to_string(), true)).collect()
+    }
+
+    #[test]
+    fn delays_double_from_ten_seconds_to_five_minutes() {
+        let got: Vec<Option<u64>> = (0..8).map(|n| delay(n).map(|d| d.as_secs())).collect();
+        assert_eq!(got, [None, Some(10), Some(20), Some(40), Some(80), Some(160), Some(300), Some(300)]);
+        assert_eq!(delay(u32::MAX), Some(MAX_DELAY));
+    }
+
+    #[test]
+    fn an_owner_whose_pods_keep_getting_lost_backs_off_and_a_stable_pod_resets_it() {
+        let wall = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").unwrap().with_timezone(&Utc);
+        let t0 = Instant::now();
+        let mut b = LaunchBackoff::default();
+        // First launch: no back-off before it, none after it until a pod is lost.
+        let first = pod("p1", "rs", None, None);
+        assert_eq!(b.blocked_until(&first, t0), None);
+        b.launched("n1", [&first], t0);
+        assert_eq!(
+            b.blocked_until(&pod("other-pod", "rs", None, None), t0),
+            None,
+            "launching is not losing"
+        );
+        // Bound, then evicted: gone; the ReplicaSet's new pod waits 10 s after the launch.
+        let bound = [pod("p1", "rs", Some("n1"), None)];
+        b.observe(&by_uid(&bound), &ready(&["n1"]), t0 + Duration::from_secs(3), wall);
+        b.observe(&by_uid(&[]), &ready(&["n1"]), t0 + Duration::from_secs(5), wall);
+        let second = pod("p2", "rs", None, None);
+        assert_eq!(b.blocked_until(&second, t0 + Duration::from_secs(5)), Some(t0 + BASE_DELAY));
+        assert_eq!(b.blocked_until(&second, t0 + BASE_DELAY), None);
+        // A pod of another owner is not held back.
+        assert_eq!(b.blocked_until(&pod("q", "other", None, None), t0 + Duration::from_secs(5)), None);
+        // Launched again at 10 s, pending again after it was bound: 20 s after that launch.
+        let t1 = t0 + BASE_DELAY;
+        b.launched("n2", [&second], t1);
+        b.observe(
+            &by_uid(&[pod("p2", "rs", Some("n2"), None)]),
+            &ready(&["n2"]),
+            t1 + Duration::from_secs(2),
+            wall,
+        );
+        b.observe(
+            &by_uid(&[pod("p2", "rs", None, None)]),
+            &ready(&["n2"]),
+            t1 + Duration::from_secs(4),
+            wall,
+        );
+        assert_eq!(
+            b.blocked_until(&second, t1 + Duration::from_secs(4)),
+            Some(t1 + Duration::from_secs(20))
+        );
+        // The third launch's pod runs for a minute: the owner is reset.
+        let t2 = t1 + Duration::from_secs(20);
+        let third = pod("p3", "rs", None, None);
+        b.launched("n3", [&third], t2);
+        let running = [pod("p3", "rs", Some("n3"), Some("2026-12-01T09:58:00Z"))];
+        b.observe(&by_uid(&running), &ready(&["n3"]), t2 + Duration::from_secs(61), wall);
+        assert_eq!(b.blocked_until(&pod("p4", "rs", None, None), t2 + Duration::from_secs(61)), None);
+    }
+
+    #[test]
+    fn a_pod_waits_for_its_node_and_is_lost_when_that_node_cannot_take_it() {
+        let wall = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").unwrap().with_timezone(&Utc);
+        let t0 = Instant::now();
+        let mut b = LaunchBackoff::default();
+        let p = pod("p1", "rs", None, None);
+        b.launched("n1", [&p], t0);
+        let pending = [p.clone()];
+        // The node is launching: the pod waits for it, nothing more is launched for it.
+        b.observe(
+            &by_uid(&pending),
+            &HashMap::from([("n1".to_string(), false)]),
+            t0 + Duration::from_secs(5),
+            wall,
+        );
+        assert_eq!(
+            b.blocked_until(&p, t0 + Duration::from_secs(5)),
+            Some(t0 + Duration::from_secs(5) + NODE_GRACE)
+        );
+        // Ready at 10 s; the pod is still unbound 30 s later (a taint the node got evicts it):
+        // lost, and the owner backs off from the launch.
+        b.observe(&by_uid(&pending), &ready(&["n1"]), t0 + Duration::from_secs(10), wall);
+        assert_eq!(
+            b.blocked_until(&p, t0 + Duration::from_secs(20)),
+            Some(t0 + Duration::from_secs(40))
+        );
+        b.observe(&by_uid(&pending), &ready(&["n1"]), t0 + Duration::from_secs(40), wall);
+        assert_eq!(
+            b.blocked_until(&p, t0 + Duration::from_secs(40)),
+            None,
+            "10 s after the launch have passed"
+        );
+        assert_eq!(b.owners[&owner_key(&p)].losses, 1);
+        // Its node vanished before it was bound (deleted for failing to register): lost too.
+        let q = pod("q1", "rs2", None, None);
+        b.launched("n2", [&q], t0);
+        b.observe(&by_uid(&[q.clone()]), &HashMap::new(), t0 + Duration::from_secs(50), wall);
+        assert_eq!(b.owners[&owner_key(&q)].losses, 1);
+    }
+
+    #[test]
+    fn a_pod_that_runs_is_not_a_loss_and_watching_ends() {
+        let wall = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").unwrap().with_timezone(&Utc);
+        let t0 = Instant::now();
+        let mut b = LaunchBackoff::default();
+        let p = pod("p1", "rs", None, None);
+        b.launched("n1", [&p], t0);
+        let running = [pod("p1", "rs", Some("n1"), Some("2026-12-01T09:59:30Z"))];
+        for s in 1..20 {
+            b.observe(&by_uid(&running), &ready(&["n1"]), t0 + Duration::from_secs(s), wall);
+        }
+        assert_eq!(b.blocked_until(&p, t0 + Duration::from_secs(20)), None);
+        b.observe(&by_uid(&running), &ready(&["n1"]), t0 + WATCH_FOR + Duration::from_secs(1), wall);
+        assert!(b.watched.is_empty());
+        // Deleted much later: not watched any more, not a loss.
+        b.observe(&by_uid(&[]), &ready(&["n1"]), t0 + WATCH_FOR + Duration::from_secs(2), wall);
+        assert_eq!(b.blocked_until(&p, t0 + WATCH_FOR + Duration::from_secs(2)), None);
+    }
+
+    #[test]
+    fn launch_rate_is_bounded_per_provisioner_and_refills() {
+        let t0 = Instant::now();
+        let mut rate = LaunchRate::new(3);
+        assert!((0..3).all(|_| rate.take("a", t0)));
+        assert!(!rate.take("a", t0), "the minute's three are used");
+        assert!(rate.take("b", t0), "another Provisioner has its own");
+        assert!(!rate.take("a", t0 + Duration::from_secs(19)));
+        assert!(rate.take("a", t0 + Duration::from_secs(20)), "one token per 20 s");
+        assert!(!LaunchRate::new(0).take("a", t0));
+    }
+}

@@ -1,0 +1,242 @@
+//! The life of a node we launched between its creation and its first pods (karpenter-behavior.md
+//! §4.3, §4.2 "Liveness"): it is labelled `karpenter.sh/initialized=true` once it is Ready, its
+//! startup and not-ready taints are gone and it advertises every resource its instance type
+//! has; one that is not Ready within the registration TTL is deleted (through the termination
+//! finalizer, which terminates its instance), so that capacity which never joins stops
+//! absorbing pending pods and they get a fresh node. Until initialised, a node is in flight: the
+//! simulation counts its instance type's capacity (`scheduling::ExistingNode::expect`) and
+//! emptiness leaves it alone.
+//!
+//! `decide` is pure; `run` is the leader's loop that applies it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::chrono::{DateTime, Utc};
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::{bind, publish, Context, Stores};
+use crate::apis::v1alpha5::labels::{INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL};
+use crate::metrics;
+use crate::scheduling::nodes::INITIALIZED_LABEL;
+use crate::scheduling::InstanceType;
+
+/// What to do about one node of ours that is not initialised yet.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Lifecycle {
+    /// Initialised already, not ours, or being deleted: nothing to do.
+    Ignore,
+    /// Still coming up, within the registration TTL.
+    Wait,
+    /// Ready, free of startup and not-ready taints, advertising what its instance type has.
+    Initialize,
+    /// Not Ready within the registration TTL of its creation.
+    RegistrationFailed {
+        /// How long it has existed.
+        age: Duration,
+    },
+}
+
+/// The decision for `node`: `startup_taints` are its Provisioner's, `instance_type` the
+/// catalogue's entry for its `node.kubernetes.io/instance-type` label when known (every
+/// resource of its capacity above zero must be advertised, as Karpenter v0.27 checks, which is
+/// what holds GPU pods back until the device plugin has registered).
+pub fn decide(
+    node: &Node,
+    startup_taints: &[Taint],
+    instance_type: Option<&InstanceType>,
+    registration_ttl: Duration,
+    now: DateTime<Utc>,
+) -> Lifecycle {
+    let labels = node.metadata.labels.as_ref();
+    let ours = labels.is_some_and(|l| l.contains_key(PROVISIONER_NAME_LABEL));
+    let initialized = labels.and_then(|l| l.get(INITIALIZED_LABEL)).map(String::as_str) == Some("true");
+    if !ours || initialized || node.metadata.deletion_timestamp.is_some() {
+        return Lifecycle::Ignore;
+    }
+    let expected = instance_type
+        .map(|it| super::catalogue::requested(&it.capacity))
+        .unwrap_or_default();
+    if bind::is_ready_for_pods(node, startup_taints, &expected) {
+        return Lifecycle::Initialize;
+    }
+    let age = node
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .and_then(|c| (now - c.0).to_std().ok())
+        .unwrap_or_default();
+    if !is_ready(node) && age > registration_ttl {
+        Lifecycle::RegistrationFailed { age }
+    } else {
+        Lifecycle::Wait
+    }
+}
+
+fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Every 2 s on the leader: labels nodes initialised and deletes those that never registered.
+pub(super) async fn run(ctx: Arc<Context>, stores: Stores, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
+    let mut ticker = tokio::time::interval(Duration::from_secs(2));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while super::next_leading_tick(&mut ticker, &leading, &stores, &shutdown).await {
+        let now = Utc::now();
+        let provisioners = stores.provisioners.state();
+        for node in stores.nodes.state() {
+            let Some(owner) = node.labels().get(PROVISIONER_NAME_LABEL) else {
+                continue;
+            };
+            let startup_taints = provisioners
+                .iter()
+                .find(|p| p.name_any() == *owner)
+                .and_then(|p| p.spec.startup_taints.clone())
+                .unwrap_or_default();
+            let instance_type = node
+                .labels()
+                .get(INSTANCE_TYPE_LABEL)
+                .and_then(|name| ctx.expected_instance_type(owner, name));
+            match decide(&node, &startup_taints, instance_type.as_deref(), ctx.config.registration_ttl, now) {
+                Lifecycle::Ignore | Lifecycle::Wait => {}
+                Lifecycle::Initialize => initialize(&ctx, &node).await,
+                Lifecycle::RegistrationFailed { age } => registration_failed(&ctx, &node, age).await,
+            }
+        }
+    }
+}
+
+async fn initialize(ctx: &Context, node: &Node) {
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    let patch = serde_json::json!({"metadata": {"labels": {INITIALIZED_LABEL: "true"}}});
+    match api.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => info!(node = %node.name_any(), "node initialized"),
+        Err(e) => debug!(node = %node.name_any(), error = %e, "labelling the node initialized; retrying"),
+    }
+}
+
+async fn registration_failed(ctx: &Context, node: &Node, age: Duration) {
+    let name = node.name_any();
+    let ttl = ctx.config.registration_ttl;
+    warn!(node = %name, age_seconds = age.as_secs(), registration_ttl_seconds = ttl.as_secs(), "node did not become Ready within the registration TTL; deleting it and terminating its instance");
+    let note = format!(
+        "Node was not Ready {}s after launch (registration TTL {}s); deleting it and terminating its instance",
+        age.as_secs(),
+        ttl.as_secs()
+    );
+    publish(ctx, node, EventType::Warning, "NodeRegistrationFailed", &note).await;
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    match api.delete(&name, &DeleteParams::default()).await {
+        Ok(_) => {
+            let provisioner = node.labels().get(PROVISIONER_NAME_LABEL).cloned().unwrap_or_default();
+            ctx.metrics
+                .nodes_terminated
+                .with_label_values(&[provisioner.as_str(), metrics::reason::LIVENESS])
+                .inc();
+        }
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => warn!(node = %name, error = %e, "deleting a node that never registered; retrying"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduling::testing;
+    use serde_json::json;
+
+    fn node(age_seconds: i64, labels: serde_json::Value, taints: serde_json::Value, status: serde_json::Value) -> (Node, DateTime<Utc>) {
+        let created = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").unwrap().with_timezone(&Utc);
+        let node = serde_json::from_value(json!({
+            "metadata": {"name": "n", "labels": labels, "creationTimestamp": "2026-12-01T10:00:00Z"},
+            "spec": {"taints": taints},
+            "status": status,
+        }))
+        .unwrap();
+        (node, created + k8s_openapi::chrono::Duration::seconds(age_seconds))
+    }
+
+    const TTL: Duration = Duration::from_secs(15 * 60);
+
+    #[test]
+    fn initialised_once_ready_untainted_and_advertising_what_the_instance_type_has() {
+        let ours = json!({"karpenter.sh/provisioner-name": "default", "node.kubernetes.io/instance-type": "g4dn.xlarge"});
+        let ready =
+            |allocatable: serde_json::Value| json!({"conditions": [{"type": "Ready", "status": "True"}], "allocatable": allocatable});
+        let gpu = testing::instance_type("g4dn.xlarge");
+        let startup = [Taint {
+            key: "cni".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }];
+        let all = json!({"cpu": "4", "memory": "15Gi", "pods": "29", "ephemeral-storage": "18Gi", "nvidia.com/gpu": "1"});
+        let (n, now) = node(30, ours.clone(), json!([]), ready(all.clone()));
+        assert_eq!(decide(&n, &startup, Some(&gpu), TTL, now), Lifecycle::Initialize);
+        // The device plugin has not registered the GPU yet.
+        let (n, now) = node(
+            30,
+            ours.clone(),
+            json!([]),
+            ready(json!({"cpu": "4", "memory": "15Gi", "pods": "29", "ephemeral-storage": "18Gi"})),
+        );
+        assert_eq!(decide(&n, &startup, Some(&gpu), TTL, now), Lifecycle::Wait);
+        // A startup taint, or a not-ready taint, is still there.
+        let (n, now) = node(
+            30,
+            ours.clone(),
+            json!([{"key": "cni", "effect": "NoSchedule"}]),
+            ready(all.clone()),
+        );
+        assert_eq!(decide(&n, &startup, Some(&gpu), TTL, now), Lifecycle::Wait);
+        let (n, now) = node(
+            30,
+            ours.clone(),
+            json!([{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]),
+            ready(all.clone()),
+        );
+        assert_eq!(decide(&n, &startup, Some(&gpu), TTL, now), Lifecycle::Wait);
+        // Already labelled, or not ours: nothing to do.
+        let mut labelled = ours.clone();
+        labelled["karpenter.sh/initialized"] = json!("true");
+        let (n, now) = node(30, labelled, json!([]), ready(all.clone()));
+        assert_eq!(decide(&n, &startup, Some(&gpu), TTL, now), Lifecycle::Ignore);
+        let (n, now) = node(30, json!({}), json!([]), ready(all));
+        assert_eq!(decide(&n, &startup, Some(&gpu), TTL, now), Lifecycle::Ignore);
+    }
+
+    #[test]
+    fn a_node_not_ready_within_the_registration_ttl_fails_registration() {
+        let ours = json!({"karpenter.sh/provisioner-name": "default"});
+        let (n, now) = node(14 * 60, ours.clone(), json!([]), json!(null));
+        assert_eq!(decide(&n, &[], None, TTL, now), Lifecycle::Wait);
+        let (n, now) = node(15 * 60 + 1, ours.clone(), json!([]), json!(null));
+        assert_eq!(
+            decide(&n, &[], None, TTL, now),
+            Lifecycle::RegistrationFailed {
+                age: Duration::from_secs(15 * 60 + 1)
+            }
+        );
+        // Ready but still waiting for a startup taint to go: registered, so not a liveness case.
+        let startup = [Taint {
+            key: "cni".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }];
+        let (n, now) = node(
+            20 * 60,
+            ours,
+            json!([{"key": "cni", "effect": "NoSchedule"}]),
+            json!({"conditions": [{"type": "Ready", "status": "True"}], "allocatable": {"cpu": "2"}}),
+        );
+        assert_eq!(decide(&n, &startup, None, TTL, now), Lifecycle::Wait);
+    }
+}
