@@ -231,7 +231,7 @@ mod tests {
         .unwrap()
     }
 
-    fn by_uid<'a>(pods: &'a [Pod]) -> HashMap<String, &'a Pod> {
+    fn by_uid(pods: &[Pod]) -> HashMap<String, &Pod> {
         pods.iter().map(|p| (p.metadata.uid.clone().unwrap(), p)).collect()
     }
 
@@ -333,7 +333,7 @@ mod tests {
         // Its node vanished before it was bound (deleted for failing to register): lost too.
         let q = pod("q1", "rs2", None, None);
         b.launched("n2", [&q], t0);
-        b.observe(&by_uid(&[q.clone()]), &HashMap::new(), t0 + Duration::from_secs(50), wall);
+        b.observe(&by_uid(std::slice::from_ref(&q)), &HashMap::new(), t0 + Duration::from_secs(50), wall);
         assert_eq!(b.owners[&owner_key(&q)].losses, 1);
     }
 
