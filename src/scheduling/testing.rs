@@ -147,6 +147,21 @@ impl PodBuilder {
         self
     }
 
+    /// A native sidecar: an init container with `restartPolicy: Always` requesting `amount` cpu.
+    pub fn sidecar_cpu(mut self, amount: &str) -> Self {
+        let init = self.spec().init_containers.get_or_insert_with(Vec::new);
+        init.push(Container {
+            name: format!("sidecar-{}", init.len()),
+            restart_policy: Some("Always".to_string()),
+            resources: Some(ResourceRequirements {
+                requests: Some([("cpu".to_string(), q(amount))].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        self
+    }
+
     /// A cpu limit (and no request) on the first container.
     pub fn limit_cpu(mut self, amount: &str) -> Self {
         let c = &mut self.spec().containers[0];
