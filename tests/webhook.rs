@@ -382,8 +382,8 @@ async fn reloads_the_certificate_without_a_restart() {
 async fn peer_certificate(server: &Server, ca_pem: &str) -> Option<Vec<u8>> {
     use rustls::pki_types::ServerName;
     let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pemfile::certs(&mut ca_pem.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
+    for cert in karpenter_rs::webhook::tls::pem_certificates(ca_pem.as_bytes()).unwrap() {
+        roots.add(cert).unwrap();
     }
     let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
