@@ -378,7 +378,21 @@ async fn provision(
             .map(|c| (c.name_any(), (**c).clone()))
             .collect(),
     };
-    let pending: Vec<Pod> = pending.into_iter().map(|p| volumes.constrain(p)).collect();
+    let mut valid = Vec::with_capacity(pending.len());
+    for pod in pending {
+        match volumes.validate(&pod) {
+            Ok(()) => valid.push(volumes.constrain(pod)),
+            Err(reason) => {
+                debug!(pod = %pods::pod_key(&pod), %reason, "ignoring pod: its volumes cannot be provided");
+                let note = format!("Failed to provision new node: {reason}");
+                publish(ctx, &pod, EventType::Warning, "FailedProvisioning", &note).await;
+            }
+        }
+    }
+    let pending = valid;
+    if pending.is_empty() {
+        return Ok(Vec::new());
+    }
     let provisioners: Vec<Arc<Provisioner>> = stores.provisioners.state();
     let mut templates: HashMap<String, (NodeTemplate, Option<f64>)> = HashMap::new();
     let mut zones: HashMap<String, BTreeSet<String>> = HashMap::new();
