@@ -286,6 +286,20 @@ impl PodBuilder {
         self
     }
 
+    /// Required pod affinity over `key` to pods with `labels` in the namespaces whose labels
+    /// match `namespace_labels` (a `namespaceSelector`).
+    pub fn pod_affinity_in_namespaces(mut self, key: &str, labels: &[(&str, &str)], namespace_labels: &[(&str, &str)]) -> Self {
+        let mut term = affinity_term(key, labels);
+        term.namespace_selector = Some(selector(namespace_labels));
+        self.affinity()
+            .pod_affinity
+            .get_or_insert_with(PodAffinity::default)
+            .required_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(term);
+        self
+    }
+
     /// A TCP host port on the first container.
     pub fn host_port(mut self, port: i32) -> Self {
         self.spec().containers[0].ports.get_or_insert_with(Vec::new).push(ContainerPort {

@@ -19,7 +19,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Taint};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Taint};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{ListParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -91,6 +91,7 @@ struct Stores {
     claims: Store<PersistentVolumeClaim>,
     volumes: Store<PersistentVolume>,
     storage_classes: Store<StorageClass>,
+    namespaces: Store<Namespace>,
 }
 
 impl Context {
@@ -293,7 +294,13 @@ fn start_watches(ctx: &Arc<Context>, shutdown: &CancellationToken) -> Stores {
             shutdown,
             |_| {},
         ),
-        storage_classes: reflect(Api::<StorageClass>::all(client), watcher::Config::default(), shutdown, |_| {}),
+        storage_classes: reflect(
+            Api::<StorageClass>::all(client.clone()),
+            watcher::Config::default(),
+            shutdown,
+            |_| {},
+        ),
+        namespaces: reflect(Api::<Namespace>::all(client), watcher::Config::default(), shutdown, |_| {}),
     };
     let (ticker_ctx, pods_store, token) = (ctx.clone(), stores.pods.clone(), shutdown.clone());
     tokio::spawn(async move {
@@ -327,6 +334,7 @@ impl Stores {
             self.claims.wait_until_ready().await,
             self.volumes.wait_until_ready().await,
             self.storage_classes.wait_until_ready().await,
+            self.namespaces.wait_until_ready().await,
         ] {
             ready?;
         }
@@ -433,7 +441,12 @@ async fn provision(
             .collect(),
         nodes: existing_nodes(nodes, all_pods, &provisioners),
         daemonset_pods: daemonset_pods(&stores.daemonsets.state()),
-        namespace_labels: BTreeMap::new(),
+        namespace_labels: stores
+            .namespaces
+            .state()
+            .iter()
+            .map(|n| (n.name_any(), n.labels().clone()))
+            .collect(),
     };
     let plan = scheduling::simulate(&input);
     info!(
