@@ -440,7 +440,7 @@ async fn provision(
             })
             .collect(),
         nodes: existing_nodes(nodes, all_pods, &provisioners),
-        daemonset_pods: daemonset_pods(&stores.daemonsets.state()),
+        daemonset_pods: pods::daemonset_overhead_pods(&stores.daemonsets.state(), all_pods),
         namespace_labels: stores
             .namespaces
             .state()
@@ -728,21 +728,6 @@ fn existing_nodes(nodes: &[Arc<Node>], all_pods: &[Arc<Pod>], provisioners: &[Ar
                 }
             }
             existing
-        })
-        .collect()
-}
-
-/// One pod per DaemonSet, from its template, for the overhead of new nodes.
-fn daemonset_pods(daemonsets: &[Arc<DaemonSet>]) -> Vec<Pod> {
-    daemonsets
-        .iter()
-        .filter_map(|ds| {
-            let template = ds.spec.as_ref()?.template.clone();
-            Some(Pod {
-                metadata: template.metadata.unwrap_or_default(),
-                spec: template.spec,
-                status: None,
-            })
         })
         .collect()
 }
