@@ -116,32 +116,16 @@ impl Context {
 
     /// Provisions room for the pods of `node_name`, which is about to be drained (expiration,
     /// karpenter-behavior.md §5.4): the simulation treats its pods as pending and the node as
-    /// gone, fills existing nodes first and launches what is still needed through the normal
-    /// path. Returns the names of the Nodes launched (none when the pods fit elsewhere). Runs
+    /// gone (as every pass does for nodes being deleted, `pods::to_place`), fills existing nodes
+    /// first and launches what is still needed through the normal path. Returns the names of the Nodes launched (none when the pods fit elsewhere). Runs
     /// between passes, never beside one.
     pub async fn replace(&self, node_name: &str) -> Result<Vec<String>, PassError> {
         let stores = self.stores.get().ok_or("the provisioning controller is not running")?;
         let _one_at_a_time = self.pass_lock.lock().await;
         stores.ready().await?;
-        let nodes: Vec<Arc<Node>> = stores.nodes.state().into_iter().filter(|n| n.name_any() != node_name).collect();
+        let all_nodes = stores.nodes.state();
         let all_pods = stores.pods.state();
-        let mut pending: Vec<Pod> = all_pods
-            .iter()
-            .filter(|p| pods::is_provisionable(p))
-            .map(|p| (**p).clone())
-            .collect();
-        pending.extend(
-            all_pods
-                .iter()
-                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name) && pods::is_displaced_by_drain(p))
-                .map(|p| {
-                    let mut pod = (**p).clone();
-                    if let Some(spec) = pod.spec.as_mut() {
-                        spec.node_name = None;
-                    }
-                    pod
-                }),
-        );
+        let (nodes, pending) = pods::to_place(&all_nodes, &all_pods, Some(node_name));
         provision(self, stores, pending, &nodes, &all_pods).await
     }
 }
@@ -349,13 +333,9 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
     stores.ready().await?;
     // Nodes first: a pod that binds between the two reads is then seen on its node, never as
     // pending with no node, so it cannot get a second one.
-    let nodes = stores.nodes.state();
+    let all_nodes = stores.nodes.state();
     let all_pods = stores.pods.state();
-    let pending: Vec<Pod> = all_pods
-        .iter()
-        .filter(|p| pods::is_provisionable(p))
-        .map(|p| (**p).clone())
-        .collect();
+    let (nodes, pending) = pods::to_place(&all_nodes, &all_pods, None);
     if pending.is_empty() {
         return Ok(());
     }

@@ -1,6 +1,8 @@
-//! Which pending pods the provisioner considers (Karpenter's `IsProvisionable`), and the
-//! DaemonSet pods whose requests are a new node's overhead. Pure functions; no I/O here.
+//! Which pending pods the provisioner considers (Karpenter's `IsProvisionable`), which pods a
+//! leaving node displaces, and the DaemonSet pods whose requests are a new node's overhead. Pure
+//! functions; no I/O here.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -45,6 +47,31 @@ pub fn is_displaced_by_drain(pod: &Pod) -> bool {
         Some("Succeeded") | Some("Failed")
     );
     !finished && pod.metadata.deletion_timestamp.is_none() && !is_daemon_or_mirror(pod)
+}
+
+/// What a provisioning pass places, and where it may: the nodes that stay, and the pods that need
+/// a node: the provisionable ones, plus the pods a drain will displace from every node being
+/// deleted (a deletionTimestamp) and from `replacing` (a node about to be drained), unbound so
+/// the simulation finds them a new home before they are evicted. The leaving nodes are left out
+/// (karpenter-behavior.md §1.1, `core@v0.27.0:pkg/controllers/provisioning/provisioner.go`
+/// `Schedule`, "deletingNodePods"). `nodes` should be read before `all_pods` (see the pass).
+pub fn to_place(nodes: &[Arc<Node>], all_pods: &[Arc<Pod>], replacing: Option<&str>) -> (Vec<Arc<Node>>, Vec<Pod>) {
+    let (leaving, staying): (Vec<&Arc<Node>>, Vec<&Arc<Node>>) = nodes
+        .iter()
+        .partition(|n| n.metadata.deletion_timestamp.is_some() || n.metadata.name.as_deref() == replacing);
+    let leaving: BTreeSet<&str> = leaving.iter().filter_map(|n| n.metadata.name.as_deref()).chain(replacing).collect();
+    let mut pods: Vec<Pod> = all_pods.iter().filter(|p| is_provisionable(p)).map(|p| (**p).clone()).collect();
+    for pod in all_pods {
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        if node.is_some_and(|n| leaving.contains(n)) && is_displaced_by_drain(pod) {
+            let mut pod = (**pod).clone();
+            if let Some(spec) = pod.spec.as_mut() {
+                spec.node_name = None;
+            }
+            pods.push(pod);
+        }
+    }
+    (staying.into_iter().cloned().collect(), pods)
 }
 
 /// One pod per DaemonSet, whose requests are the overhead of every new node it would run on
@@ -220,6 +247,48 @@ mod tests {
             pod_state_labels(&pending, None),
             ["p", "shop", "N/A", "N/A", "N/A", "N/A", "N/A", "N/A", "N/A", "Pending"]
         );
+    }
+
+    fn node(name: &str, deleting: bool) -> Arc<Node> {
+        let mut metadata = json!({"name": name});
+        if deleting {
+            metadata["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+            metadata["finalizers"] = json!(["karpenter.sh/termination"]);
+        }
+        Arc::new(serde_json::from_value(json!({"metadata": metadata})).unwrap())
+    }
+
+    fn names(pods: &[Pod]) -> Vec<&str> {
+        pods.iter().map(|p| p.metadata.name.as_deref().unwrap()).collect()
+    }
+
+    #[test]
+    fn pods_of_leaving_nodes_are_placed_again_and_the_nodes_left_out() {
+        let running = json!({"phase": "Running"});
+        let ds_owner = json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u"}]);
+        let all_pods: Vec<Arc<Pod>> = [
+            json!({"metadata": {"name": "pending"}, "spec": {"containers": []}, "status": unschedulable()}),
+            json!({"metadata": {"name": "on-deleting"}, "spec": {"containers": [], "nodeName": "deleting"}, "status": running}),
+            json!({"metadata": {"name": "ds-on-deleting", "ownerReferences": ds_owner}, "spec": {"containers": [], "nodeName": "deleting"}, "status": running}),
+            json!({"metadata": {"name": "evicted", "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"containers": [], "nodeName": "deleting"}, "status": running}),
+            json!({"metadata": {"name": "on-expiring"}, "spec": {"containers": [], "nodeName": "expiring"}, "status": running}),
+            json!({"metadata": {"name": "on-staying"}, "spec": {"containers": [], "nodeName": "staying"}, "status": running}),
+        ]
+        .into_iter()
+        .map(|v| Arc::new(pod(v)))
+        .collect();
+        let nodes = [node("deleting", true), node("expiring", false), node("staying", false)];
+
+        let (kept, placed) = to_place(&nodes, &all_pods, None);
+        let kept: Vec<_> = kept.iter().map(|n| n.metadata.name.as_deref().unwrap()).collect();
+        assert_eq!(kept, ["expiring", "staying"]);
+        assert_eq!(names(&placed), ["pending", "on-deleting"]);
+        assert!(placed.iter().all(|p| p.spec.as_ref().unwrap().node_name.is_none()), "unbound");
+
+        let (kept, placed) = to_place(&nodes, &all_pods, Some("expiring"));
+        let kept: Vec<_> = kept.iter().map(|n| n.metadata.name.as_deref().unwrap()).collect();
+        assert_eq!(kept, ["staying"]);
+        assert_eq!(names(&placed), ["pending", "on-deleting", "on-expiring"]);
     }
 
     fn daemonset(name: &str, uid: &str, cpu: &str) -> Arc<DaemonSet> {
