@@ -390,8 +390,9 @@ fn b64(s: &str) -> Vec<u8> {
 }
 
 fn ders(pem: &[u8]) -> Vec<Vec<u8>> {
-    rustls_pemfile::certs(&mut &pem[..])
-        .filter_map(Result::ok)
+    karpenter_rs::webhook::tls::pem_certificates(pem)
+        .unwrap()
+        .iter()
         .map(|c| c.as_ref().to_vec())
         .collect()
 }

@@ -598,6 +598,43 @@ fn a_pod_too_big_for_every_instance_type_gets_events_and_launches_nothing() {
     });
 }
 
+/// A statically provisioned volume that exists only in `zone` and the claim bound to it.
+fn zonal_volume(pv: &str, namespace: &str, claim: &str, zone: &str) -> [serde_json::Value; 2] {
+    [
+        json!({
+            "apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": pv},
+            "spec": {
+                "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                "hostPath": {"path": "/data"},
+                "claimRef": {"namespace": namespace, "name": claim},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}
+                ]}}
+            }
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": namespace},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": pv, "resources": {"requests": {"storage": "1Gi"}}}
+        }),
+    ]
+}
+
+/// A pod for `node_type`'s Provisioner that mounts `claim`.
+fn volume_pod(name: &str, namespace: &str, node_type: &str, claim: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"nodeType": node_type},
+            "tolerations": [{"key": "service", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+            "containers": [{"name": "db", "image": "postgres"}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]
+        }
+    })
+}
+
 #[test]
 fn pods_with_zonal_volumes_get_nodes_in_their_volumes_zones() {
     let (cluster, controller) = setup();
@@ -610,35 +647,10 @@ fn pods_with_zonal_volumes_get_nodes_in_their_volumes_zones() {
     with_clean_up(cluster, controller, &namespace, &[(template, provisioner.clone())], || {
         for (zone, pv) in zones.iter().zip(&pvs) {
             // A statically bound volume that exists only in `zone`, its claim, and a pod using it.
-            let manifests = json!({"apiVersion": "v1", "kind": "List", "items": [
-                {
-                    "apiVersion": "v1", "kind": "PersistentVolume",
-                    "metadata": {"name": pv},
-                    "spec": {
-                        "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
-                        "hostPath": {"path": "/data"},
-                        "claimRef": {"namespace": namespace, "name": format!("data-{zone}")},
-                        "nodeAffinity": {"required": {"nodeSelectorTerms": [
-                            {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}
-                        ]}}
-                    }
-                },
-                {
-                    "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                    "metadata": {"name": format!("data-{zone}"), "namespace": namespace},
-                    "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": pv, "resources": {"requests": {"storage": "1Gi"}}}
-                },
-                {
-                    "apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": format!("db-{zone}"), "namespace": namespace},
-                    "spec": {
-                        "nodeSelector": {"nodeType": node_type},
-                        "tolerations": [{"key": "service", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
-                        "containers": [{"name": "db", "image": "postgres"}],
-                        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": format!("data-{zone}")}}]
-                    }
-                }
-            ]});
+            let claim = format!("data-{zone}");
+            let [volume, claimed] = zonal_volume(pv, &namespace, &claim, zone);
+            let pod = volume_pod(&format!("db-{zone}"), &namespace, &node_type, &claim);
+            let manifests = json!({"apiVersion": "v1", "kind": "List", "items": [volume, claimed, pod]});
             kubectl_ok(cluster, &["apply", "-f", "-"], Some(&manifests.to_string()));
         }
         let pods = wait_for("both pods Running", Duration::from_secs(120), || {
@@ -848,4 +860,57 @@ fn a_pod_of_another_scheduler_is_never_bound_by_us() {
         }
         assert_eq!(our_nodes(cluster, &provisioner).len(), 1, "one launch for {}", node.name_any());
     });
+#[test]
+fn pods_whose_claim_or_storage_class_is_missing_get_an_event_and_no_node_until_it_exists() {
+    let (cluster, controller) = setup();
+    let suffix = unique("noclaim");
+    let namespace = format!("ns-{suffix}");
+    let pv = format!("pv-{suffix}");
+    let (template, provisioner, node_type) = service_provisioner(cluster, &suffix, |_| {});
+    kubectl_ok(cluster, &["create", "namespace", &namespace], None);
+    let pod = |name: &str, claim: &str| volume_pod(name, &namespace, &node_type, claim);
+    with_clean_up(cluster, controller, &namespace, &[(template, provisioner.clone())], || {
+        // One pod whose claim does not exist, one whose claim names a StorageClass that does not.
+        let fast_claim = json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "fast-data", "namespace": namespace},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": format!("fast-{suffix}"), "resources": {"requests": {"storage": "1Gi"}}}
+        });
+        let manifests = json!({"apiVersion": "v1", "kind": "List", "items": [
+            fast_claim, pod("needs-claim", "data"), pod("needs-class", "fast-data")
+        ]});
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&manifests.to_string()));
+        for (pod, missing) in [
+            ("needs-claim", r#"persistentvolumeclaim "data" not found"#.to_string()),
+            ("needs-class", format!(r#"storageclass "fast-{suffix}" not found"#)),
+        ] {
+            let what = format!("a FailedProvisioning event on {pod} naming {missing}");
+            wait_for(&what, Duration::from_secs(90), || {
+                events(cluster, &namespace, "FailedProvisioning")
+                    .into_iter()
+                    .find(|e| e["involvedObject"]["name"] == pod && e["message"].as_str().is_some_and(|m| m.contains(&missing)))
+            });
+        }
+        // Several passes (one every 10 s while pods are pending) launch nothing for them.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
+            let nodes = our_nodes(cluster, &provisioner);
+            assert!(nodes.is_empty(), "no node for pods whose volumes cannot be provided: {nodes:?}");
+            std::thread::sleep(Duration::from_secs(1));
+        }
+
+        // Once the claim exists (bound to a volume in one zone), its pod gets a node there.
+        let [volume, claim] = zonal_volume(&pv, &namespace, "data", "ap-northeast-2c");
+        let volume = json!({"apiVersion": "v1", "kind": "List", "items": [volume, claim]});
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&volume.to_string()));
+        let running = wait_for("the pod with its claim Running", Duration::from_secs(120), || {
+            let pods = running_pods(cluster, &namespace);
+            (!pods.is_empty()).then_some(pods)
+        });
+        assert_eq!(running.iter().map(|p| p.name_any()).collect::<Vec<_>>(), ["needs-claim"]);
+        let nodes = our_nodes(cluster, &provisioner);
+        assert_eq!(nodes.len(), 1, "one node, for the pod whose claim exists");
+        assert_eq!(nodes[0].labels()["topology.kubernetes.io/zone"], "ap-northeast-2c");
+    });
+    kubectl(cluster, &["delete", "pv", &pv, "--wait=false"], None);
 }

@@ -372,9 +372,17 @@ async fn reloads_the_certificate_without_a_restart() {
         "{metrics}"
     );
 
-    // A broken pair is refused and the working certificate stays.
+    // A broken pair is refused (once the reloader has tried it) and the working certificate stays.
     std::fs::write(server.cert_path(), "not a certificate").unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The series appears with the first failed reload (it is not pre-registered); the count
+    // then grows every tick while the files stay broken.
+    let failed_reload = "karpenter_webhook_certificate_reloads_total{result=\"error\"} ";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !server.metrics.render().contains(failed_reload) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let metrics = server.metrics.render();
+    assert!(metrics.contains(failed_reload), "{metrics}");
     assert!(peer_certificate(&server, &new_ca.cert_pem()).await.is_some());
 }
 
@@ -382,8 +390,8 @@ async fn reloads_the_certificate_without_a_restart() {
 async fn peer_certificate(server: &Server, ca_pem: &str) -> Option<Vec<u8>> {
     use rustls::pki_types::ServerName;
     let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pemfile::certs(&mut ca_pem.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
+    for cert in karpenter_rs::webhook::tls::pem_certificates(ca_pem.as_bytes()).unwrap() {
+        roots.add(cert).unwrap();
     }
     let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()

@@ -820,6 +820,44 @@ mod tests {
     }
 
     #[test]
+    fn pod_affinity_namespace_selector_matches_namespaces_by_their_labels() {
+        let db_node = |name: &str, zone: &str, namespace: &str| {
+            let mut n = node(name, "1", "1Gi", 10);
+            n.labels.insert(ZONE_LABEL.into(), zone.into());
+            n.allocatable = Resources::zero();
+            n.pods = vec![pod(&format!("db-{namespace}")).namespace(namespace).label("app", "db").build()];
+            n
+        };
+        let mut inp = input(
+            vec![provisioner("default").build()],
+            vec![pod("api")
+                .namespace("shop")
+                .pod_affinity_in_namespaces(ZONE_LABEL, &[("app", "db")], &[("team", "data")])],
+        );
+        inp.nodes = vec![
+            db_node("scratch-node", "ap-northeast-2a", "scratch"),
+            db_node("data-node", "ap-northeast-2c", "data"),
+        ];
+        inp.namespace_labels = [
+            ("data".to_string(), [("team".to_string(), "data".to_string())].into()),
+            ("scratch".to_string(), [("team".to_string(), "scratch".to_string())].into()),
+            ("shop".to_string(), BTreeMap::new()),
+        ]
+        .into();
+        let plan = simulate(&inp);
+        assert_eq!(
+            plan.new_nodes[0].labels.get(ZONE_LABEL).map(String::as_str),
+            Some("ap-northeast-2c"),
+            "the zone of the db pod in the namespace labelled team=data"
+        );
+        // With no namespace labelled team=data, no pod matches and the pod cannot be placed.
+        inp.namespace_labels.remove("data");
+        let plan = simulate(&inp);
+        assert!(plan.new_nodes.is_empty(), "{:?}", plan.new_nodes);
+        assert_eq!(plan.unschedulable.len(), 1);
+    }
+
+    #[test]
     fn running_pods_anti_affinity_keeps_selected_pods_out_of_their_zone() {
         let mut n = node("n-a", "1", "1Gi", 10);
         n.labels.insert(ZONE_LABEL.into(), "ap-northeast-2a".into());

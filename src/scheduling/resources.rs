@@ -274,8 +274,12 @@ fn resource_list_lenient(list: &BTreeMap<String, Quantity>) -> Resources {
     out
 }
 
-/// What a pod needs from a node: the larger of (sum over containers) and (each init container),
-/// per resource, plus `spec.overhead`, plus one `pods`.
+/// What a pod needs from a node, as the kubelet and kube-scheduler count it
+/// (`k8s.io/component-helpers/resource` `PodRequests`): the containers plus the native sidecars
+/// (init containers with `restartPolicy: Always`, which keep running beside them), or, when
+/// larger per resource, an init container's start (a regular one together with the sidecars
+/// started before it; a sidecar together with itself and those before it); plus `spec.overhead`,
+/// plus one `pods`.
 pub fn pod_requests(pod: &Pod) -> Resources {
     let Some(spec) = pod.spec.as_ref() else {
         return Resources::zero().with(PODS, 1);
@@ -284,15 +288,30 @@ pub fn pod_requests(pod: &Pod) -> Resources {
     for c in &spec.containers {
         total.add(&container_requests(c));
     }
+    let mut sidecars = Resources::zero();
+    let mut init_peak = Resources::zero();
     for c in spec.init_containers.iter().flatten() {
-        total = total.max(&container_requests(c));
+        let own = container_requests(c);
+        let starting = if c.restart_policy.as_deref() == Some(SIDECAR_RESTART_POLICY) {
+            total.add(&own);
+            sidecars.add(&own);
+            sidecars.clone()
+        } else {
+            own.plus(&sidecars)
+        };
+        init_peak = init_peak.max(&starting);
     }
+    total = total.max(&init_peak);
     if let Some(overhead) = spec.overhead.as_ref() {
         total.add(&resource_list_lenient(overhead));
     }
     total.pods += 1;
     total
 }
+
+/// The init-container `restartPolicy` that makes it a native sidecar: started in order with the
+/// init containers, then running for the pod's lifetime.
+const SIDECAR_RESTART_POLICY: &str = "Always";
 
 #[cfg(test)]
 mod tests {
@@ -312,6 +331,26 @@ mod tests {
             (pod("e").limit_cpu("750m"), "cpu=750m, pods=1"),
             (pod("f").cpu("100m").overhead_cpu("50m"), "cpu=150m, pods=1"),
             (pod("g").gpu(1), "pods=1, nvidia.com/gpu=1"),
+        ];
+        for (p, want) in cases {
+            assert_eq!(pod_requests(&p.build()).to_string(), want);
+        }
+    }
+
+    #[test]
+    fn native_sidecars_run_beside_the_containers_and_the_later_init_containers() {
+        let cases = [
+            // Containers 1 + sidecar 500m run together; the init container (1) starts beside the
+            // sidecar started before it: max(1 + 500m, 1500m) = 1500m.
+            (pod("a").cpu("1").sidecar_cpu("500m").init_cpu("1"), "cpu=1500m, pods=1"),
+            // An init container before the sidecar starts alone: max(2, 1 + 500m) = 2.
+            (pod("b").cpu("1").init_cpu("2").sidecar_cpu("500m"), "cpu=2, pods=1"),
+            // After the sidecar it starts beside it: 2 + 500m.
+            (pod("c").cpu("1").sidecar_cpu("500m").init_cpu("2"), "cpu=2500m, pods=1"),
+            // Two sidecars both count with the containers.
+            (pod("d").cpu("1").sidecar_cpu("250m").sidecar_cpu("250m"), "cpu=1500m, pods=1"),
+            // The overhead comes on top.
+            (pod("e").cpu("1").sidecar_cpu("500m").overhead_cpu("100m"), "cpu=1600m, pods=1"),
         ];
         for (p, want) in cases {
             assert_eq!(pod_requests(&p.build()).to_string(), want);

@@ -147,6 +147,21 @@ impl PodBuilder {
         self
     }
 
+    /// A native sidecar: an init container with `restartPolicy: Always` requesting `amount` cpu.
+    pub fn sidecar_cpu(mut self, amount: &str) -> Self {
+        let init = self.spec().init_containers.get_or_insert_with(Vec::new);
+        init.push(Container {
+            name: format!("sidecar-{}", init.len()),
+            restart_policy: Some("Always".to_string()),
+            resources: Some(ResourceRequirements {
+                requests: Some([("cpu".to_string(), q(amount))].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        self
+    }
+
     /// A cpu limit (and no request) on the first container.
     pub fn limit_cpu(mut self, amount: &str) -> Self {
         let c = &mut self.spec().containers[0];
@@ -268,6 +283,20 @@ impl PodBuilder {
             .required_during_scheduling_ignored_during_execution
             .get_or_insert_with(Vec::new)
             .push(affinity_term(key, labels));
+        self
+    }
+
+    /// Required pod affinity over `key` to pods with `labels` in the namespaces whose labels
+    /// match `namespace_labels` (a `namespaceSelector`).
+    pub fn pod_affinity_in_namespaces(mut self, key: &str, labels: &[(&str, &str)], namespace_labels: &[(&str, &str)]) -> Self {
+        let mut term = affinity_term(key, labels);
+        term.namespace_selector = Some(selector(namespace_labels));
+        self.affinity()
+            .pod_affinity
+            .get_or_insert_with(PodAffinity::default)
+            .required_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(term);
         self
     }
 

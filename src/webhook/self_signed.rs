@@ -15,7 +15,7 @@ use rustls::server::ParsedCertificate;
 use rustls::{CertificateError, RootCertStore};
 
 use crate::certs::{Ca, CertError};
-use crate::webhook::tls::{certified_key_from_pem, PemError};
+use crate::webhook::tls::{certified_key_from_pem, pem_certificates, PemError};
 
 /// Secret key of the CA certificate (PEM), the `caBundle` of the webhook configurations.
 pub const CA_CERT_KEY: &str = "ca-cert.pem";
@@ -134,16 +134,24 @@ fn check(certs: &WebhookCerts, at: SystemTime) -> Result<(), RenewReason> {
             key: SERVER_CERT_KEY,
             reason: "no PEM certificate".into(),
         },
+        PemError::MalformedCertificate(e) => RenewReason::Unusable {
+            key: SERVER_CERT_KEY,
+            reason: format!("malformed PEM: {e}"),
+        },
         PemError::NoKey => RenewReason::Unusable {
             key: SERVER_KEY_KEY,
             reason: "no usable PEM private key".into(),
+        },
+        PemError::MalformedKey(e) => RenewReason::Unusable {
+            key: SERVER_KEY_KEY,
+            reason: format!("malformed PEM: {e}"),
         },
         PemError::KeyPair(e) => RenewReason::Unusable {
             key: SERVER_KEY_KEY,
             reason: format!("not the key of {SERVER_CERT_KEY}: {e}"),
         },
     })?;
-    let (leaf, intermediates) = server_chain(&certs.server_cert_pem);
+    let (leaf, intermediates) = server_chain(&certs.server_cert_pem).unwrap_or_default();
     let leaf = leaf.ok_or(RenewReason::Unusable {
         key: SERVER_CERT_KEY,
         reason: "no PEM certificate".into(),
@@ -169,7 +177,7 @@ fn check(certs: &WebhookCerts, at: SystemTime) -> Result<(), RenewReason> {
 /// The names of `names` that the serving certificate does not cover. Not a reason to renew (see
 /// [`inspect`]), but worth a warning: the API server will refuse the certificate for them.
 pub fn uncovered_names(certs: &WebhookCerts, names: &[String]) -> Vec<String> {
-    let (Some(leaf), _) = server_chain(&certs.server_cert_pem) else {
+    let Ok((Some(leaf), _)) = server_chain(&certs.server_cert_pem) else {
         return names.to_vec();
     };
     let Ok(parsed) = ParsedCertificate::try_from(&leaf) else {
@@ -224,8 +232,9 @@ pub fn serving_names(service: &str, namespace: &str, extra: &[String]) -> Vec<St
 /// certificate while the others switch; it drops out at the next rotation. Deterministic (every
 /// replica computes the same bytes), so `current` is rewritten only when it really differs.
 pub fn ca_bundle(current: &[u8], ca_cert_pem: &[u8]) -> Vec<u8> {
-    let ca = pem_certs(ca_cert_pem);
-    let previous = pem_certs(current).into_iter().find(|c| !ca.contains(c));
+    // A malformed document contributes nothing; the Secret's CA (checked by `inspect`) stays.
+    let ca = pem_certificates(ca_cert_pem).unwrap_or_default();
+    let previous = pem_certificates(current).unwrap_or_default().into_iter().find(|c| !ca.contains(c));
     ca.iter()
         .chain(previous.iter())
         .map(|der| pem_encode(der))
@@ -256,28 +265,23 @@ pub fn check_timing(validity: Duration, renew_before: Duration) -> Result<(), St
 }
 
 fn roots(ca_pem: &[u8]) -> Result<RootCertStore, String> {
-    let ders = pem_certs(ca_pem);
+    let ders = pem_certificates(ca_pem).map_err(|e| format!("malformed PEM: {e}"))?;
     if ders.is_empty() {
         return Err("no PEM certificate".into());
     }
     let mut roots = RootCertStore::empty();
     for der in ders {
-        roots.add(CertificateDer::from(der)).map_err(|e| e.to_string())?;
+        roots.add(der).map_err(|e| e.to_string())?;
     }
     Ok(roots)
 }
 
-fn server_chain(pem: &[u8]) -> (Option<CertificateDer<'static>>, Vec<CertificateDer<'static>>) {
-    let mut certs = pem_certs(pem).into_iter().map(CertificateDer::from);
-    let leaf = certs.next();
-    (leaf, certs.collect())
-}
+type Chain = (Option<CertificateDer<'static>>, Vec<CertificateDer<'static>>);
 
-fn pem_certs(pem: &[u8]) -> Vec<Vec<u8>> {
-    rustls_pemfile::certs(&mut &pem[..])
-        .filter_map(Result::ok)
-        .map(|c| c.as_ref().to_vec())
-        .collect()
+fn server_chain(pem: &[u8]) -> Result<Chain, rustls_pki_types::pem::Error> {
+    let mut certs = pem_certificates(pem)?.into_iter();
+    let leaf = certs.next();
+    Ok((leaf, certs.collect()))
 }
 
 fn pem_encode(der: &[u8]) -> String {
@@ -380,7 +384,9 @@ mod tests {
                 b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".to_vec(),
                 CA_CERT_KEY,
             ),
-            (SERVER_CERT_KEY, garbage, SERVER_CERT_KEY),
+            (SERVER_CERT_KEY, garbage.clone(), SERVER_CERT_KEY),
+            // A good certificate followed by a malformed block is not served with the block skipped.
+            (SERVER_CERT_KEY, [certs.server_cert_pem.clone(), garbage].concat(), SERVER_CERT_KEY),
             (SERVER_KEY_KEY, b"not a key".to_vec(), SERVER_KEY_KEY),
             // A key of another certificate.
             (SERVER_KEY_KEY, other.server_key_pem.clone(), SERVER_KEY_KEY),
@@ -443,7 +449,7 @@ mod tests {
         let a = generate(&names(), DAY).unwrap().ca_cert_pem;
         let b = generate(&names(), DAY).unwrap().ca_cert_pem;
         let c = generate(&names(), DAY).unwrap().ca_cert_pem;
-        let ders = |pem: &[u8]| pem_certs(pem);
+        let ders = |pem: &[u8]| pem_certificates(pem).unwrap();
         // Empty (as registered) → the CA alone.
         let first = ca_bundle(b"", &a);
         assert_eq!(ders(&first), ders(&a));
@@ -457,6 +463,12 @@ mod tests {
         assert_eq!(ders(&third), [ders(&c), ders(&b)].concat());
         // Garbage in the current bundle is dropped.
         assert_eq!(ders(&ca_bundle(b"junk", &a)), ders(&a));
+        let malformed = [
+            b.clone(),
+            b"-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n".to_vec(),
+        ]
+        .concat();
+        assert_eq!(ders(&ca_bundle(&malformed, &a)), ders(&a));
     }
 
     #[test]

@@ -11,6 +11,8 @@ use std::time::Duration;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
+use rustls_pki_types::pem::{self, PemObject};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -43,6 +45,15 @@ pub enum TlsError {
         /// The file.
         path: PathBuf,
     },
+    /// A PEM block of the file is malformed (bad base64, no end line...).
+    #[error("{path}: malformed PEM")]
+    MalformedPem {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: pem::Error,
+    },
     /// The key does not match the certificate, or rustls refused it.
     #[error("loading the key pair from {dir}")]
     KeyPair {
@@ -69,9 +80,15 @@ pub enum PemError {
     /// No PEM certificate in the certificate document.
     #[error("no PEM certificate")]
     NoCertificate,
+    /// A PEM block of the certificate document is malformed.
+    #[error("malformed PEM certificate")]
+    MalformedCertificate(#[source] pem::Error),
     /// No usable PEM private key in the key document.
     #[error("no usable PEM private key")]
     NoKey,
+    /// A PEM block of the key document is malformed.
+    #[error("malformed PEM private key")]
+    MalformedKey(#[source] pem::Error),
     /// The key does not match the certificate, or rustls refused it.
     #[error("unusable key pair")]
     KeyPair(#[source] rustls::Error),
@@ -253,25 +270,42 @@ fn read(dir: &Path) -> Result<(Files, Arc<CertifiedKey>), TlsError> {
 fn certified_key(dir: &Path, cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<CertifiedKey>, TlsError> {
     certified_key_from_pem(cert_pem, key_pem).map_err(|e| match e {
         PemError::NoCertificate => TlsError::NoCertificate { path: dir.join(CERT_FILE) },
+        PemError::MalformedCertificate(source) => TlsError::MalformedPem {
+            path: dir.join(CERT_FILE),
+            source,
+        },
         PemError::NoKey => TlsError::NoKey { path: dir.join(KEY_FILE) },
+        PemError::MalformedKey(source) => TlsError::MalformedPem {
+            path: dir.join(KEY_FILE),
+            source,
+        },
         PemError::KeyPair(source) => TlsError::KeyPair { dir: dir.into(), source },
     })
 }
 
 /// The rustls key pair of a PEM certificate chain and PEM private key, checked to belong together.
+/// A malformed PEM block is an error, never skipped: serving a chain with a certificate missing
+/// would fail only later, in the clients' handshakes.
 pub fn certified_key_from_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<CertifiedKey>, PemError> {
-    let certs: Vec<_> = rustls_pemfile::certs(&mut &cert_pem[..]).filter_map(Result::ok).collect();
+    let certs = pem_certificates(cert_pem).map_err(PemError::MalformedCertificate)?;
     if certs.is_empty() {
         return Err(PemError::NoCertificate);
     }
-    let key = rustls_pemfile::private_key(&mut &key_pem[..])
-        .ok()
-        .flatten()
-        .ok_or(PemError::NoKey)?;
+    let key = match PrivateKeyDer::from_pem_slice(key_pem) {
+        Ok(key) => key,
+        Err(pem::Error::NoItemsFound) => return Err(PemError::NoKey),
+        Err(e) => return Err(PemError::MalformedKey(e)),
+    };
     let signing_key = rustls::crypto::ring::sign::any_supported_type(&key).map_err(PemError::KeyPair)?;
     let certified = CertifiedKey::new(certs, signing_key);
     certified.keys_match().map_err(PemError::KeyPair)?;
     Ok(Arc::new(certified))
+}
+
+/// Every certificate of a PEM document, in order; other PEM blocks (keys...) are passed over, a
+/// malformed block is an error.
+pub fn pem_certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, pem::Error> {
+    CertificateDer::pem_slice_iter(pem).collect()
 }
 
 #[cfg(test)]
@@ -303,6 +337,29 @@ mod tests {
         assert!(store.set(&other_cert, &key, "test").is_err(), "a key of another certificate");
         assert!(store.serves(&cert, &key), "the old pair stays in use");
         assert!(!store.reload().unwrap(), "nothing to reload in memory");
+    }
+
+    #[test]
+    fn a_malformed_pem_block_is_an_error_naming_the_file() {
+        let (cert, key) = pair();
+        let bad_block = b"-----BEGIN CERTIFICATE-----\n!!! not base64 !!!\n-----END CERTIFICATE-----\n";
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(CERT_FILE), [cert.as_slice(), bad_block].concat()).unwrap();
+        std::fs::write(dir.path().join(KEY_FILE), &key).unwrap();
+        let err = CertStore::load(dir.path()).unwrap_err();
+        let message = telemetry::chain(&err);
+        let cert_path = dir.path().join(CERT_FILE).display().to_string();
+        assert!(message.starts_with(&format!("{cert_path}: malformed PEM: ")), "{message}");
+
+        std::fs::write(dir.path().join(CERT_FILE), &cert).unwrap();
+        let truncated_key = &key[..key.len() - 30];
+        std::fs::write(dir.path().join(KEY_FILE), truncated_key).unwrap();
+        let message = telemetry::chain(&CertStore::load(dir.path()).unwrap_err());
+        let key_path = dir.path().join(KEY_FILE).display().to_string();
+        assert!(message.starts_with(&format!("{key_path}: malformed PEM: ")), "{message}");
+
+        std::fs::write(dir.path().join(KEY_FILE), &key).unwrap();
+        assert!(CertStore::load(dir.path()).is_ok(), "the good pair loads");
     }
 
     #[tokio::test]

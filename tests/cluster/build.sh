@@ -43,7 +43,9 @@ log() { printf '[build.sh] %s\n' "$*" >&2; }
 
 # ---- version checks -----------------------------------------------------------
 # Each prints nothing and returns 0 when the binary exists and reports the
-# expected version.
+# expected version. The output is captured before it is matched: piping it into
+# `grep -q` under pipefail fails whenever grep exits first and the binary dies
+# of SIGPIPE writing the rest (etcd prints several lines).
 check_k8s_bin() { # $1 = binary path
   [[ -x "$1" ]] || return 1
   local out
@@ -52,12 +54,16 @@ check_k8s_bin() { # $1 = binary path
 }
 check_etcd_bin() {
   [[ -x "$1" ]] || return 1
-  "$1" --version 2>/dev/null | grep -qx "etcd Version: ${ETCD_VERSION#v}"
+  local out
+  out="$("$1" --version 2>/dev/null)" || return 1
+  grep -qx "etcd Version: ${ETCD_VERSION#v}" <<<"$out"
 }
 check_kwok_bin() {
   [[ -x "$1" ]] || return 1
   # kwok prints e.g. "kwok version v0.7.0 go1.26.8 (linux/amd64)"
-  "$1" --version 2>/dev/null | grep -q "${KWOK_VERSION}"
+  local out
+  out="$("$1" --version 2>/dev/null)" || return 1
+  [[ "$out" == *"${KWOK_VERSION}"* ]]
 }
 bins_ok() { # $1 = bin dir
   check_k8s_bin "$1/kube-apiserver" &&

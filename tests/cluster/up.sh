@@ -156,7 +156,11 @@ curl_admin() { # curl with the admin client certificate against the apiserver
   curl -fsS --max-time 5 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$@"
 }
 check_moto() { curl -fsS --max-time 5 -o /dev/null "http://127.0.0.1:$MOTO_PORT/moto-api/"; }
-check_etcd() { curl -fsS --max-time 5 "http://127.0.0.1:$ETCD_CLIENT_PORT/health" | grep -q '"health":"true"'; }
+check_etcd() { # captured, then matched: `curl | grep -q` fails under pipefail when grep exits first
+  local out
+  out="$(curl -fsS --max-time 5 "http://127.0.0.1:$ETCD_CLIENT_PORT/health")" || return 1
+  [[ "$out" == *'"health":"true"'* ]]
+}
 check_apiserver() { [[ "$(curl_admin "https://127.0.0.1:$APISERVER_PORT/readyz")" == ok ]]; }
 check_default_ns() { curl_admin -o /dev/null "https://127.0.0.1:$APISERVER_PORT/api/v1/namespaces/default"; }
 # KCM and scheduler serve self-signed certs; /healthz is always-allowed.

@@ -20,7 +20,11 @@ HELM="$PARENT/bin/helm"
 log() { printf '[helm/build.sh] %s\n' "$*" >&2; }
 
 helm_ok() { # $1 = binary
-  [[ -x "$1" ]] && "$1" version --template '{{.Version}}' 2>/dev/null | grep -qx "${HELM_VERSION}"
+  # Captured, then compared: a pipe into `grep -q` fails under pipefail when grep exits first.
+  [[ -x "$1" ]] || return 1
+  local out
+  out="$("$1" version --template '{{.Version}}' 2>/dev/null)" || return 1
+  [[ "$out" == "${HELM_VERSION}" ]]
 }
 
 mkdir -p "$CACHE_ROOT"

@@ -333,7 +333,12 @@ mod tests {
         // Its node vanished before it was bound (deleted for failing to register): lost too.
         let q = pod("q1", "rs2", None, None);
         b.launched("n2", [&q], t0);
-        b.observe(&by_uid(std::slice::from_ref(&q)), &HashMap::new(), t0 + Duration::from_secs(50), wall);
+        b.observe(
+            &by_uid(std::slice::from_ref(&q)),
+            &HashMap::new(),
+            t0 + Duration::from_secs(50),
+            wall,
+        );
         assert_eq!(b.owners[&owner_key(&q)].losses, 1);
     }
 

@@ -21,7 +21,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Taint};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Taint};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{ListParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -120,6 +120,7 @@ struct Stores {
     claims: Store<PersistentVolumeClaim>,
     volumes: Store<PersistentVolume>,
     storage_classes: Store<StorageClass>,
+    namespaces: Store<Namespace>,
 }
 
 impl Context {
@@ -169,32 +170,16 @@ impl Context {
 
     /// Provisions room for the pods of `node_name`, which is about to be drained (expiration,
     /// karpenter-behavior.md §5.4): the simulation treats its pods as pending and the node as
-    /// gone, fills existing nodes first and launches what is still needed through the normal
-    /// path. Returns the names of the Nodes launched (none when the pods fit elsewhere). Runs
+    /// gone (as every pass does for nodes being deleted, `pods::to_place`), fills existing nodes
+    /// first and launches what is still needed through the normal path. Returns the names of the Nodes launched (none when the pods fit elsewhere). Runs
     /// between passes, never beside one.
     pub async fn replace(&self, node_name: &str) -> Result<Vec<String>, PassError> {
         let stores = self.stores.get().ok_or("the provisioning controller is not running")?;
         let _one_at_a_time = self.pass_lock.lock().await;
         stores.ready().await?;
-        let nodes: Vec<Arc<Node>> = stores.nodes.state().into_iter().filter(|n| n.name_any() != node_name).collect();
+        let all_nodes = stores.nodes.state();
         let all_pods = stores.pods.state();
-        let mut pending: Vec<Pod> = all_pods
-            .iter()
-            .filter(|p| pods::is_provisionable(p))
-            .map(|p| (**p).clone())
-            .collect();
-        pending.extend(
-            all_pods
-                .iter()
-                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name) && pods::is_displaced_by_drain(p))
-                .map(|p| {
-                    let mut pod = (**p).clone();
-                    if let Some(spec) = pod.spec.as_mut() {
-                        spec.node_name = None;
-                    }
-                    pod
-                }),
-        );
+        let (nodes, pending) = pods::to_place(&all_nodes, &all_pods, Some(node_name));
         provision(self, stores, pending, &nodes, &all_pods, &HashSet::new()).await
     }
 }
@@ -356,7 +341,13 @@ fn start_watches(ctx: &Arc<Context>, shutdown: &CancellationToken) -> Stores {
             shutdown,
             |_| {},
         ),
-        storage_classes: reflect(Api::<StorageClass>::all(client), watcher::Config::default(), shutdown, |_| {}),
+        storage_classes: reflect(
+            Api::<StorageClass>::all(client.clone()),
+            watcher::Config::default(),
+            shutdown,
+            |_| {},
+        ),
+        namespaces: reflect(Api::<Namespace>::all(client), watcher::Config::default(), shutdown, |_| {}),
     };
     let (ticker_ctx, pods_store, token) = (ctx.clone(), stores.pods.clone(), shutdown.clone());
     tokio::spawn(async move {
@@ -390,6 +381,7 @@ impl Stores {
             self.claims.wait_until_ready().await,
             self.volumes.wait_until_ready().await,
             self.storage_classes.wait_until_ready().await,
+            self.namespaces.wait_until_ready().await,
         ] {
             ready?;
         }
@@ -404,13 +396,9 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
     stores.ready().await?;
     // Nodes first: a pod that binds between the two reads is then seen on its node, never as
     // pending with no node, so it cannot get a second one.
-    let nodes = stores.nodes.state();
+    let all_nodes = stores.nodes.state();
     let all_pods = stores.pods.state();
-    let pending: Vec<Pod> = all_pods
-        .iter()
-        .filter(|p| pods::is_provisionable(p))
-        .map(|p| (**p).clone())
-        .collect();
+    let (nodes, pending) = pods::to_place(&all_nodes, &all_pods, None);
     if pending.is_empty() {
         return Ok(());
     }
@@ -468,7 +456,21 @@ async fn provision(
             .map(|c| (c.name_any(), (**c).clone()))
             .collect(),
     };
-    let pending: Vec<Pod> = pending.into_iter().map(|p| volumes.constrain(p)).collect();
+    let mut valid = Vec::with_capacity(pending.len());
+    for pod in pending {
+        match volumes.validate(&pod) {
+            Ok(()) => valid.push(volumes.constrain(pod)),
+            Err(reason) => {
+                debug!(pod = %pods::pod_key(&pod), %reason, "ignoring pod: its volumes cannot be provided");
+                let note = format!("Failed to provision new node: {reason}");
+                publish(ctx, &pod, EventType::Warning, "FailedProvisioning", &note).await;
+            }
+        }
+    }
+    let pending = valid;
+    if pending.is_empty() {
+        return Ok(Vec::new());
+    }
     let provisioners: Vec<Arc<Provisioner>> = stores.provisioners.state();
     let mut templates: HashMap<String, (NodeTemplate, Option<f64>)> = HashMap::new();
     let mut zones: HashMap<String, BTreeSet<String>> = HashMap::new();
@@ -509,8 +511,13 @@ async fn provision(
             .collect(),
         // Filled in below, once this pass's instance types are recorded.
         nodes: Vec::new(),
-        daemonset_pods: daemonset_pods(&stores.daemonsets.state()),
-        namespace_labels: BTreeMap::new(),
+        daemonset_pods: pods::daemonset_overhead_pods(&stores.daemonsets.state(), all_pods),
+        namespace_labels: stores
+            .namespaces
+            .state()
+            .iter()
+            .map(|n| (n.name_any(), n.labels().clone()))
+            .collect(),
     };
     {
         let mut types = ctx.instance_types.lock().unwrap_or_else(|e| e.into_inner());
@@ -831,21 +838,6 @@ fn existing_nodes(nodes: &[Arc<Node>], all_pods: &[Arc<Pod>], provisioners: &[Ar
                 }
             }
             existing
-        })
-        .collect()
-}
-
-/// One pod per DaemonSet, from its template, for the overhead of new nodes.
-fn daemonset_pods(daemonsets: &[Arc<DaemonSet>]) -> Vec<Pod> {
-    daemonsets
-        .iter()
-        .filter_map(|ds| {
-            let template = ds.spec.as_ref()?.template.clone();
-            Some(Pod {
-                metadata: template.metadata.unwrap_or_default(),
-                spec: template.spec,
-                status: None,
-            })
         })
         .collect()
 }

@@ -2,7 +2,9 @@
 //! zonal volume can only run in that volume's zone, so the volume's node affinity (or, for an
 //! unbound claim, its StorageClass's `allowedTopologies`) becomes part of the pod's required node
 //! affinity before the simulation sees it. The requirements go into every required term, so
-//! relaxing preferences never removes them. Pure; the caller passes the objects it has cached.
+//! relaxing preferences never removes them. A pod whose claim, claim's StorageClass or bound
+//! volume does not exist is not provisioned for at all (`validate`, karpenter-behavior.md §1.1):
+//! a node launched for it could not run it. Pure; the caller passes the objects it has cached.
 
 use std::collections::HashMap;
 
@@ -27,15 +29,9 @@ impl Volumes {
     /// its bound volume's required node affinity, or else the first `allowedTopologies` entry of
     /// its StorageClass as `In` requirements. Claims not cached yet impose nothing.
     pub fn requirements(&self, pod: &Pod) -> Vec<NodeSelectorRequirement> {
-        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         let mut out = Vec::new();
-        let claims = pod
-            .spec
-            .iter()
-            .flat_map(|s| s.volumes.iter().flatten())
-            .filter_map(|v| v.persistent_volume_claim.as_ref().map(|c| c.claim_name.clone()));
-        for claim_name in claims {
-            let Some(claim) = self.claims.get(&format!("{namespace}/{claim_name}")) else {
+        for (_, claim) in self.claims_of(pod) {
+            let Some(claim) = claim else {
                 continue;
             };
             let spec = claim.spec.as_ref();
@@ -66,6 +62,39 @@ impl Volumes {
             }
         }
         out
+    }
+
+    /// Whether every PersistentVolumeClaim the pod mounts exists, and with it the StorageClass
+    /// it names and the volume it is bound to (`core@v0.27.0:pkg/controllers/provisioning/volumetopology.go`
+    /// `validatePersistentVolumeClaims`). The error names the first missing object as the API
+    /// server would: `persistentvolumeclaim "data" not found`. A claim without a class name, or
+    /// with `""` (no dynamic provisioning), names no StorageClass.
+    pub fn validate(&self, pod: &Pod) -> Result<(), String> {
+        for (claim_name, claim) in self.claims_of(pod) {
+            let claim = claim.ok_or_else(|| format!("persistentvolumeclaim {claim_name:?} not found"))?;
+            let spec = claim.spec.as_ref();
+            if let Some(class) = spec.and_then(|s| s.storage_class_name.as_deref()).filter(|n| !n.is_empty()) {
+                if !self.storage_classes.contains_key(class) {
+                    return Err(format!("storageclass {class:?} not found"));
+                }
+            }
+            if let Some(volume) = spec.and_then(|s| s.volume_name.as_deref()).filter(|n| !n.is_empty()) {
+                if !self.volumes.contains_key(volume) {
+                    return Err(format!("persistentvolume {volume:?} not found"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The claims the pod's volumes name, each with the cached claim (in the pod's namespace) if any.
+    fn claims_of<'a>(&'a self, pod: &'a Pod) -> impl Iterator<Item = (&'a str, Option<&'a PersistentVolumeClaim>)> + 'a {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        pod.spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .filter_map(|v| v.persistent_volume_claim.as_ref().map(|c| c.claim_name.as_str()))
+            .map(move |name| (name, self.claims.get(&format!("{namespace}/{name}"))))
     }
 
     /// `pod` with its volumes' requirements added to every required node-affinity term (one
@@ -194,6 +223,36 @@ mod tests {
         let pod = pod_with_claims(&["anywhere", "missing"], json!(null));
         assert!(volumes().requirements(&pod).is_empty());
         assert_eq!(volumes().constrain(pod.clone()), pod);
+    }
+
+    #[test]
+    fn a_pod_whose_claim_class_or_volume_is_missing_is_invalid_naming_it() {
+        let mut v = volumes();
+        let claim = |spec: serde_json::Value| -> PersistentVolumeClaim {
+            serde_json::from_value(json!({"metadata": {"name": "x", "namespace": "shop"}, "spec": spec})).unwrap()
+        };
+        v.claims.insert("shop/fast".into(), claim(json!({"storageClassName": "fast"})));
+        v.claims.insert("shop/lost".into(), claim(json!({"volumeName": "pv-gone"})));
+        v.claims.insert("shop/static".into(), claim(json!({"storageClassName": ""})));
+        v.claims.insert("shop/default".into(), claim(json!({})));
+        let cases = [
+            (vec!["bound", "unbound", "anywhere"], Ok(())),
+            (vec!["static", "default"], Ok(())),
+            (vec!["bound", "data"], Err(r#"persistentvolumeclaim "data" not found"#)),
+            (vec!["fast"], Err(r#"storageclass "fast" not found"#)),
+            (vec!["lost"], Err(r#"persistentvolume "pv-gone" not found"#)),
+        ];
+        for (claims, want) in cases {
+            let pod = pod_with_claims(&claims, json!(null));
+            assert_eq!(v.validate(&pod), want.map_err(String::from), "{claims:?}");
+        }
+        // Claims are looked up in the pod's own namespace.
+        let mut elsewhere = pod_with_claims(&["bound"], json!(null));
+        elsewhere.metadata.namespace = Some("other".into());
+        assert_eq!(
+            v.validate(&elsewhere),
+            Err(r#"persistentvolumeclaim "bound" not found"#.to_string())
+        );
     }
 
     #[test]
