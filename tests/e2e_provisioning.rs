@@ -860,6 +860,8 @@ fn a_pod_of_another_scheduler_is_never_bound_by_us() {
         }
         assert_eq!(our_nodes(cluster, &provisioner).len(), 1, "one launch for {}", node.name_any());
     });
+}
+
 #[test]
 fn pods_whose_claim_or_storage_class_is_missing_get_an_event_and_no_node_until_it_exists() {
     let (cluster, controller) = setup();
