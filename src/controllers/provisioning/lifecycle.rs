@@ -27,6 +27,9 @@ use crate::metrics;
 use crate::scheduling::nodes::INITIALIZED_LABEL;
 use crate::scheduling::InstanceType;
 
+/// The resources every kubelet reports when it registers.
+const KUBELET_RESOURCES: &[&str] = &["cpu", "memory", "pods", "ephemeral-storage"];
+
 /// What to do about one node of ours that is not initialised yet.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Lifecycle {
@@ -45,7 +48,7 @@ pub enum Lifecycle {
 
 /// The decision for `node`: `startup_taints` are its Provisioner's, `instance_type` the
 /// catalogue's entry for its `node.kubernetes.io/instance-type` label when known (every
-/// resource of its capacity above zero must be advertised, as Karpenter v0.27 checks, which is
+/// extended resource of its capacity must be advertised, as Karpenter v0.27 checks, which is
 /// what holds GPU pods back until the device plugin has registered).
 pub fn decide(
     node: &Node,
@@ -60,9 +63,12 @@ pub fn decide(
     if !ours || initialized || node.metadata.deletion_timestamp.is_some() {
         return Lifecycle::Ignore;
     }
-    let expected = instance_type
+    // The kubelet reports cpu, memory, pods and ephemeral storage as it registers; extended
+    // resources (GPUs, Neuron devices, pod ENIs) come later, from their device plugins.
+    let mut expected = instance_type
         .map(|it| super::catalogue::requested(&it.capacity))
         .unwrap_or_default();
+    expected.retain(|resource, _| !KUBELET_RESOURCES.contains(&resource.as_str()));
     if bind::is_ready_for_pods(node, startup_taints, &expected) {
         return Lifecycle::Initialize;
     }
@@ -189,6 +195,9 @@ mod tests {
             ready(json!({"cpu": "4", "memory": "15Gi", "pods": "29", "ephemeral-storage": "18Gi"})),
         );
         assert_eq!(decide(&n, &startup, Some(&gpu), TTL, now), Lifecycle::Wait);
+        // A type without extended resources needs only what every kubelet reports.
+        let t3 = testing::instance_type("t3.large");
+        assert_eq!(decide(&n, &startup, Some(&t3), TTL, now), Lifecycle::Initialize);
         // A startup taint, or a not-ready taint, is still there.
         let (n, now) = node(
             30,
