@@ -307,21 +307,69 @@ pub fn parse_ttl_default(s: &str) -> Result<TtlDefault, String> {
     }
 }
 
-/// Parses `500ms`, `10s`, `5m`, `2h`, `365d`.
+/// Parses a duration as Go writes one (`time.ParseDuration`, the form of Karpenter's env values and
+/// of the settings ConfigMap's `batchMaxDuration`): one or more decimal numbers, each followed by a
+/// unit `ns`, `us` (`µs`), `ms`, `s`, `m` or `h`, e.g. `500ms`, `1m30s`, `1h2m3.5s`, `0`; and, as
+/// an extension for long certificate lifetimes, `d` (24h), e.g. `365d`. Negative durations are
+/// refused.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let err = || format!("invalid duration {s:?}: expected a number followed by ms, s, m, h or d (e.g. 10s)");
-    let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(err)?;
-    let (n, unit) = s.split_at(split);
-    let n: u64 = n.parse().map_err(|_| err())?;
-    let seconds = match unit {
-        "ms" => return Ok(Duration::from_millis(n)),
-        "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86400,
-        _ => return Err(err()),
-    };
-    Ok(Duration::from_secs(seconds))
+    let err = |why: &str| format!("invalid duration {s:?}: {why} (e.g. 10s, 1m30s, 500ms, 2h)");
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return Err(err("empty"));
+    }
+    if s.starts_with('-') {
+        return Err(err("must not be negative"));
+    }
+    let mut rest = s.strip_prefix('+').unwrap_or(s);
+    if rest.is_empty() {
+        return Err(err("expected a number and a unit"));
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| err("a number needs a unit: ns, us, ms, s, m, h or d"))?;
+        let (number, tail) = rest.split_at(number_len);
+        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
+            return Err(err("expected a number before each unit"));
+        }
+        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let unit_nanos: u128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            "d" => 86_400_000_000_000,
+            _ => return Err(err(&format!("unknown unit {unit:?}: expected ns, us, ms, s, m, h or d"))),
+        };
+        // Integer arithmetic, as Go does, so `0.1s` is exactly 100ms.
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        let too_long = || err("too long");
+        let whole: u128 = if whole.is_empty() {
+            0
+        } else {
+            whole.parse().map_err(|_| too_long())?
+        };
+        let mut nanos = whole.checked_mul(unit_nanos).ok_or_else(too_long)?;
+        let mut scale = unit_nanos;
+        for digit in fraction.bytes().take(30) {
+            scale /= 10;
+            nanos += u128::from(digit - b'0') * scale;
+        }
+        total = u64::try_from(nanos)
+            .ok()
+            .map(Duration::from_nanos)
+            .and_then(|part| total.checked_add(part))
+            .ok_or_else(too_long)?;
+        rest = tail;
+    }
+    Ok(total)
 }
 
 #[cfg(test)]
@@ -338,6 +386,38 @@ mod tests {
         assert_eq!(parse_ttl_default("none"), Ok(TtlDefault(None)));
         assert_eq!(parse_ttl_default("0"), Ok(TtlDefault(Some(0))));
         assert!(parse_ttl_default("-1").unwrap_err().contains("\"-1\""));
+    }
+
+    #[test]
+    fn parses_go_compound_durations() {
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h2m3.5s"), Ok(Duration::from_millis(3_723_500)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("300us"), Ok(Duration::from_micros(300)));
+        assert_eq!(parse_duration("1d12h"), Ok(Duration::from_secs(36 * 3600)));
+        for bad in ["", "1m30", "-5s", "1x", "1..5s", ".s", "m30s", "10 s", "+"] {
+            let e = parse_duration(bad).expect_err(bad);
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_bad_duration_names_the_flag_and_the_value() {
+        let err = Cli::try_parse_from(["karpenter-rs", "run", "--cluster-name", "c", "--batch-max-duration", "1m30"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--batch-max-duration") && err.contains("1m30"), "{err}");
+        let Command::Run(args) = Cli::try_parse_from(["karpenter-rs", "run", "--cluster-name", "c", "--batch-max-duration", "1m30s"])
+            .unwrap()
+            .command
+        else {
+            panic!("run subcommand");
+        };
+        assert_eq!(args.batch_max_duration, Duration::from_secs(90));
     }
 
     #[test]
