@@ -1,6 +1,7 @@
 //! Command line and environment: every flag has an environment variable. Read once in `main`;
 //! modules get typed sub-configs.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::apis::{ApiSettings, DEFAULT_TTL_SECONDS_AFTER_EMPTY, DEFAULT_TTL_SECONDS_UNTIL_EXPIRED};
+use crate::settings::{self, GlobalSettings};
 use crate::telemetry::LogFormat;
 use crate::webhook::cert_reconciler::SelfManagedCerts;
 use crate::webhook::WebhookConfig;
@@ -136,11 +138,27 @@ pub struct RunArgs {
     #[arg(long, env = "PRICE_OVERRIDES")]
     pub price_overrides: Option<PathBuf>,
     /// A batch of pending pods closes when no new one arrived for this long (`run` only).
-    #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s", value_parser = settings::parse_batch_duration)]
     pub batch_idle_duration: Duration,
     /// A batch of pending pods closes at the latest after this long (`run` only).
-    #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s", value_parser = settings::parse_batch_duration)]
     pub batch_max_duration: Duration,
+    /// Fraction of an instance type's memory taken by the hypervisor and OS, left out of the
+    /// node's memory capacity (`aws.vmMemoryOverheadPercent`; `run` only).
+    #[arg(long, env = "VM_MEMORY_OVERHEAD_PERCENT", default_value = "0.075", value_parser = settings::parse_vm_memory_overhead_percent)]
+    pub vm_memory_overhead_percent: f64,
+    /// Limit pods per node to what the instance type's network interfaces can address; `false`:
+    /// 110 (`aws.enableENILimitedPodDensity`; `run` only).
+    #[arg(long, env = "ENABLE_ENI_LIMITED_POD_DENSITY", default_value_t = true, action = clap::ArgAction::Set)]
+    pub enable_eni_limited_pod_density: bool,
+    /// Network interfaces per node kept for something else (e.g. a second CNI), left out of the
+    /// ENI-limited pod count (`aws.reservedENIs`; `run` only).
+    #[arg(long, env = "RESERVED_ENIS", default_value_t = 0, value_parser = settings::parse_reserved_enis)]
+    pub reserved_enis: i64,
+    /// Tags put on every instance, volume and launch template, as a JSON object
+    /// (`{"team":"a"}`); the template's own tags win (`aws.tags`; `run` only).
+    #[arg(long, env = "TAGS", default_value = "{}", value_parser = settings::parse_tags)]
+    pub tags: BTreeMap<String, String>,
     /// Bind planned pods to their new node once it is ready, instead of waiting for the scheduler (`run` only).
     #[arg(long, env = "BIND_PODS", default_value_t = true, action = clap::ArgAction::Set)]
     pub bind_pods: bool,
@@ -171,9 +189,100 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "plain")]
     pub log_format: LogFormat,
+    /// The ids of the settings given on the command line or by environment variable, which win
+    /// over the settings ConfigMap (filled by [`parse_cli`]).
+    #[arg(skip)]
+    pub explicit: BTreeSet<String>,
+}
+
+/// Parses the command line, remembering which settings of `run`/`webhook` were given explicitly
+/// (flag or environment variable) rather than left at their default.
+pub fn parse_cli<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::parser::ValueSource;
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().try_get_matches_from(args)?;
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    if let (Command::Run(run) | Command::Webhook(run), Some((_, sub))) = (&mut cli.command, matches.subcommand()) {
+        run.explicit = sub
+            .ids()
+            .filter(|id| {
+                matches!(
+                    sub.value_source(id.as_str()),
+                    Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+                )
+            })
+            .map(|id| id.to_string())
+            .collect();
+    }
+    Ok(cli)
 }
 
 impl RunArgs {
+    /// Takes each value of the settings ConfigMap whose flag was not given explicitly (flag or
+    /// environment variable); returns what the operator should hear about (an `aws.clusterName`
+    /// that differs from the required `--cluster-name`, which wins).
+    pub fn apply_settings(&mut self, s: &GlobalSettings) -> Vec<String> {
+        let mut notes = Vec::new();
+        let explicit = self.explicit.clone();
+        let take = |id: &str| !explicit.contains(id);
+        if let Some(name) = s.cluster_name.as_ref().filter(|n| **n != self.cluster_name) {
+            notes.push(format!(
+                "{} key {} is {name:?} but --cluster-name is {:?}; using {:?}",
+                settings::SETTINGS_CONFIGMAP,
+                settings::keys::CLUSTER_NAME,
+                self.cluster_name,
+                self.cluster_name
+            ));
+        }
+        if let Some(v) = s.cluster_endpoint.clone().filter(|_| take("cluster_endpoint")) {
+            self.cluster_endpoint = v;
+        }
+        if let Some(v) = s.default_instance_profile.clone().filter(|_| take("default_instance_profile")) {
+            self.default_instance_profile = Some(v);
+        }
+        if let Some(v) = s.tags.clone().filter(|_| take("tags")) {
+            self.tags = v;
+        }
+        if let Some(v) = s.vm_memory_overhead_percent.filter(|_| take("vm_memory_overhead_percent")) {
+            self.vm_memory_overhead_percent = v;
+        }
+        if let Some(v) = s.enable_eni_limited_pod_density.filter(|_| take("enable_eni_limited_pod_density")) {
+            self.enable_eni_limited_pod_density = v;
+        }
+        if let Some(v) = s.reserved_enis.filter(|_| take("reserved_enis")) {
+            self.reserved_enis = v;
+        }
+        if s.enable_pod_eni == Some(true) {
+            notes.push(format!(
+                "{} key {} is true, but karpenter-rs does not advertise vpc.amazonaws.com/pod-eni (EC2 does not publish \
+                 which instance types support trunking): pods requesting it are not provisioned",
+                settings::SETTINGS_CONFIGMAP,
+                settings::keys::ENABLE_POD_ENI
+            ));
+        }
+        if let Some(v) = s.batch_max_duration.filter(|_| take("batch_max_duration")) {
+            self.batch_max_duration = v;
+        }
+        if let Some(v) = s.batch_idle_duration.filter(|_| take("batch_idle_duration")) {
+            self.batch_idle_duration = v;
+        }
+        notes
+    }
+
+    /// The node settings that are global rather than per Provisioner.
+    pub fn node_settings(&self) -> crate::scheduling::NodeSettings {
+        crate::scheduling::NodeSettings {
+            vm_memory_overhead_percent: self.vm_memory_overhead_percent,
+            eni_limited_pod_density: self.enable_eni_limited_pod_density,
+            reserved_enis: self.reserved_enis,
+            ..Default::default()
+        }
+    }
+
     /// The settings the admission rules use.
     pub fn api_settings(&self) -> ApiSettings {
         ApiSettings {
@@ -191,6 +300,7 @@ impl RunArgs {
         c.kubernetes_version = self.kubernetes_version.clone();
         c.default_instance_profile = self.default_instance_profile.clone();
         c.price_overrides = self.price_overrides.clone();
+        c.tags = self.tags.clone();
         c
     }
 
@@ -204,6 +314,7 @@ impl RunArgs {
                 max: self.batch_max_duration,
             },
             bind_pods: self.bind_pods,
+            node_settings: self.node_settings(),
         }
     }
 
@@ -418,6 +529,92 @@ mod tests {
             panic!("run subcommand");
         };
         assert_eq!(args.batch_max_duration, Duration::from_secs(90));
+    }
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        let mut argv = vec!["karpenter-rs", "run", "--cluster-name", "c"];
+        argv.extend_from_slice(args);
+        match parse_cli(argv).unwrap().command {
+            Command::Run(args) => args,
+            other => panic!("run subcommand, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_settings_configmap_fills_only_what_no_flag_gave() {
+        let configmap = GlobalSettings {
+            cluster_name: Some("other".into()),
+            cluster_endpoint: Some("https://from-configmap.example.com".into()),
+            default_instance_profile: Some("FromConfigMap".into()),
+            tags: Some(BTreeMap::from([("team".into(), "a".into())])),
+            vm_memory_overhead_percent: Some(0.1),
+            enable_eni_limited_pod_density: Some(false),
+            reserved_enis: Some(1),
+            enable_pod_eni: Some(true),
+            batch_max_duration: Some(Duration::from_secs(90)),
+            batch_idle_duration: Some(Duration::from_secs(3)),
+        };
+        // Nothing explicit: every value comes from the ConfigMap.
+        let mut args = run_args(&[]);
+        let notes = args.apply_settings(&configmap);
+        assert_eq!(args.cluster_endpoint, "https://from-configmap.example.com");
+        assert_eq!(args.default_instance_profile.as_deref(), Some("FromConfigMap"));
+        assert_eq!(args.tags, BTreeMap::from([("team".to_string(), "a".to_string())]));
+        let node = args.node_settings();
+        assert_eq!(
+            (node.vm_memory_overhead_percent, node.eni_limited_pod_density, node.reserved_enis),
+            (0.1, false, 1)
+        );
+        assert_eq!(args.provisioning().windows.max, Duration::from_secs(90));
+        assert_eq!(args.provisioning().windows.idle, Duration::from_secs(3));
+        assert_eq!(args.cloud().tags["team"], "a");
+        // --cluster-name is required and wins; the difference is reported.
+        assert_eq!(args.cluster_name, "c");
+        assert!(notes[0].contains("aws.clusterName") && notes[0].contains("\"other\""), "{notes:?}");
+        assert!(notes[1].contains("aws.enablePodENI"), "{notes:?}");
+
+        // Explicit flags win, even when they repeat the default.
+        let mut args = run_args(&[
+            "--batch-max-duration",
+            "10s",
+            "--vm-memory-overhead-percent",
+            "0.05",
+            "--tags",
+            r#"{"team":"b"}"#,
+        ]);
+        args.apply_settings(&configmap);
+        assert_eq!(args.batch_max_duration, Duration::from_secs(10));
+        assert_eq!(args.batch_idle_duration, Duration::from_secs(3), "not given: the ConfigMap's");
+        assert_eq!(args.vm_memory_overhead_percent, 0.05);
+        assert_eq!(args.tags["team"], "b");
+
+        // No ConfigMap: the defaults.
+        let mut args = run_args(&[]);
+        assert!(args.apply_settings(&GlobalSettings::default()).is_empty());
+        let node = args.node_settings();
+        assert_eq!(
+            (node.vm_memory_overhead_percent, node.eni_limited_pod_density, node.reserved_enis),
+            (0.075, true, 0)
+        );
+        assert_eq!(args.batch_max_duration, Duration::from_secs(10));
+        assert!(args.tags.is_empty());
+    }
+
+    #[test]
+    fn restricted_tags_and_bad_settings_flags_are_refused_naming_the_flag() {
+        let parse = |flag: &str, value: &str| {
+            parse_cli(["karpenter-rs", "run", "--cluster-name", "c", &format!("{flag}={value}")])
+                .unwrap_err()
+                .to_string()
+        };
+        let err = parse("--tags", r#"{"kubernetes.io/cluster/c":"owned"}"#);
+        assert!(err.contains("--tags") && err.contains("kubernetes.io/cluster/c"), "{err}");
+        let err = parse("--vm-memory-overhead-percent", "7.5");
+        assert!(err.contains("--vm-memory-overhead-percent") && err.contains("7.5"), "{err}");
+        let err = parse("--reserved-enis", "-1");
+        assert!(err.contains("--reserved-enis") && err.contains("-1"), "{err}");
+        let err = parse("--batch-idle-duration", "0s");
+        assert!(err.contains("--batch-idle-duration") && err.contains("0s"), "{err}");
     }
 
     #[test]

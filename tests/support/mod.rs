@@ -319,6 +319,7 @@ impl Controller {
             region: cluster.env["AWS_REGION"].clone(),
             windows: Default::default(),
             bind_pods: true,
+            node_settings: Default::default(),
         };
         let cloud_config = cloud_config(cluster);
         let (token, m) = (shutdown.clone(), metrics.clone());

@@ -51,6 +51,9 @@ pub struct ProvisioningConfig {
     pub windows: BatchWindows,
     /// Whether planned pods are bound once their node is ready (differences.md item 10).
     pub bind_pods: bool,
+    /// The global node settings (memory overhead, pod density, reserved ENIs, pod ENIs) every
+    /// Provisioner's kubelet configuration is applied over.
+    pub node_settings: crate::scheduling::NodeSettings,
 }
 
 /// What a pass and the binder share.
@@ -413,7 +416,14 @@ async fn provision(
                 let (template, _) = templates.get(&p.name_any())?;
                 Some(ProvisionerInput {
                     provisioner: (**p).clone(),
-                    instance_types: catalogue::instance_types(&catalogue, p, template, &zones[&p.name_any()], &ctx.config.region),
+                    instance_types: catalogue::instance_types(
+                        &catalogue,
+                        p,
+                        template,
+                        &zones[&p.name_any()],
+                        &ctx.config.region,
+                        &ctx.config.node_settings,
+                    ),
                 })
             })
             .collect(),
