@@ -1,6 +1,7 @@
 //! Command line and environment: every flag has an environment variable. Read once in `main`;
 //! modules get typed sub-configs.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::apis::{ApiSettings, DEFAULT_TTL_SECONDS_AFTER_EMPTY, DEFAULT_TTL_SECONDS_UNTIL_EXPIRED};
+use crate::settings::{self, GlobalSettings};
 use crate::telemetry::LogFormat;
 use crate::webhook::cert_reconciler::SelfManagedCerts;
 use crate::webhook::WebhookConfig;
@@ -136,11 +138,27 @@ pub struct RunArgs {
     #[arg(long, env = "PRICE_OVERRIDES")]
     pub price_overrides: Option<PathBuf>,
     /// A batch of pending pods closes when no new one arrived for this long (`run` only).
-    #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s", value_parser = settings::parse_batch_duration)]
     pub batch_idle_duration: Duration,
     /// A batch of pending pods closes at the latest after this long (`run` only).
-    #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s", value_parser = settings::parse_batch_duration)]
     pub batch_max_duration: Duration,
+    /// Fraction of an instance type's memory taken by the hypervisor and OS, left out of the
+    /// node's memory capacity (`aws.vmMemoryOverheadPercent`; `run` only).
+    #[arg(long, env = "VM_MEMORY_OVERHEAD_PERCENT", default_value = "0.075", value_parser = settings::parse_vm_memory_overhead_percent)]
+    pub vm_memory_overhead_percent: f64,
+    /// Limit pods per node to what the instance type's network interfaces can address; `false`:
+    /// 110 (`aws.enableENILimitedPodDensity`; `run` only).
+    #[arg(long, env = "ENABLE_ENI_LIMITED_POD_DENSITY", default_value_t = true, action = clap::ArgAction::Set)]
+    pub enable_eni_limited_pod_density: bool,
+    /// Network interfaces per node kept for something else (e.g. a second CNI), left out of the
+    /// ENI-limited pod count (`aws.reservedENIs`; `run` only).
+    #[arg(long, env = "RESERVED_ENIS", default_value_t = 0, value_parser = settings::parse_reserved_enis)]
+    pub reserved_enis: i64,
+    /// Tags put on every instance, volume and launch template, as a JSON object
+    /// (`{"team":"a"}`); the template's own tags win (`aws.tags`; `run` only).
+    #[arg(long, env = "TAGS", default_value = "{}", value_parser = settings::parse_tags)]
+    pub tags: BTreeMap<String, String>,
     /// Bind planned pods to their new node once it is ready, instead of waiting for the scheduler (`run` only).
     #[arg(long, env = "BIND_PODS", default_value_t = true, action = clap::ArgAction::Set)]
     pub bind_pods: bool,
@@ -179,9 +197,100 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "plain")]
     pub log_format: LogFormat,
+    /// The ids of the settings given on the command line or by environment variable, which win
+    /// over the settings ConfigMap (filled by [`parse_cli`]).
+    #[arg(skip)]
+    pub explicit: BTreeSet<String>,
+}
+
+/// Parses the command line, remembering which settings of `run`/`webhook` were given explicitly
+/// (flag or environment variable) rather than left at their default.
+pub fn parse_cli<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::parser::ValueSource;
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().try_get_matches_from(args)?;
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    if let (Command::Run(run) | Command::Webhook(run), Some((_, sub))) = (&mut cli.command, matches.subcommand()) {
+        run.explicit = sub
+            .ids()
+            .filter(|id| {
+                matches!(
+                    sub.value_source(id.as_str()),
+                    Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+                )
+            })
+            .map(|id| id.to_string())
+            .collect();
+    }
+    Ok(cli)
 }
 
 impl RunArgs {
+    /// Takes each value of the settings ConfigMap whose flag was not given explicitly (flag or
+    /// environment variable); returns what the operator should hear about (an `aws.clusterName`
+    /// that differs from the required `--cluster-name`, which wins).
+    pub fn apply_settings(&mut self, s: &GlobalSettings) -> Vec<String> {
+        let mut notes = Vec::new();
+        let explicit = self.explicit.clone();
+        let take = |id: &str| !explicit.contains(id);
+        if let Some(name) = s.cluster_name.as_ref().filter(|n| **n != self.cluster_name) {
+            notes.push(format!(
+                "{} key {} is {name:?} but --cluster-name is {:?}; using {:?}",
+                settings::SETTINGS_CONFIGMAP,
+                settings::keys::CLUSTER_NAME,
+                self.cluster_name,
+                self.cluster_name
+            ));
+        }
+        if let Some(v) = s.cluster_endpoint.clone().filter(|_| take("cluster_endpoint")) {
+            self.cluster_endpoint = v;
+        }
+        if let Some(v) = s.default_instance_profile.clone().filter(|_| take("default_instance_profile")) {
+            self.default_instance_profile = Some(v);
+        }
+        if let Some(v) = s.tags.clone().filter(|_| take("tags")) {
+            self.tags = v;
+        }
+        if let Some(v) = s.vm_memory_overhead_percent.filter(|_| take("vm_memory_overhead_percent")) {
+            self.vm_memory_overhead_percent = v;
+        }
+        if let Some(v) = s.enable_eni_limited_pod_density.filter(|_| take("enable_eni_limited_pod_density")) {
+            self.enable_eni_limited_pod_density = v;
+        }
+        if let Some(v) = s.reserved_enis.filter(|_| take("reserved_enis")) {
+            self.reserved_enis = v;
+        }
+        if s.enable_pod_eni == Some(true) {
+            notes.push(format!(
+                "{} key {} is true, but karpenter-rs does not advertise vpc.amazonaws.com/pod-eni (EC2 does not publish \
+                 which instance types support trunking): pods requesting it are not provisioned",
+                settings::SETTINGS_CONFIGMAP,
+                settings::keys::ENABLE_POD_ENI
+            ));
+        }
+        if let Some(v) = s.batch_max_duration.filter(|_| take("batch_max_duration")) {
+            self.batch_max_duration = v;
+        }
+        if let Some(v) = s.batch_idle_duration.filter(|_| take("batch_idle_duration")) {
+            self.batch_idle_duration = v;
+        }
+        notes
+    }
+
+    /// The node settings that are global rather than per Provisioner.
+    pub fn node_settings(&self) -> crate::scheduling::NodeSettings {
+        crate::scheduling::NodeSettings {
+            vm_memory_overhead_percent: self.vm_memory_overhead_percent,
+            eni_limited_pod_density: self.enable_eni_limited_pod_density,
+            reserved_enis: self.reserved_enis,
+            ..Default::default()
+        }
+    }
+
     /// The settings the admission rules use.
     pub fn api_settings(&self) -> ApiSettings {
         ApiSettings {
@@ -199,6 +308,7 @@ impl RunArgs {
         c.kubernetes_version = self.kubernetes_version.clone();
         c.default_instance_profile = self.default_instance_profile.clone();
         c.price_overrides = self.price_overrides.clone();
+        c.tags = self.tags.clone();
         c
     }
 
@@ -214,6 +324,7 @@ impl RunArgs {
             bind_pods: self.bind_pods,
             registration_ttl: self.registration_ttl,
             max_launches_per_minute: self.max_node_launches_per_minute,
+            node_settings: self.node_settings(),
         }
     }
 
@@ -317,21 +428,69 @@ pub fn parse_ttl_default(s: &str) -> Result<TtlDefault, String> {
     }
 }
 
-/// Parses `500ms`, `10s`, `5m`, `2h`, `365d`.
+/// Parses a duration as Go writes one (`time.ParseDuration`, the form of Karpenter's env values and
+/// of the settings ConfigMap's `batchMaxDuration`): one or more decimal numbers, each followed by a
+/// unit `ns`, `us` (`µs`), `ms`, `s`, `m` or `h`, e.g. `500ms`, `1m30s`, `1h2m3.5s`, `0`; and, as
+/// an extension for long certificate lifetimes, `d` (24h), e.g. `365d`. Negative durations are
+/// refused.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let err = || format!("invalid duration {s:?}: expected a number followed by ms, s, m, h or d (e.g. 10s)");
-    let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(err)?;
-    let (n, unit) = s.split_at(split);
-    let n: u64 = n.parse().map_err(|_| err())?;
-    let seconds = match unit {
-        "ms" => return Ok(Duration::from_millis(n)),
-        "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86400,
-        _ => return Err(err()),
-    };
-    Ok(Duration::from_secs(seconds))
+    let err = |why: &str| format!("invalid duration {s:?}: {why} (e.g. 10s, 1m30s, 500ms, 2h)");
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return Err(err("empty"));
+    }
+    if s.starts_with('-') {
+        return Err(err("must not be negative"));
+    }
+    let mut rest = s.strip_prefix('+').unwrap_or(s);
+    if rest.is_empty() {
+        return Err(err("expected a number and a unit"));
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| err("a number needs a unit: ns, us, ms, s, m, h or d"))?;
+        let (number, tail) = rest.split_at(number_len);
+        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
+            return Err(err("expected a number before each unit"));
+        }
+        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let unit_nanos: u128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            "d" => 86_400_000_000_000,
+            _ => return Err(err(&format!("unknown unit {unit:?}: expected ns, us, ms, s, m, h or d"))),
+        };
+        // Integer arithmetic, as Go does, so `0.1s` is exactly 100ms.
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        let too_long = || err("too long");
+        let whole: u128 = if whole.is_empty() {
+            0
+        } else {
+            whole.parse().map_err(|_| too_long())?
+        };
+        let mut nanos = whole.checked_mul(unit_nanos).ok_or_else(too_long)?;
+        let mut scale = unit_nanos;
+        for digit in fraction.bytes().take(30) {
+            scale /= 10;
+            nanos += u128::from(digit - b'0') * scale;
+        }
+        total = u64::try_from(nanos)
+            .ok()
+            .map(Duration::from_nanos)
+            .and_then(|part| total.checked_add(part))
+            .ok_or_else(too_long)?;
+        rest = tail;
+    }
+    Ok(total)
 }
 
 #[cfg(test)]
@@ -348,6 +507,124 @@ mod tests {
         assert_eq!(parse_ttl_default("none"), Ok(TtlDefault(None)));
         assert_eq!(parse_ttl_default("0"), Ok(TtlDefault(Some(0))));
         assert!(parse_ttl_default("-1").unwrap_err().contains("\"-1\""));
+    }
+
+    #[test]
+    fn parses_go_compound_durations() {
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h2m3.5s"), Ok(Duration::from_millis(3_723_500)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("300us"), Ok(Duration::from_micros(300)));
+        assert_eq!(parse_duration("1d12h"), Ok(Duration::from_secs(36 * 3600)));
+        for bad in ["", "1m30", "-5s", "1x", "1..5s", ".s", "m30s", "10 s", "+"] {
+            let e = parse_duration(bad).expect_err(bad);
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_bad_duration_names_the_flag_and_the_value() {
+        let err = Cli::try_parse_from(["karpenter-rs", "run", "--cluster-name", "c", "--batch-max-duration", "1m30"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--batch-max-duration") && err.contains("1m30"), "{err}");
+        let Command::Run(args) = Cli::try_parse_from(["karpenter-rs", "run", "--cluster-name", "c", "--batch-max-duration", "1m30s"])
+            .unwrap()
+            .command
+        else {
+            panic!("run subcommand");
+        };
+        assert_eq!(args.batch_max_duration, Duration::from_secs(90));
+    }
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        let mut argv = vec!["karpenter-rs", "run", "--cluster-name", "c"];
+        argv.extend_from_slice(args);
+        match parse_cli(argv).unwrap().command {
+            Command::Run(args) => args,
+            other => panic!("run subcommand, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_settings_configmap_fills_only_what_no_flag_gave() {
+        let configmap = GlobalSettings {
+            cluster_name: Some("other".into()),
+            cluster_endpoint: Some("https://from-configmap.example.com".into()),
+            default_instance_profile: Some("FromConfigMap".into()),
+            tags: Some(BTreeMap::from([("team".into(), "a".into())])),
+            vm_memory_overhead_percent: Some(0.1),
+            enable_eni_limited_pod_density: Some(false),
+            reserved_enis: Some(1),
+            enable_pod_eni: Some(true),
+            batch_max_duration: Some(Duration::from_secs(90)),
+            batch_idle_duration: Some(Duration::from_secs(3)),
+        };
+        // Nothing explicit: every value comes from the ConfigMap.
+        let mut args = run_args(&[]);
+        let notes = args.apply_settings(&configmap);
+        assert_eq!(args.cluster_endpoint, "https://from-configmap.example.com");
+        assert_eq!(args.default_instance_profile.as_deref(), Some("FromConfigMap"));
+        assert_eq!(args.tags, BTreeMap::from([("team".to_string(), "a".to_string())]));
+        let node = args.node_settings();
+        assert_eq!(
+            (node.vm_memory_overhead_percent, node.eni_limited_pod_density, node.reserved_enis),
+            (0.1, false, 1)
+        );
+        assert_eq!(args.provisioning().windows.max, Duration::from_secs(90));
+        assert_eq!(args.provisioning().windows.idle, Duration::from_secs(3));
+        assert_eq!(args.cloud().tags["team"], "a");
+        // --cluster-name is required and wins; the difference is reported.
+        assert_eq!(args.cluster_name, "c");
+        assert!(notes[0].contains("aws.clusterName") && notes[0].contains("\"other\""), "{notes:?}");
+        assert!(notes[1].contains("aws.enablePodENI"), "{notes:?}");
+
+        // Explicit flags win, even when they repeat the default.
+        let mut args = run_args(&[
+            "--batch-max-duration",
+            "10s",
+            "--vm-memory-overhead-percent",
+            "0.05",
+            "--tags",
+            r#"{"team":"b"}"#,
+        ]);
+        args.apply_settings(&configmap);
+        assert_eq!(args.batch_max_duration, Duration::from_secs(10));
+        assert_eq!(args.batch_idle_duration, Duration::from_secs(3), "not given: the ConfigMap's");
+        assert_eq!(args.vm_memory_overhead_percent, 0.05);
+        assert_eq!(args.tags["team"], "b");
+
+        // No ConfigMap: the defaults.
+        let mut args = run_args(&[]);
+        assert!(args.apply_settings(&GlobalSettings::default()).is_empty());
+        let node = args.node_settings();
+        assert_eq!(
+            (node.vm_memory_overhead_percent, node.eni_limited_pod_density, node.reserved_enis),
+            (0.075, true, 0)
+        );
+        assert_eq!(args.batch_max_duration, Duration::from_secs(10));
+        assert!(args.tags.is_empty());
+    }
+
+    #[test]
+    fn restricted_tags_and_bad_settings_flags_are_refused_naming_the_flag() {
+        let parse = |flag: &str, value: &str| {
+            parse_cli(["karpenter-rs", "run", "--cluster-name", "c", &format!("{flag}={value}")])
+                .unwrap_err()
+                .to_string()
+        };
+        let err = parse("--tags", r#"{"kubernetes.io/cluster/c":"owned"}"#);
+        assert!(err.contains("--tags") && err.contains("kubernetes.io/cluster/c"), "{err}");
+        let err = parse("--vm-memory-overhead-percent", "7.5");
+        assert!(err.contains("--vm-memory-overhead-percent") && err.contains("7.5"), "{err}");
+        let err = parse("--reserved-enis", "-1");
+        assert!(err.contains("--reserved-enis") && err.contains("-1"), "{err}");
+        let err = parse("--batch-idle-duration", "0s");
+        assert!(err.contains("--batch-idle-duration") && err.contains("0s"), "{err}");
     }
 
     #[test]

@@ -12,5 +12,6 @@ pub mod failpoint;
 pub mod metrics;
 pub mod probes;
 pub mod scheduling;
+pub mod settings;
 pub mod telemetry;
 pub mod webhook;

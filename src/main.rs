@@ -5,22 +5,21 @@
 use std::net::SocketAddr;
 
 use anyhow::Context;
-use clap::Parser;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
 use karpenter_rs::cloudprovider::aws::AwsCloudProvider;
-use karpenter_rs::config::{CertsArgs, Cli, Command, CrdsArgs, RunArgs, WebhookConfigArgs};
+use karpenter_rs::config::{self, CertsArgs, Command, CrdsArgs, RunArgs, WebhookConfigArgs};
 use karpenter_rs::controllers::{leader, provisioning};
 use karpenter_rs::metrics::Metrics;
 use karpenter_rs::probes::{self, Readiness};
 use karpenter_rs::webhook::cert_reconciler;
 use karpenter_rs::webhook::registration::{self, Target};
-use karpenter_rs::{certs, crds, telemetry, webhook};
+use karpenter_rs::{certs, crds, settings, telemetry, webhook};
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = config::parse_cli(std::env::args_os()).unwrap_or_else(|e| e.exit());
     match cli.command {
         Command::Run(args) => serve(args, true),
         Command::Webhook(args) => serve(args, false),
@@ -122,18 +121,21 @@ async fn run(args: RunArgs, with_controllers: bool) -> anyhow::Result<()> {
 /// the provisioning, termination, deprovisioning and garbage-collection controllers until shutdown.
 async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: CancellationToken) {
     let mut backoff = std::time::Duration::from_secs(1);
-    let (client, cloud) = loop {
+    let (client, cloud, args) = loop {
         let connected = async {
             let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
+            // The settings ConfigMap, read once: changes take effect on restart.
+            let mut args = args.clone();
+            settings::load(client.clone(), &mut args).await;
             let cloud = AwsCloudProvider::new(args.cloud())
                 .await
                 .context("setting up the AWS cloud provider")?;
-            anyhow::Ok((client, cloud))
+            anyhow::Ok((client, cloud, args))
         };
         tokio::select! {
             _ = shutdown.cancelled() => return,
             result = connected => match result {
-                Ok(pair) => break pair,
+                Ok(connected) => break connected,
                 Err(e) => error!(error = format!("{e:#}"), retry_in = ?backoff, "controllers cannot start"),
             }
         }

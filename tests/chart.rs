@@ -183,6 +183,10 @@ fn values_reach_the_container() {
     assert_eq!(env("CERT_EXTRA_SAN")["value"], "karpenter.example.com,10.0.0.10");
     assert_eq!(env("DEPROVISIONING_INTERVAL")["value"], "30s");
     assert_eq!(env("GC_GRACE_PERIOD")["value"], "10m");
+    let tags: Value = serde_json::from_str(env("TAGS")["value"].as_str().unwrap()).unwrap();
+    assert_eq!(tags, json!({"team": "platform", "cost-center": "4711"}));
+    assert_eq!(env("VM_MEMORY_OVERHEAD_PERCENT")["value"], "0.08");
+    assert_eq!(env("RESERVED_ENIS")["value"], "1");
     assert_eq!(
         env("LEADER_ELECTION_NAMESPACE")["valueFrom"]["fieldRef"]["fieldPath"],
         "metadata.namespace"
@@ -219,6 +223,24 @@ fn values_reach_the_container() {
         .unwrap()
         .iter()
         .any(|r| r["resourceNames"] == json!(["autoscaler-webhook-cert"])));
+    // Karpenter's settings ConfigMap is read by name, nothing more.
+    assert!(role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["resources"] == json!(["configmaps"])
+            && r["resourceNames"] == json!(["karpenter-global-settings"])
+            && r["verbs"] == json!(["get"])));
+    // Left empty, the settings the ConfigMap may decide are not set by the chart.
+    let defaults = env_names(&container(&default_render("karpenter"), "karpenter-rs"));
+    for name in [
+        "TAGS",
+        "VM_MEMORY_OVERHEAD_PERCENT",
+        "ENABLE_ENI_LIMITED_POD_DENSITY",
+        "RESERVED_ENIS",
+    ] {
+        assert!(!defaults.contains(name), "{name} is set by default");
+    }
     let sa = find(&docs, "ServiceAccount", "autoscaler-sa");
     assert_eq!(
         sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],

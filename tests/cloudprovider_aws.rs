@@ -97,6 +97,16 @@ fn tag_map(tags: &[aws_sdk_ec2::types::Tag]) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The launch templates tagged with `provisioner`.
+async fn launch_templates_of(cloud: &AwsCloudProvider, provisioner: &str) -> Result<Vec<aws_sdk_ec2::types::LaunchTemplate>, String> {
+    let tagged = Filter::builder()
+        .name("tag:karpenter.sh/provisioner-name")
+        .values(provisioner)
+        .build();
+    let out = cloud.ec2().describe_launch_templates().filters(tagged).send().await;
+    out.map(|o| o.launch_templates().to_vec()).map_err(|e| e.to_string())
+}
+
 /// Runs `body` with a list to record launched instance ids in, then terminates them and deletes
 /// the launch templates tagged with `provisioner`, also when `body` panicked.
 async fn with_cleanup<F, Fut>(cloud: &AwsCloudProvider, provisioner: &str, body: F)
@@ -112,18 +122,7 @@ where
             eprintln!("cleanup: terminating {id}: {e}");
         }
     }
-    let templates = cloud
-        .ec2()
-        .describe_launch_templates()
-        .filters(
-            Filter::builder()
-                .name("tag:karpenter.sh/provisioner-name")
-                .values(provisioner)
-                .build(),
-        )
-        .send()
-        .await;
-    for lt in templates.map(|o| o.launch_templates().to_vec()).unwrap_or_default() {
+    for lt in launch_templates_of(cloud, provisioner).await.unwrap_or_default() {
         let _ = cloud
             .ec2()
             .delete_launch_template()
@@ -535,6 +534,85 @@ async fn launch_templates_unused_for_the_period_are_deleted_and_made_again_when_
             ids.lock().unwrap().push(second.id.clone());
             let again = cluster_templates(cloud, &cluster).await;
             assert!(ours.is_subset(&again), "{again:?}");
+        }
+    })
+    .await;
+}
+
+/// Karpenter's `karpenter-global-settings` ConfigMap in the system namespace, read from the real
+/// API server the way `karpenter-rs run` reads it at start: its values take effect where no flag
+/// was given (tags on the instance, its volume and its launch template in the emulator; the
+/// memory overhead in a node's capacity), an explicit flag wins, and a bad value is reported
+/// naming the key and ignored.
+#[tokio::test]
+async fn the_settings_configmap_tags_launches_and_sets_memory_overhead_unless_a_flag_wins() {
+    let cluster = support::cluster();
+    let namespace = unique("settings");
+    support::kubectl_ok(cluster, &["create", "namespace", &namespace], None);
+    let configmap = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": karpenter_rs::settings::SETTINGS_CONFIGMAP, "namespace": namespace},
+        "data": {
+            "aws.clusterName": CLUSTER_NAME,
+            "aws.tags": r#"{"team": "payments", "cost-center": "4711"}"#,
+            "aws.vmMemoryOverheadPercent": "0.1",
+            "aws.reservedENIs": "two",
+            "batchMaxDuration": "1m30s",
+            "batchIdleDuration": "5s"
+        }
+    });
+    support::kubectl_ok(cluster, &["apply", "-f", "-"], Some(&configmap.to_string()));
+    let cli = karpenter_rs::config::parse_cli([
+        "karpenter-rs",
+        "run",
+        "--cluster-name",
+        CLUSTER_NAME,
+        "--system-namespace",
+        &namespace,
+        "--batch-idle-duration",
+        "2s",
+    ])
+    .unwrap();
+    let karpenter_rs::config::Command::Run(mut args) = cli.command else {
+        panic!("run subcommand");
+    };
+    let client = support::client(cluster).await;
+    let refused = karpenter_rs::settings::load(client, &mut args).await;
+    support::kubectl(cluster, &["delete", "namespace", &namespace, "--wait=false"], None);
+
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(refused[0].to_string().contains("aws.reservedENIs") && refused[0].to_string().contains("\"two\""));
+    assert_eq!(args.reserved_enis, 0, "the bad value is ignored");
+    assert_eq!(args.batch_max_duration, Duration::from_secs(90), "the ConfigMap's, in Go's form");
+    assert_eq!(args.batch_idle_duration, Duration::from_secs(2), "the flag wins");
+
+    // The memory overhead reaches the node's capacity: t3.large 8192Mi − ⌈819.2⌉ = 7372Mi.
+    let cloud = provider().await;
+    let types = cloud.instance_types().await.expect("describing instance types");
+    let large = types.iter().find(|t| t.facts.name == "t3.large").unwrap();
+    let it = karpenter_rs::scheduling::InstanceType::from_facts(&large.facts, vec![], &args.node_settings(), None);
+    assert_eq!(it.capacity.memory_bytes, 7372 << 20);
+
+    // The tags reach what is launched.
+    let mut config = config();
+    config.tags = args.cloud().tags;
+    let cloud = AwsCloudProvider::new(config).await.expect("building the provider");
+    let provisioner = unique("settings");
+    with_cleanup(&cloud, &provisioner, |ids| {
+        let cloud = &cloud;
+        let provisioner = provisioner.clone();
+        async move {
+            let instance = cloud.create(&first_write_up_request(&provisioner)).await.expect("launching");
+            ids.lock().unwrap().push(instance.id.clone());
+            let described = cloud.ec2().describe_instances().instance_ids(&instance.id).send().await.unwrap();
+            let ec2_instance = &described.reservations()[0].instances()[0];
+            let tags = tag_map(ec2_instance.tags());
+            assert_eq!(tags.get("team").map(String::as_str), Some("payments"), "{tags:?}");
+            assert_eq!(tags.get("cost-center").map(String::as_str), Some("4711"));
+            assert_eq!(tags["karpenter.sh/provisioner-name"], provisioner, "ours are still there");
+            let templates = launch_templates_of(cloud, &provisioner).await.unwrap();
+            let lt_tags = tag_map(templates[0].tags());
+            assert_eq!(lt_tags.get("team").map(String::as_str), Some("payments"), "{lt_tags:?}");
         }
     })
     .await;

@@ -1,7 +1,8 @@
 //! Deprovisioning, termination and garbage collection end to end on the local cluster and the EC2
 //! emulator: empty nodes go after `ttlSecondsAfterEmpty`, `kubectl delete node` drains and
-//! terminates, a `karpenter.sh/do-not-evict` pod holds an expired node, and leaked instances and
-//! Nodes whose instance is gone are collected.
+//! terminates, a `karpenter.sh/do-not-evict` pod holds an expired node, a node someone else is
+//! deleting (held up by a PodDisruptionBudget) does not stop another from being removed when empty,
+//! and leaked instances and Nodes whose instance is gone are collected.
 //!
 //! The in-process controllers deprovision and collect only what these tests create: nodes
 //! labelled `e2e.karpenter-rs/suite=deprovisioning` (from the test Provisioners' labels) and
@@ -477,6 +478,42 @@ fn an_expired_node_is_replaced_first_and_drained_within_its_pdb() {
             )),
             "{metrics}"
         );
+    });
+}
+
+#[test]
+fn a_node_stuck_deleting_behind_a_pdb_does_not_hold_emptiness_of_another_node() {
+    let (cluster, controller) = setup();
+    let stuck = Scenario::create(cluster, "stuck", None, None);
+    with_scenario(stuck, controller, |stuck| {
+        // Every pod of the namespace is covered by a budget that allows no eviction at all.
+        let pdb = json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "all", "namespace": stuck.namespace},
+            "spec": {"minAvailable": 1, "selector": {}}
+        });
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&pdb.to_string()));
+        stuck.create_pod("web", json!({}));
+        let stuck_node = stuck.wait_running(1).into_iter().next().unwrap();
+        // Someone else deletes the node; its drain cannot evict the pod.
+        kubectl_ok(cluster, &["delete", "node", &stuck_node, "--wait=false"], None);
+        wait_for("the stuck node to be deleting", Duration::from_secs(30), || {
+            stuck.node(&stuck_node)?.metadata.deletion_timestamp.map(|_| ())
+        });
+
+        let empty = Scenario::create(cluster, "emptied", Some(0), None);
+        with_scenario(empty, controller, |empty| {
+            empty.create_pod("web", json!({}));
+            let empty_node = empty.wait_running(1).into_iter().next().unwrap();
+            kubectl_ok(cluster, &["delete", "pod", "web", "-n", &empty.namespace], None);
+            wait_for("the empty node to be removed", Duration::from_secs(120), || {
+                empty.node(&empty_node).is_none().then_some(())
+            });
+            let still = stuck.node(&stuck_node).expect("the PDB still holds the stuck node");
+            assert!(still.metadata.deletion_timestamp.is_some(), "the stuck node is still deleting");
+            assert_eq!(stuck.pods().len(), 1, "the PDB kept its pod");
+        });
+        kubectl(cluster, &["delete", "pdb", "all", "-n", &stuck.namespace], None);
     });
 }
 

@@ -127,6 +127,8 @@ pub struct NodeSettings {
     pub vm_memory_overhead_percent: f64,
     /// `aws.enableENILimitedPodDensity`.
     pub eni_limited_pod_density: bool,
+    /// `aws.reservedENIs`: network interfaces left out of the ENI-limited pod count.
+    pub reserved_enis: i64,
     /// The node template's AMI family.
     pub ami_family: AmiFamily,
     /// Root volume size in bytes, from the block-device mappings (None: 20Gi).
@@ -150,6 +152,7 @@ impl Default for NodeSettings {
         NodeSettings {
             vm_memory_overhead_percent: DEFAULT_VM_MEMORY_OVERHEAD_PERCENT,
             eni_limited_pod_density: true,
+            reserved_enis: 0,
             ami_family: AmiFamily::Al2,
             ephemeral_storage_bytes: None,
             max_pods: None,
@@ -166,7 +169,12 @@ impl NodeSettings {
     /// Default global settings with a Provisioner's kubelet configuration applied. Unparsable
     /// reservation quantities are skipped (admission rejects them).
     pub fn from_kubelet(kubelet: Option<&KubeletConfiguration>) -> Self {
-        let mut s = NodeSettings::default();
+        NodeSettings::default().with_kubelet(kubelet)
+    }
+
+    /// These (global) settings with a Provisioner's kubelet configuration applied.
+    pub fn with_kubelet(self, kubelet: Option<&KubeletConfiguration>) -> Self {
+        let mut s = self;
         let Some(k) = kubelet else {
             return s;
         };
@@ -191,6 +199,12 @@ pub fn eni_limited_pods(max_enis: i64, ipv4_per_eni: i64) -> i64 {
     max_enis * (ipv4_per_eni - 1) + 2
 }
 
+/// The ENI-limited pod count with `aws.reservedENIs` left out of the interfaces (never fewer
+/// than none) (`aws@v0.31.0:pkg/providers/instancetype/types.go` `ENILimitedPods`).
+fn eni_limited_pods_of(facts: &InstanceFacts, settings: &NodeSettings) -> i64 {
+    eni_limited_pods((facts.max_enis - settings.reserved_enis).max(0), facts.ipv4_per_eni)
+}
+
 /// Memory capacity in MiB: `SizeInMiB − ⌈SizeInMiB × overhead⌉`.
 pub fn memory_capacity_mib(memory_mib: i64, vm_memory_overhead_percent: f64) -> i64 {
     memory_mib - (memory_mib as f64 * vm_memory_overhead_percent).ceil() as i64
@@ -202,7 +216,7 @@ pub fn max_pods(facts: &InstanceFacts, settings: &NodeSettings) -> i64 {
     let mut count = match settings.max_pods {
         Some(n) => n,
         None if !settings.eni_limited_pod_density => DEFAULT_MAX_PODS,
-        None => eni_limited_pods(facts.max_enis, facts.ipv4_per_eni),
+        None => eni_limited_pods_of(facts, settings),
     };
     if let Some(ppc) = settings.pods_per_core.filter(|p| *p > 0) {
         if settings.ami_family.pods_per_core_enabled() {
@@ -291,7 +305,7 @@ impl Overhead {
 
 /// The reservations and eviction threshold of a node of this type.
 pub fn overhead(facts: &InstanceFacts, settings: &NodeSettings) -> Overhead {
-    let eni_pods = eni_limited_pods(facts.max_enis, facts.ipv4_per_eni);
+    let eni_pods = eni_limited_pods_of(facts, settings);
     let memory_pods = if settings.ami_family.uses_eni_limited_memory_overhead() {
         eni_pods
     } else {
@@ -430,6 +444,27 @@ mod tests {
         for (s, want) in cases {
             assert_eq!(max_pods(&f, &s), want, "{s:?}");
         }
+    }
+
+    #[test]
+    fn global_settings_change_pods_and_memory() {
+        let f = facts("m5.xlarge");
+        let s = NodeSettings {
+            reserved_enis: 1,
+            vm_memory_overhead_percent: 0.1,
+            ..NodeSettings::default()
+        };
+        // 3 of 4 ENIs × 14 + 2 = 44 pods; 16384 − ⌈1638.4⌉ = 14745Mi; kube-reserved 11 × 44 + 255.
+        assert_eq!(
+            capacity(&f, &s).to_string(),
+            "cpu=4, memory=14745Mi, pods=44, ephemeral-storage=20Gi"
+        );
+        assert_eq!(overhead(&f, &s).kube_reserved.memory_bytes, 739 * MIB);
+        let all_reserved = NodeSettings {
+            reserved_enis: 9,
+            ..NodeSettings::default()
+        };
+        assert_eq!(max_pods(&f, &all_reserved), 2);
     }
 
     #[test]

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::chrono::{DateTime, Duration, Utc};
 
+use super::VOLUNTARY_DISRUPTION_ANNOTATION;
 use crate::apis::v1alpha5::labels::{DO_NOT_EVICT_ANNOTATION, EMPTINESS_TIMESTAMP_ANNOTATION, PROVISIONER_NAME_LABEL};
 use crate::controllers::termination::drain::{is_daemonset_pod, is_mirror_pod, is_terminal, is_terminating};
 use crate::scheduling::nodes::INITIALIZED_LABEL;
@@ -182,9 +183,53 @@ pub struct Expiration {
     pub blocked: Vec<(String, String)>,
 }
 
-/// At most one expired node to replace, oldest expiry first, skipping nodes that run a
-/// do-not-evict pod or a pod whose PodDisruptionBudget allows no disruption now. While a node of
-/// ours is being deleted nothing new is chosen, so a fleet rolls one node at a time.
+/// The nodes a pass waits for before it starts anything new, and the ones it stopped waiting for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Deletions {
+    /// Nodes a command of ours deleted less than the deletion timeout ago that are still there:
+    /// their evicted pods may be on their way to other nodes, and a fleet rolls one node at a time.
+    pub awaited: Vec<String>,
+    /// Nodes a command of ours deleted longer than the timeout ago that are still there (a drain
+    /// held up by a PodDisruptionBudget, say): the pass no longer waits for them.
+    pub overdue: Vec<String>,
+}
+
+/// Which of `nodes` being deleted a pass waits for. Only the deletions of our own commands count,
+/// known by the `karpenter.sh/voluntary-disruption` annotation a command writes before it deletes (an expired node's
+/// replacement); a node someone else deletes (`kubectl delete node` held up by a
+/// PodDisruptionBudget) is not waited for, and ours only for `timeout` after the deletion began,
+/// so one stuck drain never freezes emptiness and expiration of every other node. Karpenter
+/// waited for every deletion for ≈9.5 min and then retried the same wait (karpenter-behavior.md
+/// §5.8), which stalled all deprovisioning behind one PodDisruptionBudget.
+pub fn deletions<'a>(nodes: impl IntoIterator<Item = &'a Node>, timeout: Duration, now: DateTime<Utc>) -> Deletions {
+    let mut outcome = Deletions::default();
+    for node in nodes {
+        let Some(since) = node.metadata.deletion_timestamp.as_ref().map(|t| t.0) else {
+            continue;
+        };
+        let commanded = node
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(VOLUNTARY_DISRUPTION_ANNOTATION));
+        if !commanded {
+            continue;
+        }
+        let name = node.metadata.name.clone().unwrap_or_default();
+        if now < since + timeout {
+            outcome.awaited.push(name);
+        } else {
+            outcome.overdue.push(name);
+        }
+    }
+    outcome.awaited.sort();
+    outcome.overdue.sort();
+    outcome
+}
+
+/// At most one expired node to replace, oldest expiry first, skipping nodes already being deleted
+/// and nodes that run a do-not-evict pod or a pod whose PodDisruptionBudget allows no disruption
+/// now. (The pass does not call this while it waits for a deletion of its own, see [`deletions`].)
 pub fn expiration(candidates: &[Candidate<'_>], pdbs: &[PodDisruptionBudget], now: DateTime<Utc>) -> Expiration {
     let ours = |c: &&Candidate<'_>| {
         c.node
@@ -194,12 +239,10 @@ pub fn expiration(candidates: &[Candidate<'_>], pdbs: &[PodDisruptionBudget], no
             .is_some_and(|l| l.contains_key(PROVISIONER_NAME_LABEL))
     };
     let mut outcome = Expiration::default();
-    if candidates.iter().filter(ours).any(|c| c.node.metadata.deletion_timestamp.is_some()) {
-        return outcome;
-    }
     let mut expired: Vec<(DateTime<Utc>, &Candidate<'_>)> = candidates
         .iter()
         .filter(ours)
+        .filter(|c| c.node.metadata.deletion_timestamp.is_none())
         .filter_map(|c| {
             expires_at(c.node, c.ttl_seconds_until_expired)
                 .filter(|at| now > *at)
@@ -413,13 +456,44 @@ mod tests {
         );
     }
 
+    fn deleted(mut n: Node, since: i64) -> Node {
+        n.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(since)));
+        n
+    }
+
     #[test]
-    fn waits_while_another_node_of_ours_is_being_deleted() {
-        let (a, mut b) = (node("a", 0), node("b", 0));
-        b.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(150)));
+    fn waits_only_for_deletions_of_its_own_commands_and_only_until_the_timeout() {
+        let ours = deleted(annotated(node("ours", 0), VOLUNTARY_DISRUPTION_ANNOTATION, "expired"), 150);
+        let theirs = deleted(node("theirs", 0), 100);
+        let stuck = deleted(annotated(node("stuck", 0), VOLUNTARY_DISRUPTION_ANNOTATION, "expired"), 0);
+        let live = node("live", 0);
+        let timeout = Duration::seconds(120);
         assert_eq!(
-            expiration(&[candidate(&a, &[], Some(100)), candidate(&b, &[], Some(100))], &[], at(200)),
-            Expiration::default()
+            deletions([&ours, &theirs, &stuck, &live], timeout, at(200)),
+            Deletions {
+                awaited: vec!["ours".into()],
+                overdue: vec!["stuck".into()],
+            }
+        );
+        // Past the timeout the pass stops waiting for ours too.
+        assert_eq!(
+            deletions([&ours], timeout, at(270)),
+            Deletions {
+                awaited: vec![],
+                overdue: vec!["ours".into()],
+            }
+        );
+        assert_eq!(deletions([&theirs, &live], timeout, at(200)), Deletions::default());
+    }
+
+    #[test]
+    fn expiration_skips_a_node_someone_else_is_deleting_and_picks_the_next() {
+        let (a, b) = (node("a", 0), deleted(node("b", 0), 150));
+        assert_eq!(
+            expiration(&[candidate(&a, &[], Some(100)), candidate(&b, &[], Some(50))], &[], at(200))
+                .expire
+                .as_deref(),
+            Some("a")
         );
     }
 

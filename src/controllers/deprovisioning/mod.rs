@@ -52,6 +52,9 @@ pub struct DeprovisioningConfig {
     /// How long the replacements of an expired node may take to become Ready before the
     /// replacement is abandoned (the node uncordoned, tried again by a later pass).
     pub replacement_timeout: Duration,
+    /// How long after deleting a node of its own the pass waits for it to be gone before it starts
+    /// anything new; past it, the pass moves on (logged) even if the drain is still held up.
+    pub deletion_timeout: Duration,
 }
 
 impl Default for DeprovisioningConfig {
@@ -61,6 +64,7 @@ impl Default for DeprovisioningConfig {
             nomination: Duration::from_secs(20),
             node_selector: PROVISIONER_NAME_LABEL.to_string(),
             replacement_timeout: Duration::from_secs(10 * 60),
+            deletion_timeout: Duration::from_secs(10 * 60),
         }
     }
 }
@@ -169,6 +173,17 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), DeprovisioningError>
     let provisioners: HashMap<String, Arc<Provisioner>> = stores.provisioners.state().into_iter().map(|p| (p.name_any(), p)).collect();
     let provisioner_of = |node: &Node| node.labels().get(PROVISIONER_NAME_LABEL).and_then(|name| provisioners.get(name));
     let no_pods: Vec<Pod> = Vec::new();
+    // Only a deletion of our own command holds the pass, and only up to the deletion timeout.
+    let deletion_timeout =
+        k8s_openapi::chrono::Duration::from_std(ctx.config.deletion_timeout).unwrap_or(k8s_openapi::chrono::Duration::MAX);
+    let deletions = decide::deletions(nodes.iter().map(|n| n.as_ref()), deletion_timeout, now);
+    for name in &deletions.overdue {
+        warn!(node = %name, timeout = ?ctx.config.deletion_timeout, "node deleted by deprovisioning is still there after the deletion timeout; no longer waiting for it");
+    }
+    let waiting = !deletions.awaited.is_empty();
+    if waiting {
+        debug!(nodes = ?deletions.awaited, "waiting for the deletion of nodes of ours before deprovisioning more");
+    }
 
     // Expiration first, at most one node (§5.1 order).
     let expiration_timer = ctx
@@ -184,11 +199,15 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), DeprovisioningError>
             ttl_seconds_until_expired: provisioner_of(n).and_then(|p| p.spec.ttl_seconds_until_expired),
         })
         .collect();
-    let expiration = decide::expiration(
-        &candidates,
-        &stores.pdbs.state().iter().map(|b| (**b).clone()).collect::<Vec<_>>(),
-        now,
-    );
+    let expiration = if waiting {
+        decide::Expiration::default()
+    } else {
+        decide::expiration(
+            &candidates,
+            &stores.pdbs.state().iter().map(|b| (**b).clone()).collect::<Vec<_>>(),
+            now,
+        )
+    };
     for (node_name, why) in &expiration.blocked {
         debug!(node = %node_name, reason = %why, "expired node kept for now");
         if let Some(node) = nodes.iter().find(|n| n.name_any() == *node_name) {
@@ -226,14 +245,15 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), DeprovisioningError>
     }
     drop(expiration_timer);
 
-    // Emptiness: mark, unmark, and delete every node empty for its TTL. While a node of ours is
-    // draining, nodes are neither marked nor deleted: its evicted pods may be on their way to them.
+    // Emptiness: mark, unmark, and delete every node empty for its TTL. While a node our own
+    // command deleted is draining (up to the deletion timeout), nodes are neither marked nor
+    // deleted: its evicted pods may be on their way to them. A node someone else deletes does not
+    // hold them.
     let _emptiness_timer = ctx
         .metrics
         .deprovisioning_evaluation
         .with_label_values(&[metrics::reason::EMPTINESS])
         .start_timer();
-    let draining = nodes.iter().any(|n| n.metadata.deletion_timestamp.is_some());
     let nomination = k8s_openapi::chrono::Duration::from_std(ctx.config.nomination).unwrap_or_default();
     let mut errors = Vec::new();
     for node in &nodes {
@@ -241,7 +261,7 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), DeprovisioningError>
         let pods = pods_by_node.get(&node.name_any()).unwrap_or(&no_pods);
         let result = match decide::emptiness(node, pods, ttl, nomination, now) {
             Emptiness::Ignore | Emptiness::Occupied | Emptiness::Wait { .. } => Ok(()),
-            Emptiness::Mark | Emptiness::Delete if draining => {
+            Emptiness::Mark | Emptiness::Delete if waiting => {
                 debug!(node = %node.name_any(), "emptiness waits: a node is draining");
                 Ok(())
             }

@@ -14,8 +14,8 @@ use crate::cloudprovider::{Instance, InstanceOption, InstanceTypeInfo, LaunchReq
 use crate::scheduling::instance_types::offering_allowed;
 use crate::scheduling::{InstanceType, NodeRequest, NodeSettings, Resources};
 
-/// The instance types a Provisioner may launch, with capacity and overhead computed for its
-/// kubelet settings and AMI family. Only offerings in `zones` (where its subnets are) are kept:
+/// The instance types a Provisioner may launch, with capacity and overhead computed for the
+/// global node settings, its kubelet settings and AMI family. Only offerings in `zones` (where its subnets are) are kept:
 /// a node planned anywhere else could not be launched.
 pub fn instance_types(
     catalogue: &[InstanceTypeInfo],
@@ -23,8 +23,9 @@ pub fn instance_types(
     template: &NodeTemplate,
     zones: &BTreeSet<String>,
     region: &str,
+    global: &NodeSettings,
 ) -> Vec<Arc<InstanceType>> {
-    let mut settings = NodeSettings::from_kubelet(provisioner.spec.kubelet_configuration.as_ref());
+    let mut settings = global.clone().with_kubelet(provisioner.spec.kubelet_configuration.as_ref());
     settings.ami_family = template.ami_family;
     catalogue
         .iter()

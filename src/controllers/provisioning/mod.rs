@@ -61,6 +61,9 @@ pub struct ProvisioningConfig {
     pub registration_ttl: Duration,
     /// At most this many launches per Provisioner in any minute (`backoff::LaunchRate`).
     pub max_launches_per_minute: u32,
+    /// The global node settings (memory overhead, pod density, reserved ENIs, pod ENIs) every
+    /// Provisioner's kubelet configuration is applied over.
+    pub node_settings: crate::scheduling::NodeSettings,
 }
 
 impl Default for ProvisioningConfig {
@@ -72,6 +75,7 @@ impl Default for ProvisioningConfig {
             bind_pods: true,
             registration_ttl: Duration::from_secs(15 * 60),
             max_launches_per_minute: 100,
+            node_settings: Default::default(),
         }
     }
 }
@@ -505,7 +509,14 @@ async fn provision(
                 let (template, _) = templates.get(&p.name_any())?;
                 Some(ProvisionerInput {
                     provisioner: (**p).clone(),
-                    instance_types: catalogue::instance_types(&catalogue, p, template, &zones[&p.name_any()], &ctx.config.region),
+                    instance_types: catalogue::instance_types(
+                        &catalogue,
+                        p,
+                        template,
+                        &zones[&p.name_any()],
+                        &ctx.config.region,
+                        &ctx.config.node_settings,
+                    ),
                 })
             })
             .collect(),

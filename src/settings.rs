@@ -1,0 +1,360 @@
+//! The `karpenter-global-settings` ConfigMap of Karpenter (karpenter-behavior.md §8.1), read once at
+//! start from the system namespace, so a cluster moving from Karpenter keeps its settings. Parsing
+//! its data is pure ([`parse`]); a bad value is an error naming the key and the value, and that key
+//! is ignored. A flag given on the command line, or its environment variable, wins over the
+//! ConfigMap (`config::RunArgs::apply_settings`); the ConfigMap wins over the flag's default.
+//! [`read`] is the one edge: a GET of the ConfigMap.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use tracing::{error, info, warn};
+
+use crate::apis::v1alpha1::validation::{CLUSTER_TAG_PREFIX, RESTRICTED_TAG_KEYS};
+use crate::cloudprovider::aws::launch_template::LAUNCH_TEMPLATE_CLUSTER_TAG;
+
+/// Name of the ConfigMap, as Karpenter's chart creates it.
+pub const SETTINGS_CONFIGMAP: &str = "karpenter-global-settings";
+
+/// The keys karpenter-rs reads (others, e.g. `featureGates.driftEnabled`, are ignored like unknown
+/// keys are by Karpenter).
+pub mod keys {
+    /// `aws.clusterName`.
+    pub const CLUSTER_NAME: &str = "aws.clusterName";
+    /// `aws.clusterEndpoint`.
+    pub const CLUSTER_ENDPOINT: &str = "aws.clusterEndpoint";
+    /// `aws.defaultInstanceProfile`.
+    pub const DEFAULT_INSTANCE_PROFILE: &str = "aws.defaultInstanceProfile";
+    /// `aws.tags`: a JSON object of tag key → value.
+    pub const TAGS: &str = "aws.tags";
+    /// `aws.vmMemoryOverheadPercent`: a fraction despite the name (0.075).
+    pub const VM_MEMORY_OVERHEAD_PERCENT: &str = "aws.vmMemoryOverheadPercent";
+    /// `aws.enableENILimitedPodDensity`.
+    pub const ENABLE_ENI_LIMITED_POD_DENSITY: &str = "aws.enableENILimitedPodDensity";
+    /// `aws.reservedENIs`.
+    pub const RESERVED_ENIS: &str = "aws.reservedENIs";
+    /// `aws.enablePodENI`: read only to warn that `vpc.amazonaws.com/pod-eni` is not advertised.
+    pub const ENABLE_POD_ENI: &str = "aws.enablePodENI";
+    /// `batchMaxDuration`.
+    pub const BATCH_MAX_DURATION: &str = "batchMaxDuration";
+    /// `batchIdleDuration`.
+    pub const BATCH_IDLE_DURATION: &str = "batchIdleDuration";
+}
+
+/// What the ConfigMap sets; `None` for a key that is absent or whose value was refused.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GlobalSettings {
+    /// `aws.clusterName`.
+    pub cluster_name: Option<String>,
+    /// `aws.clusterEndpoint`.
+    pub cluster_endpoint: Option<String>,
+    /// `aws.defaultInstanceProfile`.
+    pub default_instance_profile: Option<String>,
+    /// `aws.tags`.
+    pub tags: Option<BTreeMap<String, String>>,
+    /// `aws.vmMemoryOverheadPercent`.
+    pub vm_memory_overhead_percent: Option<f64>,
+    /// `aws.enableENILimitedPodDensity`.
+    pub enable_eni_limited_pod_density: Option<bool>,
+    /// `aws.reservedENIs`.
+    pub reserved_enis: Option<i64>,
+    /// `aws.enablePodENI`.
+    pub enable_pod_eni: Option<bool>,
+    /// `batchMaxDuration`.
+    pub batch_max_duration: Option<Duration>,
+    /// `batchIdleDuration`.
+    pub batch_idle_duration: Option<Duration>,
+}
+
+/// A value of the ConfigMap that was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{SETTINGS_CONFIGMAP} key {key}: invalid value {value:?}: {reason}")]
+pub struct SettingError {
+    /// The key.
+    pub key: String,
+    /// Its value.
+    pub value: String,
+    /// Why it was refused.
+    pub reason: String,
+}
+
+/// The settings in a ConfigMap's `data`, and an error for every value refused (that key is then
+/// left unset). Unknown keys are ignored.
+pub fn parse(data: &BTreeMap<String, String>) -> (GlobalSettings, Vec<SettingError>) {
+    let mut errors = Vec::new();
+    let mut value = |key: &str, parse: &dyn Fn(&str) -> Result<(), String>| {
+        let value = data.get(key)?;
+        match parse(value) {
+            Ok(()) => Some(value.as_str()),
+            Err(reason) => {
+                errors.push(SettingError {
+                    key: key.to_string(),
+                    value: value.clone(),
+                    reason,
+                });
+                None
+            }
+        }
+    };
+    // Each value is checked once through `value` (which records the error), then converted.
+    let cluster_name = value(keys::CLUSTER_NAME, &|v| {
+        if v.is_empty() {
+            Err("must not be empty".into())
+        } else {
+            Ok(())
+        }
+    });
+    let cluster_endpoint = value(keys::CLUSTER_ENDPOINT, &parse_cluster_endpoint);
+    let default_instance_profile = value(keys::DEFAULT_INSTANCE_PROFILE, &|_| Ok(()));
+    let tags = value(keys::TAGS, &|v| parse_tags(v).map(drop));
+    let overhead = value(keys::VM_MEMORY_OVERHEAD_PERCENT, &|v| parse_vm_memory_overhead_percent(v).map(drop));
+    let eni_density = value(keys::ENABLE_ENI_LIMITED_POD_DENSITY, &|v| parse_bool(v).map(drop));
+    let reserved_enis = value(keys::RESERVED_ENIS, &|v| parse_reserved_enis(v).map(drop));
+    let pod_eni = value(keys::ENABLE_POD_ENI, &|v| parse_bool(v).map(drop));
+    let batch_max = value(keys::BATCH_MAX_DURATION, &|v| parse_batch_duration(v).map(drop));
+    let batch_idle = value(keys::BATCH_IDLE_DURATION, &|v| parse_batch_duration(v).map(drop));
+    let settings = GlobalSettings {
+        cluster_name: cluster_name.map(str::to_string),
+        cluster_endpoint: cluster_endpoint.map(str::to_string),
+        default_instance_profile: default_instance_profile.filter(|v| !v.is_empty()).map(str::to_string),
+        tags: tags.and_then(|v| parse_tags(v).ok()),
+        vm_memory_overhead_percent: overhead.and_then(|v| parse_vm_memory_overhead_percent(v).ok()),
+        enable_eni_limited_pod_density: eni_density.and_then(|v| parse_bool(v).ok()),
+        reserved_enis: reserved_enis.and_then(|v| parse_reserved_enis(v).ok()),
+        enable_pod_eni: pod_eni.and_then(|v| parse_bool(v).ok()),
+        batch_max_duration: batch_max.and_then(|v| parse_batch_duration(v).ok()),
+        batch_idle_duration: batch_idle.and_then(|v| parse_batch_duration(v).ok()),
+    };
+    (settings, errors)
+}
+
+/// A boolean as Go's `strconv.ParseBool` reads one (`true`, `True`, `TRUE`, `t`, `1`, and the
+/// same for false).
+pub fn parse_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "true" | "True" | "TRUE" => Ok(true),
+        "0" | "f" | "F" | "false" | "False" | "FALSE" => Ok(false),
+        _ => Err(format!("invalid boolean {s:?}: expected true or false")),
+    }
+}
+
+/// `aws.vmMemoryOverheadPercent`: the fraction of an instance's memory the hypervisor and OS take,
+/// 0 or more and below 1 (`0.075` is 7.5%).
+pub fn parse_vm_memory_overhead_percent(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.0..1.0).contains(&v) => Ok(v),
+        Ok(_) => Err(format!(
+            "invalid memory overhead {s:?}: must be a fraction from 0 up to (not including) 1, e.g. 0.075 for 7.5%"
+        )),
+        Err(_) => Err(format!("invalid memory overhead {s:?}: expected a number such as 0.075")),
+    }
+}
+
+/// `aws.reservedENIs`: network interfaces kept out of the pod-density count, 0 or more.
+pub fn parse_reserved_enis(s: &str) -> Result<i64, String> {
+    match s.trim().parse::<i64>() {
+        Ok(v) if v >= 0 => Ok(v),
+        _ => Err(format!("invalid number of reserved ENIs {s:?}: expected a whole number, 0 or more")),
+    }
+}
+
+/// A batch window: a Go duration greater than 0.
+pub fn parse_batch_duration(s: &str) -> Result<Duration, String> {
+    match crate::config::parse_duration(s)? {
+        d if d.is_zero() => Err(format!("invalid batch duration {s:?}: must be greater than 0")),
+        d => Ok(d),
+    }
+}
+
+/// `aws.clusterEndpoint`: an absolute `http(s)` URL with a host.
+pub fn parse_cluster_endpoint(s: &str) -> Result<(), String> {
+    let rest = s.strip_prefix("https://").or_else(|| s.strip_prefix("http://"));
+    match rest {
+        Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Ok(()),
+        _ => Err(format!(
+            "invalid cluster endpoint {s:?}: expected an absolute URL such as https://ABC.gr7.us-west-2.eks.amazonaws.com"
+        )),
+    }
+}
+
+/// `aws.tags`: a JSON object of tag key → string value, put on every instance, volume and launch
+/// template. Keys karpenter-rs sets itself to track what it owns (`kubernetes.io/cluster/*`,
+/// `karpenter.sh/provisioner-name`, `karpenter.sh/managed-by`, `karpenter.k8s.aws/cluster`) are
+/// refused, naming the key.
+pub fn parse_tags(s: &str) -> Result<BTreeMap<String, String>, String> {
+    let tags: BTreeMap<String, String> =
+        serde_json::from_str(s).map_err(|e| format!("invalid tags {s:?}: expected a JSON object of tag key to string value ({e})"))?;
+    for key in tags.keys() {
+        if key.is_empty() {
+            return Err(format!("invalid tags {s:?}: tag keys must not be empty"));
+        }
+        if RESTRICTED_TAG_KEYS.contains(&key.as_str()) || key.starts_with(CLUSTER_TAG_PREFIX) || key == LAUNCH_TEMPLATE_CLUSTER_TAG {
+            return Err(format!(
+                "tag {key:?} is set by karpenter-rs itself to track the instances it owns and cannot be given"
+            ));
+        }
+    }
+    Ok(tags)
+}
+
+/// What reading the ConfigMap found.
+#[derive(Debug)]
+pub enum Read {
+    /// The ConfigMap's data.
+    Found(BTreeMap<String, String>),
+    /// There is no such ConfigMap: flags and defaults apply.
+    Missing,
+    /// It could not be read (forbidden, unreachable): flags and defaults apply.
+    Failed(kube::Error),
+}
+
+/// GETs the ConfigMap in `namespace`.
+pub async fn read(client: kube::Client, namespace: &str) -> Read {
+    let api: Api<ConfigMap> = Api::namespaced(client, namespace);
+    match api.get_opt(SETTINGS_CONFIGMAP).await {
+        Ok(Some(cm)) => Read::Found(cm.data.unwrap_or_default()),
+        Ok(None) => Read::Missing,
+        Err(e) => Read::Failed(e),
+    }
+}
+
+/// Reads the ConfigMap from `args.system_namespace` and applies it under `args`' explicit flags.
+/// A missing ConfigMap is fine; one that cannot be read is a warning; every refused value is an
+/// error in the log naming key and value, and that key is ignored. Returns the refused values.
+pub async fn load(client: kube::Client, args: &mut crate::config::RunArgs) -> Vec<SettingError> {
+    let namespace = args.system_namespace.clone();
+    let data = match read(client, &namespace).await {
+        Read::Found(data) => data,
+        Read::Missing => {
+            info!(namespace = %namespace, configmap = SETTINGS_CONFIGMAP, "no settings ConfigMap; using flags and defaults");
+            return Vec::new();
+        }
+        Read::Failed(e) => {
+            warn!(
+                namespace = %namespace,
+                configmap = SETTINGS_CONFIGMAP,
+                error = %crate::telemetry::chain(&e),
+                "cannot read the settings ConfigMap; using flags and defaults"
+            );
+            return Vec::new();
+        }
+    };
+    let (settings, errors) = parse(&data);
+    for e in &errors {
+        error!(namespace = %namespace, key = %e.key, value = %e.value, "{e}; the key is ignored");
+    }
+    for note in args.apply_settings(&settings) {
+        warn!(namespace = %namespace, "{note}");
+    }
+    info!(namespace = %namespace, configmap = SETTINGS_CONFIGMAP, keys = data.len(), "read the settings ConfigMap");
+    errors
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn reads_every_key_of_karpenters_configmap() {
+        let (s, errors) = parse(&data(&[
+            ("aws.clusterName", "ssungz-cluster"),
+            ("aws.clusterEndpoint", "https://ABC.gr7.ap-northeast-2.eks.amazonaws.com"),
+            ("aws.defaultInstanceProfile", "KarpenterNodeInstanceProfile"),
+            ("aws.tags", r#"{"team": "a", "cost-center": "42"}"#),
+            ("aws.vmMemoryOverheadPercent", "0.1"),
+            ("aws.enableENILimitedPodDensity", "false"),
+            ("aws.reservedENIs", "1"),
+            ("aws.enablePodENI", "true"),
+            ("batchMaxDuration", "1m30s"),
+            ("batchIdleDuration", "500ms"),
+            ("featureGates.driftEnabled", "true"),
+        ]));
+        assert_eq!(errors, vec![]);
+        assert_eq!(
+            s,
+            GlobalSettings {
+                cluster_name: Some("ssungz-cluster".into()),
+                cluster_endpoint: Some("https://ABC.gr7.ap-northeast-2.eks.amazonaws.com".into()),
+                default_instance_profile: Some("KarpenterNodeInstanceProfile".into()),
+                tags: Some(BTreeMap::from([("cost-center".into(), "42".into()), ("team".into(), "a".into())])),
+                vm_memory_overhead_percent: Some(0.1),
+                enable_eni_limited_pod_density: Some(false),
+                reserved_enis: Some(1),
+                enable_pod_eni: Some(true),
+                batch_max_duration: Some(Duration::from_secs(90)),
+                batch_idle_duration: Some(Duration::from_millis(500)),
+            }
+        );
+        assert_eq!(parse(&BTreeMap::new()), (GlobalSettings::default(), vec![]));
+    }
+
+    #[test]
+    fn a_bad_value_is_an_error_naming_key_and_value_and_the_key_is_ignored() {
+        let (s, errors) = parse(&data(&[
+            ("aws.vmMemoryOverheadPercent", "-0.5"),
+            ("aws.enablePodENI", "yes"),
+            ("aws.reservedENIs", "two"),
+            ("batchMaxDuration", "10"),
+            ("batchIdleDuration", "0s"),
+            ("aws.clusterEndpoint", "ABC.eks.amazonaws.com"),
+            ("aws.tags", "team=a"),
+            ("aws.clusterName", "kept"),
+        ]));
+        assert_eq!(
+            s,
+            GlobalSettings {
+                cluster_name: Some("kept".into()),
+                ..Default::default()
+            }
+        );
+        let keys: Vec<&str> = errors.iter().map(|e| e.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "aws.clusterEndpoint",
+                "aws.tags",
+                "aws.vmMemoryOverheadPercent",
+                "aws.reservedENIs",
+                "aws.enablePodENI",
+                "batchMaxDuration",
+                "batchIdleDuration"
+            ]
+        );
+        for e in &errors {
+            let message = e.to_string();
+            assert!(message.contains(&e.key) && message.contains(&format!("{:?}", e.value)), "{message}");
+        }
+    }
+
+    #[test]
+    fn tags_the_controller_owns_are_refused_naming_the_key() {
+        for key in [
+            "kubernetes.io/cluster/ssungz-cluster",
+            "karpenter.sh/provisioner-name",
+            "karpenter.sh/managed-by",
+            "karpenter.k8s.aws/cluster",
+        ] {
+            let err = parse_tags(&format!(r#"{{"{key}": "x"}}"#)).unwrap_err();
+            assert!(err.contains(key), "{err}");
+        }
+        assert!(parse_tags(r#"{"": "x"}"#).is_err());
+        assert!(parse_tags(r#"{"team": 1}"#).is_err(), "values are strings");
+        assert_eq!(parse_tags("{}"), Ok(BTreeMap::new()));
+    }
+
+    #[test]
+    fn booleans_and_fractions_read_as_go_reads_them() {
+        assert_eq!(parse_bool("True"), Ok(true));
+        assert_eq!(parse_bool("0"), Ok(false));
+        assert!(parse_bool("on").is_err());
+        assert_eq!(parse_vm_memory_overhead_percent("0"), Ok(0.0));
+        assert!(parse_vm_memory_overhead_percent("1").is_err());
+        assert!(parse_vm_memory_overhead_percent("7.5").is_err(), "a fraction, not a percentage");
+    }
+}
