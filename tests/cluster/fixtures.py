@@ -263,20 +263,29 @@ def ensure_amis(ec2, ssm, cluster, region):
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_moto_arguments(ap):
+    """--endpoint-url and --region, defaulting to AWS_ENDPOINT_URL and AWS_REGION."""
     ap.add_argument("--endpoint-url", default=os.environ.get("AWS_ENDPOINT_URL"))
     ap.add_argument("--region", default=os.environ.get("AWS_REGION", "ap-northeast-2"))
-    ap.add_argument("--cluster-name", default=os.environ.get("CLUSTER_NAME", "ssungz-cluster"))
-    ap.add_argument("--out", default=None, help="where to write the ids (JSON)")
-    args = ap.parse_args()
+
+
+def moto_clients(ap, args):
+    """A function making boto3 clients for moto (`client("ec2")`); a usage error without an endpoint."""
     if not args.endpoint_url:
         ap.error("--endpoint-url or AWS_ENDPOINT_URL is required (this only talks to moto)")
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
-
     session = boto3.session.Session(region_name=args.region)
-    client = lambda svc: session.client(svc, endpoint_url=args.endpoint_url)  # noqa: E731
+    return lambda svc: session.client(svc, endpoint_url=args.endpoint_url)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_moto_arguments(ap)
+    ap.add_argument("--cluster-name", default=os.environ.get("CLUSTER_NAME", "ssungz-cluster"))
+    ap.add_argument("--out", default=None, help="where to write the ids (JSON)")
+    args = ap.parse_args()
+    client = moto_clients(ap, args)
     ec2, iam, ssm = client("ec2"), client("iam"), client("ssm")
     cluster, region = args.cluster_name, args.region
 

@@ -26,6 +26,8 @@ COMPONENT_TIMEOUT=45 # s; everything else
 PKI="$STATE/pki"
 KUBECONFIG_FILE="$STATE/kubeconfig"
 ENV_FILE="$STATE/env"
+KWOK_STAGES="$STATE/kwok-stages.yaml"      # kwok --config: Node stages (kwok_stages.py)
+NODE_RESOURCES="$STATE/node-resources.json" # the same capacity/allocatable table, for tests
 
 WITH_KARPENTER=0
 
@@ -186,6 +188,9 @@ already_up() {
     component_pid "$name" >/dev/null || return 1
     [[ "$(<"$PIDS/$name.exe")" == "$(ident_of "$name")" ]] || return 1
   done
+  # A kwok started without our Node stages (by an older up.sh) would report kwok's huge defaults.
+  [[ -f "$NODE_RESOURCES" ]] || return 1
+  proc_has_arg "$(component_pid kwok)" "--config=$KWOK_STAGES" || return 1
   check_moto && check_etcd && check_apiserver && check_kcm && check_scheduler && check_kwok
 }
 
@@ -315,7 +320,8 @@ write_env() {
       LOCAL_CLUSTER_CA_FILE "$PKI/ca.crt" \
       LOCAL_CLUSTER_BIN_DIR "$BIN_DIR" \
       LOCAL_CLUSTER_PYTHON "$PYTHON" \
-      LOCAL_CLUSTER_FIXTURES "$STATE/fixtures.json"
+      LOCAL_CLUSTER_FIXTURES "$STATE/fixtures.json" \
+      LOCAL_CLUSTER_NODE_RESOURCES "$NODE_RESOURCES"
   } >"$tmp"
   mv "$tmp" "$ENV_FILE"
 }
@@ -435,10 +441,14 @@ start_kwok() {
   #   e2e.karpenter-rs/no-kubelet (a node whose kubelet never starts, for registration tests).
   # --server-address: only for /healthz (plain HTTP on loopback).
   # --cidr: pool for fake pod IPs (just strings; nothing routes to them).
+  # --config: our Node stages (kwok_stages.py): node-initialize reports capacity and allocatable
+  #   from the node.kubernetes.io/instance-type label, like the node's kubelet would; they
+  #   replace kwok's default Node stages, so the default heartbeat is declared there too.
   mkdir -p "$STATE/kwok"
   start_proc kwok "$BIN_DIR/kwok" \
     env KWOK_WORKDIR="$STATE/kwok" \
     "$BIN_DIR/kwok" \
+    --config="$KWOK_STAGES" \
     --kubeconfig="$KUBECONFIG_FILE" \
     --manage-all-nodes=false \
     --manage-nodes-with-label-selector='karpenter.sh/provisioner-name,!e2e.karpenter-rs/no-kubelet' \
@@ -458,6 +468,21 @@ run_fixtures() {
     fail fixtures "fixtures.py failed"
   fi
   log "moto seeded in $((SECONDS - start))s (ids in $STATE/fixtures.json)"
+}
+
+# write_kwok_stages: kwok's Node stages, with the capacity/allocatable table computed from moto's
+# instance-type catalogue (kwok_stages.py); written before kwok starts.
+write_kwok_stages() {
+  local start=$SECONDS
+  : >"$LOGS/kwok-stages.log"
+  rm -f "$KWOK_STAGES" "$NODE_RESOURCES"
+  if ! env AWS_ENDPOINT_URL="http://127.0.0.1:$MOTO_PORT" AWS_REGION="$AWS_REGION_NAME" \
+    AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_EC2_METADATA_DISABLED=true \
+    "$PYTHON" "$CLUSTER_DIR/kwok_stages.py" --stages "$KWOK_STAGES" --table "$NODE_RESOURCES" \
+    >>"$LOGS/kwok-stages.log" 2>&1; then
+    fail kwok-stages "kwok_stages.py failed"
+  fi
+  log "kwok node stages written in $((SECONDS - start))s ($KWOK_STAGES)"
 }
 
 # ---- main -------------------------------------------------------------------------
@@ -524,6 +549,7 @@ EOF
   start_apiserver
   wait_ready moto "$COMPONENT_TIMEOUT" check_moto
   run_fixtures
+  write_kwok_stages
   wait_ready kube-apiserver "$APISERVER_TIMEOUT" check_apiserver
   wait_ready kube-apiserver "$COMPONENT_TIMEOUT" check_default_ns
   start_kcm

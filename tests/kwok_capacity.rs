@@ -1,0 +1,198 @@
+//! The local cluster's kwok reports Node capacity the way each node's kubelet would: its
+//! node-initialize stage (written by tests/cluster/kwok_stages.py at up.sh time) looks the
+//! Node's `node.kubernetes.io/instance-type` up in a table of capacity and allocatable. These
+//! tests check that table against what karpenter-rs computes for every instance type moto
+//! describes (a difference makes pods that karpenter-rs planned onto a node not fit on it), and
+//! that kwok reports it on Nodes created with and without a status.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use karpenter_rs::cloudprovider::aws::AwsCloudProvider;
+use karpenter_rs::cloudprovider::CloudProvider;
+use karpenter_rs::scheduling::{InstanceType, NodeSettings, Resources};
+use serde_json::json;
+use support::{kubectl, kubectl_ok, unique, wait_for, Cluster};
+
+/// Capacity and allocatable of one instance type, as resource lists.
+#[derive(Debug, PartialEq, serde::Deserialize)]
+struct Row {
+    capacity: BTreeMap<String, String>,
+    allocatable: BTreeMap<String, String>,
+}
+
+/// target/local-cluster/node-resources.json: the table the kwok stage was generated from.
+#[derive(Debug, serde::Deserialize)]
+struct Table {
+    /// What a Node of an unknown instance type without a status of its own gets.
+    default: BTreeMap<String, String>,
+    #[serde(rename = "instanceTypes")]
+    instance_types: BTreeMap<String, Row>,
+}
+
+fn table(cluster: &Cluster) -> Table {
+    let path = &cluster.env["LOCAL_CLUSTER_NODE_RESOURCES"];
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {path}: {e}"))
+}
+
+fn strings(list: BTreeMap<String, Quantity>) -> BTreeMap<String, String> {
+    list.into_iter().map(|(k, q)| (k, q.0)).collect()
+}
+
+fn resources(list: &BTreeMap<String, String>) -> Resources {
+    let quantities = list.iter().map(|(k, v)| (k.clone(), Quantity(v.clone()))).collect();
+    Resources::from_quantities(&quantities).expect("the table holds quantities")
+}
+
+#[tokio::test]
+async fn kwok_table_holds_what_karpenter_rs_computes_for_every_catalogue_type() {
+    let cluster = support::cluster();
+    let table = table(cluster);
+    let cloud = AwsCloudProvider::new(support::cloud_config(cluster))
+        .await
+        .expect("building the provider");
+    let catalogue = cloud.instance_types().await.expect("describing instance types");
+    assert!(catalogue.len() >= 400, "only {} instance types", catalogue.len());
+
+    let mut differences = Vec::new();
+    for info in &catalogue {
+        let it = InstanceType::from_facts(&info.facts, vec![], &NodeSettings::default(), None);
+        let want = Row {
+            capacity: strings(it.capacity.to_quantities()),
+            allocatable: strings(it.allocatable().to_quantities()),
+        };
+        match table.instance_types.get(&info.facts.name) {
+            None => differences.push(format!("{}: not in the kwok table", info.facts.name)),
+            Some(got) if *got != want => differences.push(format!("{}: kwok {got:?}, karpenter-rs {want:?}", info.facts.name)),
+            Some(_) => {}
+        }
+    }
+    let names: std::collections::BTreeSet<&str> = catalogue.iter().map(|i| i.facts.name.as_str()).collect();
+    differences.extend(
+        table
+            .instance_types
+            .keys()
+            .filter(|name| !names.contains(name.as_str()))
+            .map(|name| format!("{name}: in the kwok table but not in the catalogue")),
+    );
+    assert!(
+        differences.is_empty(),
+        "{} differences:\n{}",
+        differences.len(),
+        differences.join("\n")
+    );
+    // The worked example of karpenter-behavior.md §2.12, so table and code cannot drift together.
+    let t3 = &table.instance_types["t3.large"];
+    assert_eq!(
+        resources(&t3.allocatable).to_string(),
+        "cpu=1830m, memory=6737Mi, pods=35, ephemeral-storage=18Gi"
+    );
+    assert_eq!(
+        resources(&table.default).to_string(),
+        "cpu=2, memory=4Gi, pods=110, ephemeral-storage=20Gi"
+    );
+}
+
+/// A managed Node (no finalizer, nothing else owns it) with these labels and status.
+fn node(name: &str, instance_type: Option<&str>, status: Option<serde_json::Value>) -> serde_json::Value {
+    let mut labels = json!({"karpenter.sh/provisioner-name": "kwok-capacity"});
+    if let Some(t) = instance_type {
+        labels["node.kubernetes.io/instance-type"] = json!(t);
+    }
+    let mut node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}});
+    if let Some(status) = status {
+        node["status"] = status;
+    }
+    node
+}
+
+fn is_ready(node: &Node) -> bool {
+    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+fn reported(list: Option<&BTreeMap<String, Quantity>>) -> Resources {
+    Resources::from_quantities(list.unwrap_or(&BTreeMap::new())).expect("the API server holds quantities")
+}
+
+#[test]
+fn kwok_reports_capacity_and_allocatable_from_the_instance_type_label() {
+    let cluster = support::cluster();
+    let table = table(cluster);
+    let stale = json!({"capacity": {"cpu": "1", "memory": "1Gi", "pods": "5"}, "allocatable": {"cpu": "1", "memory": "1Gi", "pods": "5"}});
+    let own = json!({"capacity": {"cpu": "3", "memory": "5Gi", "pods": "7"}, "allocatable": {"cpu": "3", "memory": "5Gi", "pods": "7"}});
+    let own_list: BTreeMap<String, String> = [("cpu", "3"), ("memory", "5Gi"), ("pods", "7")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let row = |t: &str| {
+        let r = &table.instance_types[t];
+        (resources(&r.capacity), resources(&r.allocatable))
+    };
+    // (node, what kwok must report as capacity and allocatable)
+    let cases = [
+        // What karpenter-rs creates once the kubelet reports capacity: no status at all.
+        (node(&unique("kwok-t3-large"), Some("t3.large"), None), row("t3.large")),
+        // A status written at creation is replaced by the instance type's, as a kubelet does.
+        (node(&unique("kwok-m5-xlarge"), Some("m5.xlarge"), Some(stale)), row("m5.xlarge")),
+        // GPUs are reported too, so GPU pods fit.
+        (node(&unique("kwok-g4dn"), Some("g4dn.xlarge"), None), row("g4dn.xlarge")),
+        // An unknown type without a status gets the small default, not kwok's 1k CPUs.
+        (
+            node(&unique("kwok-unknown"), Some("x9.unknown"), None),
+            (resources(&table.default), resources(&table.default)),
+        ),
+        // No instance type: a status of its own is kept.
+        (
+            node(&unique("kwok-unlabelled"), None, Some(own)),
+            (resources(&own_list), resources(&own_list)),
+        ),
+    ];
+    assert_eq!(
+        row("t3.large").1.to_string(),
+        "cpu=1830m, memory=6737Mi, pods=35, ephemeral-storage=18Gi"
+    );
+    assert_eq!(row("g4dn.xlarge").1.get("nvidia.com/gpu"), 1);
+
+    let names: Vec<String> = cases
+        .iter()
+        .map(|(n, _)| n["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        for (n, _) in &cases {
+            kubectl_ok(cluster, &["create", "-f", "-"], Some(&n.to_string()));
+        }
+        for ((n, (capacity, allocatable)), name) in cases.iter().zip(&names) {
+            let labels = &n["metadata"]["labels"];
+            wait_for(
+                &format!("kwok to make {name} ({labels}) Ready with capacity {capacity} and allocatable {allocatable}"),
+                Duration::from_secs(60),
+                || {
+                    let out = kubectl_ok(cluster, &["get", "node", name, "-o", "json"], None);
+                    let node: Node = serde_json::from_str(&out).unwrap();
+                    let status = node.status.as_ref()?;
+                    let done = is_ready(&node)
+                        && reported(status.capacity.as_ref()) == *capacity
+                        && reported(status.allocatable.as_ref()) == *allocatable;
+                    done.then_some(())
+                },
+            );
+        }
+    }));
+    if result.is_err() {
+        let mut get = vec!["get", "node", "-o", "yaml"];
+        get.extend(names.iter().map(String::as_str));
+        eprintln!("{}", String::from_utf8_lossy(&kubectl(cluster, &get, None).stdout));
+    }
+    let mut delete = vec!["delete", "node", "--wait=false", "--ignore-not-found"];
+    delete.extend(names.iter().map(String::as_str));
+    kubectl(cluster, &delete, None);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
