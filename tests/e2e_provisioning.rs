@@ -916,3 +916,71 @@ fn pods_whose_claim_or_storage_class_is_missing_get_an_event_and_no_node_until_i
     });
     kubectl(cluster, &["delete", "pv", &pv, "--wait=false"], None);
 }
+
+#[test]
+fn pod_affinity_namespace_selector_follows_pods_in_namespaces_with_those_labels() {
+    let (cluster, controller) = setup();
+    let suffix = unique("nssel");
+    let (db_namespace, api_namespace) = (format!("db-{suffix}"), format!("api-{suffix}"));
+    let (template, provisioner, node_type) = service_provisioner(cluster, &suffix, |_| {});
+    for namespace in [&db_namespace, &api_namespace] {
+        kubectl_ok(cluster, &["create", "namespace", namespace], None);
+    }
+    kubectl_ok(cluster, &["label", "namespace", &db_namespace, &format!("team={suffix}")], None);
+    let pod = |name: &str, namespace: &str, spec: serde_json::Value| {
+        let mut pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": {"app": name}},
+            "spec": {
+                "nodeSelector": {"nodeType": node_type},
+                "tolerations": [{"key": "service", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+                "containers": [{"name": "c", "image": "nginx"}]
+            }
+        });
+        for (k, v) in spec.as_object().unwrap() {
+            pod["spec"][k] = v.clone();
+        }
+        pod
+    };
+    let node_of = |namespace: &str| {
+        wait_for("a Running pod", Duration::from_secs(120), || {
+            running_pods(cluster, namespace)
+                .first()
+                .and_then(|p| p.spec.as_ref()?.node_name.clone())
+        })
+    };
+    with_clean_up(cluster, controller, &api_namespace, &[(template, provisioner.clone())], || {
+        let db = pod(
+            "db",
+            &db_namespace,
+            json!({"nodeSelector": {"nodeType": node_type, "topology.kubernetes.io/zone": "ap-northeast-2c"}}),
+        );
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&db.to_string()));
+        let db_node = node_of(&db_namespace);
+
+        // Required: the zone of the `db` pods in namespaces labelled team=<suffix>, but not their
+        // node. The simulation must find the db pod through its namespace's labels to pick 2c.
+        let term = |key: &str| {
+            json!([{"topologyKey": key, "labelSelector": {"matchLabels": {"app": "db"}},
+                    "namespaceSelector": {"matchLabels": {"team": suffix}}}])
+        };
+        let api = pod(
+            "api",
+            &api_namespace,
+            json!({"affinity": {
+                "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term("topology.kubernetes.io/zone")},
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term("kubernetes.io/hostname")}
+            }}),
+        );
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&api.to_string()));
+        let api_node = node_of(&api_namespace);
+        assert_ne!(api_node, db_node);
+        let nodes = our_nodes(cluster, &provisioner);
+        let zone_of = |name: &str| {
+            let node = nodes.iter().find(|n| n.name_any() == name).expect("one of our nodes");
+            node.labels()["topology.kubernetes.io/zone"].clone()
+        };
+        assert_eq!(zone_of(&api_node), "ap-northeast-2c", "the zone of the selected namespace's db pod");
+    });
+    kubectl(cluster, &["delete", "namespace", &db_namespace, "--wait=false"], None);
+}
