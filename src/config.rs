@@ -246,7 +246,12 @@ impl RunArgs {
                 self.cluster_name
             ));
         }
-        if let Some(v) = s.cluster_endpoint.clone().filter(|_| take("cluster_endpoint")) {
+        // An empty endpoint (the chart's default) is no endpoint at all.
+        if let Some(v) = s
+            .cluster_endpoint
+            .clone()
+            .filter(|_| take("cluster_endpoint") || self.cluster_endpoint.is_empty())
+        {
             self.cluster_endpoint = v;
         }
         if let Some(v) = s.default_instance_profile.clone().filter(|_| take("default_instance_profile")) {
@@ -583,8 +588,9 @@ mod tests {
         assert!(notes[0].contains("aws.clusterName") && notes[0].contains("\"other\""), "{notes:?}");
         assert!(notes[1].contains("aws.enablePodENI"), "{notes:?}");
 
-        // Explicit flags win, even when they repeat the default.
+        // Explicit flags win, even when they repeat the default; an empty endpoint does not.
         let mut args = run_args(&[
+            "--cluster-endpoint=",
             "--batch-max-duration",
             "10s",
             "--vm-memory-overhead-percent",
@@ -597,6 +603,7 @@ mod tests {
         assert_eq!(args.batch_idle_duration, Duration::from_secs(3), "not given: the ConfigMap's");
         assert_eq!(args.vm_memory_overhead_percent, 0.05);
         assert_eq!(args.tags["team"], "b");
+        assert_eq!(args.cluster_endpoint, "https://from-configmap.example.com");
 
         // No ConfigMap: the defaults.
         let mut args = run_args(&[]);

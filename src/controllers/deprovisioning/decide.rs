@@ -216,7 +216,8 @@ pub fn deletions<'a>(nodes: impl IntoIterator<Item = &'a Node>, timeout: Duratio
             continue;
         }
         let name = node.metadata.name.clone().unwrap_or_default();
-        if now < since + timeout {
+        // A timeout too long to add is no timeout.
+        if since.checked_add_signed(timeout).is_none_or(|until| now < until) {
             outcome.awaited.push(name);
         } else {
             outcome.overdue.push(name);
@@ -484,6 +485,7 @@ mod tests {
             }
         );
         assert_eq!(deletions([&theirs, &live], timeout, at(200)), Deletions::default());
+        assert_eq!(deletions([&stuck], Duration::MAX, at(1_000_000)).awaited, ["stuck"]);
     }
 
     #[test]
