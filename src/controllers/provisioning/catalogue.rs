@@ -17,7 +17,7 @@ use crate::scheduling::resources::{AMD_GPU, AWS_NEURON, HABANA_GAUDI, NVIDIA_GPU
 use crate::scheduling::{InstanceType, NodeRequest, NodeSettings, Resources};
 
 /// The instance types a Provisioner may launch, with capacity and overhead computed for its
-/// kubelet settings and AMI family. Only offerings in `zones` (where its subnets are) are kept:
+/// kubelet settings, AMI family and root volume. Only offerings in `zones` (where its subnets are) are kept:
 /// a node planned anywhere else could not be launched.
 pub fn instance_types(
     catalogue: &[InstanceTypeInfo],
@@ -28,6 +28,7 @@ pub fn instance_types(
 ) -> Vec<Arc<InstanceType>> {
     let mut settings = NodeSettings::from_kubelet(provisioner.spec.kubelet_configuration.as_ref());
     settings.ami_family = template.ami_family;
+    settings.ephemeral_storage_bytes = Some(template.ephemeral_storage_bytes());
     catalogue
         .iter()
         .map(|info| {
@@ -167,7 +168,9 @@ pub fn instance_id(node: &Node) -> Option<String> {
 mod tests {
     use super::*;
     use crate::apis::v1alpha1::AwsProvider;
-    use crate::scheduling::testing::{instance_type, service};
+    use crate::apis::v1alpha1::{AwsNodeTemplateSpec, BlockDevice, BlockDeviceMapping};
+    use crate::cloudprovider::KubernetesVersion;
+    use crate::scheduling::testing::{self, instance_type, pod, provisioner, service};
     use crate::scheduling::{GpuFacts, InstanceFacts, Offering, Requirements};
 
     /// A type sold in one zone at `on_demand` and `spot` (None: not as spot).
@@ -323,7 +326,8 @@ mod tests {
             taints: vec![],
             startup_taints: vec![],
         };
-        let template = NodeTemplate::from_provider(&AwsProvider::default(), "ssungz-cluster").unwrap();
+        let template =
+            NodeTemplate::from_provider(&AwsProvider::default(), "ssungz-cluster", KubernetesVersion { major: 1, minor: 33 }).unwrap();
         let launch = launch_request(&request, &service(), template, None);
         assert!(!launch.instance_options.is_empty());
         assert!(
@@ -332,5 +336,90 @@ mod tests {
             launch.instance_options
         );
         assert!(launch.instance_options.windows(2).all(|w| w[0].price <= w[1].price));
+    }
+
+    /// The catalogue entry of a test-catalogue type, sold on-demand in `ap-northeast-2a`.
+    fn info(name: &str) -> InstanceTypeInfo {
+        InstanceTypeInfo {
+            facts: testing::facts(name),
+            accelerators: vec![],
+            category: String::new(),
+            family: String::new(),
+            generation: None,
+            size: String::new(),
+            capacity_types: vec!["on-demand".into()],
+            offerings: vec![Offering {
+                zone: "ap-northeast-2a".into(),
+                capacity_type: "on-demand".into(),
+                price: 0.0832,
+                available: true,
+            }],
+        }
+    }
+
+    fn template_with_root(family: Option<&str>, root: Option<(&str, &str)>) -> NodeTemplate {
+        let spec = AwsNodeTemplateSpec {
+            ami_family: family.map(str::to_string),
+            block_device_mappings: root.map(|(device, size)| {
+                vec![BlockDeviceMapping {
+                    device_name: Some(device.into()),
+                    ebs: Some(BlockDevice {
+                        volume_size: Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(size.into())),
+                        ..Default::default()
+                    }),
+                }]
+            }),
+            ..Default::default()
+        };
+        NodeTemplate::from_node_template(&spec, "ssungz-cluster", KubernetesVersion { major: 1, minor: 33 }).unwrap()
+    }
+
+    #[test]
+    fn ephemeral_storage_comes_from_the_templates_root_volume() {
+        const GI: i64 = 1 << 30;
+        let zones = BTreeSet::from(["ap-northeast-2a".to_string()]);
+        let p = provisioner("default").build();
+        let storage = |template: &NodeTemplate| {
+            let types = instance_types(&[info("t3.large")], &p, template, &zones, "ap-northeast-2");
+            (
+                types[0].capacity.ephemeral_storage_bytes,
+                types[0].allocatable().ephemeral_storage_bytes,
+            )
+        };
+        // 20Gi by default, minus kube-reserved 1Gi and system-reserved 1Gi.
+        assert_eq!(storage(&template_with_root(None, None)), (20 * GI, 18 * GI));
+        assert_eq!(
+            storage(&template_with_root(None, Some(("/dev/xvda", "100Gi")))),
+            (100 * GI, 98 * GI)
+        );
+        assert_eq!(
+            storage(&template_with_root(Some("Bottlerocket"), Some(("/dev/xvda", "100Gi")))),
+            (20 * GI, 18 * GI),
+            "Bottlerocket's ephemeral storage is /dev/xvdb"
+        );
+    }
+
+    #[test]
+    fn a_pod_asking_for_50gi_of_ephemeral_storage_fits_a_100gi_root_volume_only() {
+        let zones = BTreeSet::from(["ap-northeast-2a".to_string()]);
+        let p = provisioner("default").build();
+        let simulate = |template: &NodeTemplate| {
+            let input = crate::scheduling::SimulationInput {
+                pods: vec![pod("scratch").cpu("100m").ephemeral_storage("50Gi").build()],
+                provisioners: vec![crate::scheduling::ProvisionerInput {
+                    provisioner: p.clone(),
+                    instance_types: instance_types(&[info("t3.large")], &p, template, &zones, "ap-northeast-2"),
+                }],
+                nodes: vec![],
+                daemonset_pods: vec![],
+                namespace_labels: BTreeMap::new(),
+            };
+            crate::scheduling::simulate(&input)
+        };
+        let plan = simulate(&template_with_root(None, Some(("/dev/xvda", "100Gi"))));
+        assert_eq!(plan.new_nodes.len(), 1, "{:?}", plan.unschedulable);
+        let plan = simulate(&template_with_root(None, None));
+        assert!(plan.new_nodes.is_empty());
+        assert_eq!(plan.unschedulable.len(), 1);
     }
 }

@@ -33,7 +33,7 @@ use tracing::{debug, info, instrument, warn};
 use crate::apis::v1alpha1::{AwsNodeTemplate, AwsProvider};
 use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
 use crate::apis::v1alpha5::Provisioner;
-use crate::cloudprovider::{self, CloudProvider, NodeTemplate};
+use crate::cloudprovider::{self, CloudProvider, KubernetesVersion, NodeTemplate};
 use crate::controllers::reflect;
 use crate::metrics::Metrics;
 use crate::scheduling::{self, ExistingNode, PodKey, ProvisionerInput, SimulationInput};
@@ -51,7 +51,12 @@ pub struct ProvisioningConfig {
     pub windows: BatchWindows,
     /// Whether planned pods are bound once their node is ready (differences.md item 10).
     pub bind_pods: bool,
+    /// Kubernetes version whose AMIs nodes boot; `None` reads the API server's.
+    pub kubernetes_version: Option<KubernetesVersion>,
 }
+
+/// How long the API server's version is reused before it is read again (Karpenter's 1 min).
+const KUBERNETES_VERSION_TTL: Duration = Duration::from_secs(60);
 
 /// What a pass and the binder share.
 pub struct Context {
@@ -71,6 +76,8 @@ pub struct Context {
     stores: OnceLock<Stores>,
     /// Held by a pass and by `replace`: one simulation-and-launch at a time.
     pass_lock: Mutex<()>,
+    /// The API server's version and when it was read.
+    api_server_version: std::sync::Mutex<Option<(Instant, KubernetesVersion)>>,
 }
 
 struct PlannedNode {
@@ -110,6 +117,7 @@ impl Context {
             planned: Mutex::new(HashMap::new()),
             stores: OnceLock::new(),
             pass_lock: Mutex::new(()),
+            api_server_version: std::sync::Mutex::new(None),
         })
     }
 
@@ -334,6 +342,45 @@ impl Stores {
     }
 }
 
+impl Context {
+    /// The Kubernetes version whose AMIs nodes boot: the configured one, else the API server's
+    /// `major.minor` (`/version`), read at most once a minute (karpenter-behavior.md §3.3). When
+    /// the API server cannot be asked, the last version read is kept.
+    async fn kubernetes_version(&self) -> Result<KubernetesVersion, PassError> {
+        if let Some(v) = self.config.kubernetes_version {
+            return Ok(v);
+        }
+        let cached = *self
+            .api_server_version
+            .lock()
+            .expect("version lock is never poisoned: no panics while held");
+        if let Some((_, v)) = cached.filter(|(at, _)| at.elapsed() < KUBERNETES_VERSION_TTL) {
+            return Ok(v);
+        }
+        let read = match self.client.apiserver_version().await {
+            Ok(info) => KubernetesVersion::from_api_server(&info.major, &info.minor).map_err(PassError::from),
+            Err(e) => Err(format!("reading the API server's version: {e}").into()),
+        };
+        match (read, cached) {
+            (Ok(v), _) => {
+                if cached.is_none_or(|(_, old)| old != v) {
+                    info!(kubernetes_version = %v, "nodes boot the AMIs of the API server's Kubernetes version");
+                }
+                *self
+                    .api_server_version
+                    .lock()
+                    .expect("version lock is never poisoned: no panics while held") = Some((Instant::now(), v));
+                Ok(v)
+            }
+            (Err(e), Some((_, old))) => {
+                warn!(error = %e, kubernetes_version = %old, "keeping the last Kubernetes version read");
+                Ok(old)
+            }
+            (Err(e), None) => Err(e),
+        }
+    }
+}
+
 /// One provisioning pass: read (nodes before pods), simulate, launch.
 #[instrument(skip_all)]
 async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
@@ -380,10 +427,11 @@ async fn provision(
     };
     let pending: Vec<Pod> = pending.into_iter().map(|p| volumes.constrain(p)).collect();
     let provisioners: Vec<Arc<Provisioner>> = stores.provisioners.state();
+    let version = ctx.kubernetes_version().await?;
     let mut templates: HashMap<String, (NodeTemplate, Option<f64>)> = HashMap::new();
     let mut zones: HashMap<String, BTreeSet<String>> = HashMap::new();
     for p in &provisioners {
-        let resolved = match node_template(ctx, stores, p) {
+        let resolved = match node_template(ctx, stores, p, version) {
             Ok(t) => ctx
                 .cloud
                 .resolve(&t.0)
@@ -508,8 +556,14 @@ async fn provision(
     Ok(launched)
 }
 
-/// The AWS settings of a Provisioner: its AWSNodeTemplate, or its inline provider.
-fn node_template(ctx: &Context, stores: &Stores, provisioner: &Provisioner) -> Result<(NodeTemplate, Option<f64>), String> {
+/// The AWS settings of a Provisioner for nodes of Kubernetes `version`: its AWSNodeTemplate, or
+/// its inline provider.
+fn node_template(
+    ctx: &Context,
+    stores: &Stores,
+    provisioner: &Provisioner,
+    version: KubernetesVersion,
+) -> Result<(NodeTemplate, Option<f64>), String> {
     let cluster = &ctx.config.cluster_name;
     if let Some(reference) = &provisioner.spec.provider_ref {
         let template = stores
@@ -518,7 +572,7 @@ fn node_template(ctx: &Context, stores: &Stores, provisioner: &Provisioner) -> R
             .into_iter()
             .find(|t| t.name_any() == reference.name)
             .ok_or_else(|| format!("AWSNodeTemplate {:?} (spec.providerRef) does not exist", reference.name))?;
-        let node_template = NodeTemplate::from_node_template(&template.spec, cluster).map_err(|e| e.to_string())?;
+        let node_template = NodeTemplate::from_node_template(&template.spec, cluster, version).map_err(|e| e.to_string())?;
         return Ok((node_template, None));
     }
     let raw = provisioner
@@ -527,7 +581,7 @@ fn node_template(ctx: &Context, stores: &Stores, provisioner: &Provisioner) -> R
         .clone()
         .ok_or("neither spec.provider nor spec.providerRef is set")?;
     let provider: AwsProvider = serde_json::from_value(raw).map_err(|e| format!("spec.provider: {e}"))?;
-    let node_template = NodeTemplate::from_provider(&provider, cluster).map_err(|e| e.to_string())?;
+    let node_template = NodeTemplate::from_provider(&provider, cluster, version).map_err(|e| e.to_string())?;
     Ok((node_template, cloudprovider::spot_max_price(&provider)))
 }
 
@@ -886,7 +940,8 @@ mod tests {
         LaunchRequest {
             provisioner_name: "service".into(),
             node_name: None,
-            template: NodeTemplate::from_provider(&AwsProvider::default(), "ssungz-cluster").unwrap(),
+            template: NodeTemplate::from_provider(&AwsProvider::default(), "ssungz-cluster", KubernetesVersion { major: 1, minor: 33 })
+                .unwrap(),
             instance_options: Vec::new(),
             labels: BTreeMap::new(),
             taints: Vec::new(),
