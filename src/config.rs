@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::apis::{ApiSettings, DEFAULT_TTL_SECONDS_AFTER_EMPTY, DEFAULT_TTL_SECONDS_UNTIL_EXPIRED};
+use crate::cloudprovider::KubernetesVersion;
 use crate::settings::{self, GlobalSettings};
 use crate::telemetry::LogFormat;
 use crate::webhook::cert_reconciler::SelfManagedCerts;
@@ -122,15 +123,25 @@ pub struct RunArgs {
     /// URL of the cluster's API server, written into the nodes' bootstrap (`run` only).
     #[arg(long, env = "CLUSTER_ENDPOINT", default_value = "")]
     pub cluster_endpoint: String,
+    /// Base64 PEM CA bundle of the API server, as EKS reports it (`certificateAuthority.data`),
+    /// written into the nodes' bootstrap; empty: the CA of the kube config the controller uses
+    /// (`run` only).
+    #[arg(long, env = "CLUSTER_CA_BUNDLE", default_value = "", value_parser = parse_ca_bundle)]
+    pub cluster_ca_bundle: String,
+    /// Service IPv4 CIDR of the cluster (`kubernetesNetworkConfig.serviceIpv4Cidr`), which AL2023
+    /// nodes need in their NodeConfig (`run` only).
+    #[arg(long, env = "CLUSTER_CIDR", default_value = "", value_parser = parse_cidr)]
+    pub cluster_cidr: String,
     /// AWS region; empty: the SDK's default chain (`run` only).
     #[arg(long, env = "AWS_REGION", default_value = "")]
     pub aws_region: String,
     /// Endpoint of every AWS API call, e.g. an emulator; empty: the real AWS endpoints (`run` only).
     #[arg(long, env = "AWS_ENDPOINT_URL", default_value = "")]
     pub aws_endpoint_url: String,
-    /// Kubernetes `major.minor` whose EKS-optimized AMIs nodes boot (`run` only).
-    #[arg(long, env = "KUBERNETES_VERSION", default_value = crate::cloudprovider::DEFAULT_KUBERNETES_VERSION)]
-    pub kubernetes_version: String,
+    /// Kubernetes `major.minor` whose EKS-optimized AMIs nodes boot; empty: the API server's
+    /// version (`run` only).
+    #[arg(long, env = "KUBERNETES_VERSION", default_value_t = VersionOverride(None), value_parser = parse_version_override)]
+    pub kubernetes_version: VersionOverride,
     /// Instance profile of nodes whose template names none (`run` only).
     #[arg(long, env = "DEFAULT_INSTANCE_PROFILE")]
     pub default_instance_profile: Option<String>,
@@ -310,7 +321,8 @@ impl RunArgs {
         let mut c = crate::cloudprovider::CloudConfig::new(self.cluster_name.clone(), self.cluster_endpoint.clone());
         c.region = Some(self.aws_region.clone()).filter(|r| !r.is_empty());
         c.endpoint_url = Some(self.aws_endpoint_url.clone()).filter(|u| !u.is_empty());
-        c.kubernetes_version = self.kubernetes_version.clone();
+        c.cluster_ca_bundle = Some(self.cluster_ca_bundle.clone()).filter(|b| !b.is_empty());
+        c.cluster_cidr = Some(self.cluster_cidr.clone()).filter(|b| !b.is_empty());
         c.default_instance_profile = self.default_instance_profile.clone();
         c.price_overrides = self.price_overrides.clone();
         c.tags = self.tags.clone();
@@ -330,6 +342,7 @@ impl RunArgs {
             registration_ttl: self.registration_ttl,
             max_launches_per_minute: self.max_node_launches_per_minute,
             node_settings: self.node_settings(),
+            kubernetes_version: self.kubernetes_version.0,
         }
     }
 
@@ -430,6 +443,62 @@ pub fn parse_ttl_default(s: &str) -> Result<TtlDefault, String> {
         _ => Err(format!(
             "invalid TTL default {s:?}: expected a number of seconds (0 or more) or \"none\""
         )),
+    }
+}
+
+/// A Kubernetes version that overrides the API server's, or none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VersionOverride(pub Option<KubernetesVersion>);
+
+impl std::fmt::Display for VersionOverride {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(v) => write!(f, "{v}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Parses `1.33`, or the empty string for none.
+pub fn parse_version_override(s: &str) -> Result<VersionOverride, String> {
+    if s.trim().is_empty() {
+        return Ok(VersionOverride(None));
+    }
+    KubernetesVersion::parse(s).map(|v| VersionOverride(Some(v)))
+}
+
+/// Checks a cluster CA bundle: empty, or base64 of PEM certificates.
+pub fn parse_ca_bundle(s: &str) -> Result<String, String> {
+    use base64::Engine;
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(String::new());
+    }
+    let shown: String = s.chars().take(16).collect();
+    let err =
+        || format!("invalid cluster CA bundle {shown:?}...: expected base64 of PEM certificates, as EKS reports certificateAuthority.data");
+    let pem = base64::engine::general_purpose::STANDARD.decode(s).map_err(|_| err())?;
+    if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
+        return Err(err());
+    }
+    Ok(s.to_string())
+}
+
+/// Checks a service CIDR: empty, or an IPv4 network `a.b.c.d/n`.
+pub fn parse_cidr(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(String::new());
+    }
+    let valid = s
+        .split_once('/')
+        .is_some_and(|(ip, bits)| ip.parse::<std::net::Ipv4Addr>().is_ok() && bits.parse::<u8>().is_ok_and(|b| b <= 32));
+    if valid {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "invalid service CIDR {s:?}: expected an IPv4 network such as 10.100.0.0/16"
+        ))
     }
 }
 
@@ -690,5 +759,48 @@ mod tests {
     fn cluster_name_is_required() {
         let err = Cli::try_parse_from(["karpenter-rs", "run"]).unwrap_err().to_string();
         assert!(err.contains("--cluster-name"), "{err}");
+    }
+
+    fn run_args(extra: &[&str]) -> Result<RunArgs, clap::Error> {
+        let mut argv = vec!["karpenter-rs", "run", "--cluster-name", "c"];
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv)?.command {
+            Command::Run(args) => Ok(args),
+            other => panic!("run subcommand, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn kubernetes_version_is_read_from_the_api_server_unless_given() {
+        let args = run_args(&[]).unwrap();
+        assert_eq!(args.provisioning().kubernetes_version, None);
+        let args = run_args(&["--kubernetes-version", "1.32"]).unwrap();
+        assert_eq!(
+            args.provisioning().kubernetes_version,
+            Some(KubernetesVersion { major: 1, minor: 32 })
+        );
+        assert_eq!(parse_version_override(""), Ok(VersionOverride(None)), "an empty KUBERNETES_VERSION");
+        let err = run_args(&["--kubernetes-version", "latest"]).unwrap_err().to_string();
+        assert!(err.contains("\"latest\"") && err.contains("--kubernetes-version"), "{err}");
+    }
+
+    #[test]
+    fn cluster_ca_bundle_and_cidr_reach_the_cloud_settings() {
+        use base64::Engine;
+        let bundle = base64::engine::general_purpose::STANDARD.encode("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n");
+        let args = run_args(&["--cluster-ca-bundle", &bundle, "--cluster-cidr", "10.100.0.0/16"]).unwrap();
+        let cloud = args.cloud();
+        assert_eq!(cloud.cluster_ca_bundle.as_deref(), Some(bundle.as_str()));
+        assert_eq!(cloud.cluster_cidr.as_deref(), Some("10.100.0.0/16"));
+        let cloud = run_args(&[]).unwrap().cloud();
+        assert_eq!((cloud.cluster_ca_bundle, cloud.cluster_cidr), (None, None));
+        let err = run_args(&["--cluster-ca-bundle", "not base64!"]).unwrap_err().to_string();
+        assert!(err.contains("--cluster-ca-bundle") && err.contains("\"not base64!\""), "{err}");
+        let not_pem = base64::engine::general_purpose::STANDARD.encode("hello");
+        assert!(run_args(&["--cluster-ca-bundle", &not_pem]).is_err());
+        for bad in ["10.100.0.0", "10.100.0.0/33", "fd00::/108", "ten/8"] {
+            let err = run_args(&["--cluster-cidr", bad]).unwrap_err().to_string();
+            assert!(err.contains(&format!("{bad:?}")), "{err}");
+        }
     }
 }

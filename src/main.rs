@@ -123,11 +123,21 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
     let mut backoff = std::time::Duration::from_secs(1);
     let (client, cloud, args) = loop {
         let connected = async {
-            let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
+            let kube_config = kube::Config::infer().await.context("reading the kube config")?;
+            let root_cert = kube_config.root_cert.clone();
+            let client = kube::Client::try_from(kube_config).context("connecting to the Kubernetes API")?;
             // The settings ConfigMap, read once: changes take effect on restart.
             let mut args = args.clone();
             settings::load(client.clone(), &mut args).await;
-            let cloud = AwsCloudProvider::new(args.cloud())
+            let mut cloud_config = args.cloud();
+            // The nodes trust the CA the controller trusts, unless one is configured.
+            if cloud_config.cluster_ca_bundle.is_none() {
+                cloud_config.cluster_ca_bundle = root_cert
+                    .as_deref()
+                    .filter(|certs| !certs.is_empty())
+                    .map(karpenter_rs::cloudprovider::ca_bundle_from_der);
+            }
+            let cloud = AwsCloudProvider::new(cloud_config)
                 .await
                 .context("setting up the AWS cloud provider")?;
             anyhow::Ok((client, cloud, args))

@@ -15,7 +15,9 @@ use k8s_openapi::api::core::v1::Taint;
 use karpenter_rs::apis::v1alpha1::AwsNodeTemplate;
 use karpenter_rs::cloudprovider::aws::pricing::estimate_on_demand;
 use karpenter_rs::cloudprovider::aws::AwsCloudProvider;
-use karpenter_rs::cloudprovider::{CloudConfig, CloudProvider, Error, InstanceOption, LaunchRequest, NodeTemplate};
+use karpenter_rs::cloudprovider::{
+    AmiFamily, CloudConfig, CloudProvider, Error, InstanceOption, KubernetesVersion, LaunchRequest, NodeTemplate,
+};
 
 mod support;
 
@@ -46,11 +48,20 @@ async fn provider() -> AwsCloudProvider {
     AwsCloudProvider::new(config()).await.expect("building the provider")
 }
 
-/// The first write-up's AWSNodeTemplate, from its fixture.
+/// The first write-up's AWSNodeTemplate, from its fixture, for nodes of the local cluster's
+/// Kubernetes 1.33: it names no amiFamily, so its nodes boot AL2023.
 fn first_write_up_template() -> NodeTemplate {
     let text = std::fs::read_to_string(repo_root().join("tests/fixtures/first-writeup/awsnodetemplate.yaml")).unwrap();
     let template: AwsNodeTemplate = serde_yaml::from_str(&text).expect("the fixture is an AWSNodeTemplate");
-    NodeTemplate::from_node_template(&template.spec, CLUSTER_NAME).expect("the fixture's settings are supported")
+    NodeTemplate::from_node_template(&template.spec, CLUSTER_NAME, support::KUBERNETES_VERSION)
+        .expect("the fixture's settings are supported")
+}
+
+/// The first write-up's AWSNodeTemplate with `amiFamily: AL2`.
+fn first_write_up_al2_template() -> NodeTemplate {
+    let mut template = first_write_up_template();
+    template.ami_family = AmiFamily::Al2;
+    template
 }
 
 fn option(instance_type: &str, zone: &str, price: f64) -> InstanceOption {
@@ -63,12 +74,13 @@ fn option(instance_type: &str, zone: &str, price: f64) -> InstanceOption {
 }
 
 /// A launch like the first write-up's `service` Provisioner asks for: t3.large or t3.xlarge,
-/// on-demand, in ap-northeast-2a or 2c, label nodeType=service-2023, taint service=true:NoSchedule.
+/// on-demand, in ap-northeast-2a or 2c, label nodeType=service-2023, taint service=true:NoSchedule,
+/// with its template set to `amiFamily: AL2`.
 fn first_write_up_request(provisioner: &str) -> LaunchRequest {
     LaunchRequest {
         provisioner_name: provisioner.into(),
         node_name: None,
-        template: first_write_up_template(),
+        template: first_write_up_al2_template(),
         instance_options: vec![
             option("t3.large", "ap-northeast-2a", 0.104),
             option("t3.large", "ap-northeast-2c", 0.104),
@@ -242,14 +254,61 @@ async fn first_write_up_template_resolves_to_the_three_subnets_and_the_security_
     assert_eq!(subnets, expected);
     let groups: Vec<String> = status.security_groups.unwrap().into_iter().map(|g| g.id).collect();
     assert_eq!(groups, vec![fx["security_group_id"].as_str().unwrap().to_string()]);
+    // No amiFamily on Kubernetes 1.33: AL2023 (differences.md item 13).
     let amis: BTreeSet<String> = status.amis.unwrap().into_iter().map(|a| a.id).collect();
-    let al2 = |param: &str| fx["amis"][param]["image_id"].as_str().unwrap().to_string();
+    let ami = |param: &str| fx["amis"][param]["image_id"].as_str().unwrap().to_string();
     assert_eq!(
         amis,
         BTreeSet::from([
-            al2("/aws/service/eks/optimized-ami/1.33/amazon-linux-2/recommended/image_id"),
-            al2("/aws/service/eks/optimized-ami/1.33/amazon-linux-2-arm64/recommended/image_id"),
+            ami("/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/standard/recommended/image_id"),
+            ami("/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/arm64/standard/recommended/image_id"),
         ])
+    );
+    let status = cloud
+        .resolve(&first_write_up_al2_template())
+        .await
+        .expect("resolving with amiFamily AL2");
+    let amis: BTreeSet<String> = status.amis.unwrap().into_iter().map(|a| a.id).collect();
+    assert_eq!(
+        amis,
+        BTreeSet::from([
+            ami("/aws/service/eks/optimized-ami/1.33/amazon-linux-2/recommended/image_id"),
+            ami("/aws/service/eks/optimized-ami/1.33/amazon-linux-2-arm64/recommended/image_id"),
+        ])
+    );
+}
+
+#[tokio::test]
+async fn a_missing_ssm_parameter_is_a_template_error_naming_the_parameter_and_the_family() {
+    let cloud = provider().await;
+    // No AMI is published (seeded) for Kubernetes 1.27.
+    let mut template = first_write_up_template();
+    template.kubernetes_version = KubernetesVersion { major: 1, minor: 27 };
+    template.ami_family = AmiFamily::Al2023;
+    let err = cloud.resolve(&template).await.unwrap_err();
+    assert_eq!(err.kind(), "invalid_configuration");
+    let message = err.to_string();
+    assert!(
+        message.contains("/aws/service/eks/optimized-ami/1.27/amazon-linux-2023/x86_64/standard/recommended/image_id"),
+        "{message}"
+    );
+    assert!(
+        message.contains("amiFamily AL2023") && message.contains("Kubernetes 1.27"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn al2023_templates_without_a_service_cidr_are_configuration_errors_naming_the_setting() {
+    let mut config = config();
+    config.cluster_cidr = None;
+    let cloud = AwsCloudProvider::new(config).await.unwrap();
+    let err = cloud.resolve(&first_write_up_template()).await.unwrap_err();
+    assert_eq!(err.kind(), "invalid_configuration");
+    assert!(err.to_string().contains("--cluster-cidr"), "{err}");
+    assert!(
+        cloud.resolve(&first_write_up_al2_template()).await.is_ok(),
+        "AL2's bootstrap looks it up itself"
     );
 }
 
@@ -266,6 +325,24 @@ async fn selectors_that_match_nothing_are_configuration_errors_naming_the_select
     template.security_group_selector = BTreeMap::from([("karpenter".to_string(), "managed".to_string())]);
     let err = cloud.resolve(&template).await.unwrap_err();
     assert!(err.to_string().contains(r#"securityGroupSelector {karpenter: "managed"}"#), "{err}");
+}
+
+/// The one launch template tagged with `provisioner`.
+async fn only_launch_template(cloud: &AwsCloudProvider, provisioner: &str) -> aws_sdk_ec2::types::LaunchTemplate {
+    let templates = cloud
+        .ec2()
+        .describe_launch_templates()
+        .filters(
+            Filter::builder()
+                .name("tag:karpenter.sh/provisioner-name")
+                .values(provisioner)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(templates.launch_templates().len(), 1, "{templates:?}");
+    templates.launch_templates()[0].clone()
 }
 
 #[tokio::test]
@@ -302,15 +379,7 @@ async fn launches_tags_lists_and_terminates_first_write_up_nodes() {
             assert_eq!(ec2_instance.image_id(), al2);
 
             // 3. one launch template, holding the AMI, security group, profile, metadata and bootstrap
-            let templates = cloud
-                .ec2()
-                .describe_launch_templates()
-                .filters(Filter::builder().name("tag:karpenter.sh/provisioner-name").values(&provisioner).build())
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(templates.launch_templates().len(), 1);
-            let lt = &templates.launch_templates()[0];
+            let lt = only_launch_template(cloud, &provisioner).await;
             let lt_name = lt.launch_template_name().unwrap().to_string();
             assert!(lt_name.starts_with("karpenter-rs/ssungz-cluster/"), "{lt_name}");
             assert_eq!(tag_map(lt.tags()).get("karpenter.k8s.aws/cluster").map(String::as_str), Some(CLUSTER_NAME));
@@ -369,6 +438,60 @@ async fn launches_tags_lists_and_terminates_first_write_up_nodes() {
             let state = cloud.ec2().describe_instances().instance_ids(&first.id).send().await.unwrap();
             let state = state.reservations()[0].instances()[0].state().and_then(|s| s.name()).unwrap().as_str().to_string();
             assert!(state == "terminated" || state == "shutting-down", "{state}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn launches_al2023_nodes_with_a_node_config_in_the_launch_template() {
+    let cloud = provider().await;
+    let provisioner = unique("al2023");
+    let fx = fixtures();
+    with_cleanup(&cloud, &provisioner, |ids| {
+        let cloud = &cloud;
+        let provisioner = provisioner.clone();
+        async move {
+            let mut request = first_write_up_request(&provisioner);
+            // The fixture names no amiFamily: on Kubernetes 1.33 that is AL2023.
+            request.template = first_write_up_template();
+            assert_eq!(request.template.ami_family, AmiFamily::Al2023);
+            request.kubelet.max_pods = Some(29);
+            let instance = cloud.create(&request).await.expect("launching an AL2023 node");
+            ids.lock().unwrap().push(instance.id.clone());
+            let al2023 = fx["amis"]["/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/standard/recommended/image_id"]["image_id"].as_str();
+            assert_eq!(instance.image_id.as_deref(), al2023);
+
+            let lt = only_launch_template(cloud, &provisioner).await;
+            let lt_name = lt.launch_template_name().unwrap();
+            let versions = cloud.ec2().describe_launch_template_versions().launch_template_name(lt_name).send().await.unwrap();
+            let data = versions.launch_template_versions()[0].launch_template_data().unwrap();
+            assert_eq!(data.image_id(), al2023);
+            assert_eq!(data.block_device_mappings()[0].device_name(), Some("/dev/xvda"));
+            let user_data = base64::engine::general_purpose::STANDARD.decode(data.user_data().unwrap()).unwrap();
+            let user_data = String::from_utf8(user_data).unwrap();
+            let (headers, body) = user_data.split_once("Content-Type: application/node.eks.aws\n\n").unwrap_or_else(|| panic!("{user_data}"));
+            assert!(headers.starts_with("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"//\""), "{user_data}");
+            let body = body.split("\n--//").next().unwrap();
+            let node_config: serde_json::Value = serde_yaml::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+            assert_eq!(node_config["apiVersion"], "node.eks.aws/v1alpha1");
+            assert_eq!(node_config["kind"], "NodeConfig");
+            let cluster = &node_config["spec"]["cluster"];
+            assert_eq!(cluster["name"], CLUSTER_NAME);
+            assert_eq!(cluster["apiServerEndpoint"], local_env()["CLUSTER_ENDPOINT"].as_str());
+            assert_eq!(cluster["cidr"], local_env()["CLUSTER_CIDR"].as_str());
+            let ca = base64::engine::general_purpose::STANDARD.decode(cluster["certificateAuthority"].as_str().unwrap()).unwrap();
+            assert_eq!(ca, std::fs::read(&local_env()["LOCAL_CLUSTER_CA_FILE"]).unwrap(), "the local cluster's CA");
+            let kubelet = &node_config["spec"]["kubelet"];
+            assert_eq!(kubelet["config"]["maxPods"], 29);
+            assert_eq!(
+                kubelet["flags"],
+                serde_json::json!([
+                    format!("--node-labels=karpenter.sh/capacity-type=on-demand,karpenter.sh/provisioner-name={provisioner},nodeType=service-2023"),
+                    "--register-with-taints=service=true:NoSchedule",
+                ])
+            );
+            assert!(!user_data.contains("bootstrap.sh"), "{user_data}");
         }
     })
     .await;

@@ -523,7 +523,7 @@ fn an_instance_without_a_node_is_terminated_after_the_grace_period() {
     let cloud = cloud(controller, cluster);
     let text = std::fs::read_to_string(support::repo_root().join("tests/fixtures/first-writeup/awsnodetemplate.yaml")).unwrap();
     let template: AwsNodeTemplate = serde_yaml::from_str(&text).unwrap();
-    let mut node_template = NodeTemplate::from_node_template(&template.spec, CLUSTER_NAME).unwrap();
+    let mut node_template = NodeTemplate::from_node_template(&template.spec, CLUSTER_NAME, support::KUBERNETES_VERSION).unwrap();
     node_template.tags.insert(SUITE_KEY.into(), SUITE.into());
     let provisioner = unique("leak");
     let request = LaunchRequest {

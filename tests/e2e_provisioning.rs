@@ -138,6 +138,11 @@ fn first_write_up_launches_one_node_and_runs_nginx_on_it() {
             Some("owned")
         );
         assert_eq!(instance.instance_type, labels["node.kubernetes.io/instance-type"]);
+        // The API server says 1.33 and the template names no amiFamily: the node boots AL2023.
+        let seeded: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&cluster.env["LOCAL_CLUSTER_FIXTURES"]).unwrap()).unwrap();
+        let al2023 = "/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/standard/recommended/image_id";
+        assert_eq!(instance.image_id.as_deref(), seeded["amis"][al2023]["image_id"].as_str());
 
         let metrics = controller.metrics.render();
         assert!(

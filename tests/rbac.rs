@@ -219,6 +219,8 @@ fn start_replica(cluster: &Cluster, rendered: &Rendered, namespace: &str, identi
         ("CERT_DIR", cert_dir.display().to_string()),
         ("CERT_EXTRA_SAN", "127.0.0.1".into()),
         ("CLUSTER_ENDPOINT", cluster.env["CLUSTER_ENDPOINT"].clone()),
+        // AL2023 nodes (the default on 1.33) need the service CIDR; the CA comes from the kube config.
+        ("CLUSTER_CIDR", cluster.env["CLUSTER_CIDR"].clone()),
         ("AWS_REGION", cluster.env["AWS_REGION"].clone()),
         ("AWS_ENDPOINT_URL", cluster.env["AWS_ENDPOINT_URL"].clone()),
         ("AWS_ACCESS_KEY_ID", cluster.env["AWS_ACCESS_KEY_ID"].clone()),

@@ -13,14 +13,105 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Taint;
 
+use base64::Engine;
+
+use crate::apis::quantity::parse_quantity;
 use crate::apis::v1alpha1::defaults::discovery_selector;
 use crate::apis::v1alpha1::{AwsNodeTemplateSpec, AwsNodeTemplateStatus, AwsProvider, BlockDeviceMapping, MetadataOptions};
 use crate::apis::v1alpha5::KubeletConfiguration;
+use crate::scheduling::capacity::DEFAULT_EPHEMERAL_STORAGE_BYTES;
 pub use crate::scheduling::AmiFamily;
 use crate::scheduling::InstanceFacts;
 
-/// Kubernetes version whose AMIs are used when none is configured.
-pub const DEFAULT_KUBERNETES_VERSION: &str = "1.33";
+/// A Kubernetes `major.minor`: the version whose EKS-optimized AMIs nodes boot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KubernetesVersion {
+    /// `1` of `1.33`.
+    pub major: u32,
+    /// `33` of `1.33`.
+    pub minor: u32,
+}
+
+impl KubernetesVersion {
+    /// The first version whose nodes default to AL2023: EKS publishes no AL2 AMIs from 1.33 on
+    /// (differences.md item 13).
+    pub const FIRST_AL2023_DEFAULT: KubernetesVersion = KubernetesVersion { major: 1, minor: 33 };
+
+    /// From `major.minor` (`1.33`); a leading `v` and a patch (`v1.33.2`) are accepted.
+    pub fn parse(value: &str) -> Result<KubernetesVersion, String> {
+        let err = || format!("invalid Kubernetes version {value:?}: expected major.minor, e.g. 1.33");
+        let parts: Vec<&str> = value.trim().trim_start_matches('v').split('.').collect();
+        let numeric = |p: &&str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+        if !(2..=3).contains(&parts.len()) || !parts.iter().all(numeric) {
+            return Err(err());
+        }
+        Ok(KubernetesVersion {
+            major: parts[0].parse().map_err(|_| err())?,
+            minor: parts[1].parse().map_err(|_| err())?,
+        })
+    }
+
+    /// From the API server's `/version` `major` and `minor`, whose trailing `+` (and anything
+    /// else after the digits, as some distributions add) is dropped
+    /// (`aws@v0.27.0:pkg/providers/version/version.go`).
+    pub fn from_api_server(major: &str, minor: &str) -> Result<KubernetesVersion, String> {
+        let digits = |s: &str| -> String { s.chars().take_while(char::is_ascii_digit).collect() };
+        let err = || format!("the API server reports version major {major:?} minor {minor:?}, not numbers");
+        Ok(KubernetesVersion {
+            major: digits(major).parse().map_err(|_| err())?,
+            minor: digits(minor).parse().map_err(|_| err())?,
+        })
+    }
+}
+
+impl fmt::Display for KubernetesVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+impl std::str::FromStr for KubernetesVersion {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        KubernetesVersion::parse(s)
+    }
+}
+
+/// The AMI family of a template that names none: AL2 up to Kubernetes 1.32, AL2023 from 1.33
+/// on (differences.md item 13; Karpenter v0.31 always took AL2).
+pub fn default_ami_family(version: KubernetesVersion) -> AmiFamily {
+    if version >= KubernetesVersion::FIRST_AL2023_DEFAULT {
+        AmiFamily::Al2023
+    } else {
+        AmiFamily::Al2
+    }
+}
+
+/// The AMI family of `spec.amiFamily`, or the version's default when absent.
+pub fn ami_family(value: Option<&str>, version: KubernetesVersion) -> Result<AmiFamily, Error> {
+    match value {
+        Some(v) => AmiFamily::parse(v).map_err(Error::InvalidConfiguration),
+        None => Ok(default_ami_family(version)),
+    }
+}
+
+/// The CA bundle as EKS reports it (base64 of the PEM certificates) of DER certificates, e.g.
+/// the root certificates of the controller's own kube config.
+pub fn ca_bundle_from_der(certificates: &[Vec<u8>]) -> String {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut pem = String::new();
+    for der in certificates {
+        pem.push_str("-----BEGIN CERTIFICATE-----\n");
+        let body = b64.encode(der);
+        for line in body.as_bytes().chunks(64) {
+            pem.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
+            pem.push('\n');
+        }
+        pem.push_str("-----END CERTIFICATE-----\n");
+    }
+    b64.encode(pem)
+}
 
 /// Settings of the cloud provider, handed down from `Config`.
 #[derive(Clone, Debug, PartialEq)]
@@ -29,8 +120,11 @@ pub struct CloudConfig {
     pub cluster_name: String,
     /// URL of the cluster's API server, written into the node bootstrap.
     pub cluster_endpoint: String,
-    /// Base64 PEM CA bundle of the API server, written into the node bootstrap when known.
+    /// Base64 PEM CA bundle of the API server, written into the node bootstrap when known
+    /// (`--b64-cluster-ca` of AL2's bootstrap.sh, AL2023's `certificateAuthority`).
     pub cluster_ca_bundle: Option<String>,
+    /// The cluster's service IPv4 CIDR, which AL2023's nodeadm needs (`spec.cluster.cidr`).
+    pub cluster_cidr: Option<String>,
     /// Cluster DNS service IP for the kubelet, when not the AMI's default.
     pub cluster_dns: Option<String>,
     /// AWS region; `None` uses the SDK's chain (`AWS_REGION`, profile, instance metadata).
@@ -42,8 +136,6 @@ pub struct CloudConfig {
     pub credentials: Option<StaticCredentials>,
     /// YAML or JSON file of instance type → on-demand USD per hour (or `{onDemand, spot}`).
     pub price_overrides: Option<PathBuf>,
-    /// Kubernetes `major.minor` whose node AMIs are resolved through SSM.
-    pub kubernetes_version: String,
     /// Instance profile of nodes whose template names none (`aws.defaultInstanceProfile`).
     pub default_instance_profile: Option<String>,
     /// Tags added to everything launched, under the template's own tags (`aws.tags`).
@@ -61,12 +153,12 @@ impl CloudConfig {
             cluster_name: cluster_name.into(),
             cluster_endpoint: cluster_endpoint.into(),
             cluster_ca_bundle: None,
+            cluster_cidr: None,
             cluster_dns: None,
             region: None,
             endpoint_url: None,
             credentials: None,
             price_overrides: None,
-            kubernetes_version: DEFAULT_KUBERNETES_VERSION.to_string(),
             default_instance_profile: None,
             tags: BTreeMap::new(),
             catalogue_ttl: Duration::from_secs(5 * 60),
@@ -167,8 +259,11 @@ pub struct NodeTemplate {
     pub subnet_selector: BTreeMap<String, String>,
     /// Tags (or `aws-ids`) selecting the security groups; empty with `launch_template`.
     pub security_group_selector: BTreeMap<String, String>,
-    /// AMI family (bootstrap format, SSM parameters).
+    /// AMI family (bootstrap format, SSM parameters, root device): the template's, else the
+    /// Kubernetes version's default.
     pub ami_family: AmiFamily,
+    /// Kubernetes `major.minor` whose AMIs the nodes boot (the family's SSM parameters).
+    pub kubernetes_version: KubernetesVersion,
     /// Tags or ids selecting AMIs instead of the family's SSM parameter.
     pub ami_selector: Option<BTreeMap<String, String>>,
     /// IAM instance profile; `None` uses `CloudConfig::default_instance_profile`.
@@ -190,8 +285,9 @@ pub struct NodeTemplate {
 }
 
 impl NodeTemplate {
-    /// From an AWSNodeTemplate; absent selectors select `karpenter.sh/discovery: <cluster_name>`.
-    pub fn from_node_template(spec: &AwsNodeTemplateSpec, cluster_name: &str) -> Result<NodeTemplate, Error> {
+    /// From an AWSNodeTemplate for nodes of Kubernetes `version`; absent selectors select
+    /// `karpenter.sh/discovery: <cluster_name>`.
+    pub fn from_node_template(spec: &AwsNodeTemplateSpec, cluster_name: &str, version: KubernetesVersion) -> Result<NodeTemplate, Error> {
         Ok(NodeTemplate {
             subnet_selector: spec.subnet_selector.clone().unwrap_or_else(|| discovery_selector(cluster_name)),
             security_group_selector: default_security_groups(
@@ -199,7 +295,8 @@ impl NodeTemplate {
                 spec.launch_template.as_deref(),
                 cluster_name,
             ),
-            ami_family: AmiFamily::parse(spec.ami_family.as_deref()).map_err(Error::InvalidConfiguration)?,
+            ami_family: ami_family(spec.ami_family.as_deref(), version)?,
+            kubernetes_version: version,
             ami_selector: spec.ami_selector.clone(),
             instance_profile: spec.instance_profile.clone(),
             user_data: spec.user_data.clone(),
@@ -212,9 +309,9 @@ impl NodeTemplate {
         })
     }
 
-    /// From a Provisioner's inline `spec.provider`; the cluster for default selectors is its
-    /// `clusterName` when set, else `cluster_name`.
-    pub fn from_provider(provider: &AwsProvider, cluster_name: &str) -> Result<NodeTemplate, Error> {
+    /// From a Provisioner's inline `spec.provider` for nodes of Kubernetes `version`; the cluster
+    /// for default selectors is its `clusterName` when set, else `cluster_name`.
+    pub fn from_provider(provider: &AwsProvider, cluster_name: &str, version: KubernetesVersion) -> Result<NodeTemplate, Error> {
         let cluster = provider.cluster_name.as_deref().filter(|c| !c.is_empty()).unwrap_or(cluster_name);
         Ok(NodeTemplate {
             subnet_selector: provider.subnet_selector.clone().unwrap_or_else(|| discovery_selector(cluster)),
@@ -223,7 +320,8 @@ impl NodeTemplate {
                 provider.launch_template.as_deref(),
                 cluster,
             ),
-            ami_family: AmiFamily::parse(provider.ami_family.as_deref()).map_err(Error::InvalidConfiguration)?,
+            ami_family: ami_family(provider.ami_family.as_deref(), version)?,
+            kubernetes_version: version,
             ami_selector: None,
             instance_profile: provider.instance_profile.clone(),
             user_data: None,
@@ -234,6 +332,26 @@ impl NodeTemplate {
             context: provider.context.clone(),
             launch_template: provider.launch_template.clone(),
         })
+    }
+}
+
+impl NodeTemplate {
+    /// Bytes of the volume holding the kubelet's ephemeral storage: the block-device mapping
+    /// of the family's ephemeral device (Custom: the last mapping), else the family's default
+    /// root size, 20Gi (`aws@v0.27.0:pkg/providers/instancetype/types.go` `ephemeralStorage`,
+    /// karpenter-behavior.md §2.12). A mapping without a readable `volumeSize` counts as absent
+    /// (admission rejects unreadable sizes).
+    pub fn ephemeral_storage_bytes(&self) -> i64 {
+        let mappings = self.block_device_mappings.as_deref().unwrap_or_default();
+        let root = match self.ami_family.ephemeral_device() {
+            Some(device) => mappings.iter().find(|m| m.device_name.as_deref() == Some(device)),
+            None => mappings.last(),
+        };
+        root.and_then(|m| m.ebs.as_ref())
+            .and_then(|ebs| ebs.volume_size.as_ref())
+            .and_then(|size| parse_quantity(&size.0))
+            .map(|bytes| bytes.ceil() as i64)
+            .unwrap_or(DEFAULT_EPHEMERAL_STORAGE_BYTES)
     }
 }
 
@@ -433,6 +551,11 @@ pub trait CloudProvider: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::apis::v1alpha1::BlockDevice;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    const V1_32: KubernetesVersion = KubernetesVersion { major: 1, minor: 32 };
+    const V1_33: KubernetesVersion = KubernetesVersion { major: 1, minor: 33 };
 
     #[test]
     fn parses_instance_ids_from_provider_ids() {
@@ -447,7 +570,7 @@ mod tests {
             cluster_name: Some("other".into()),
             ..Default::default()
         };
-        let t = NodeTemplate::from_provider(&provider, "ssungz-cluster").unwrap();
+        let t = NodeTemplate::from_provider(&provider, "ssungz-cluster", V1_32).unwrap();
         assert_eq!(t.subnet_selector, discovery_selector("other"));
         assert_eq!(t.security_group_selector, discovery_selector("other"));
         assert_eq!(t.ami_family, AmiFamily::Al2);
@@ -455,14 +578,14 @@ mod tests {
             launch_template: Some("mine".into()),
             ..Default::default()
         };
-        let t = NodeTemplate::from_node_template(&spec, "ssungz-cluster").unwrap();
+        let t = NodeTemplate::from_node_template(&spec, "ssungz-cluster", V1_33).unwrap();
         assert!(t.security_group_selector.is_empty());
     }
 
     #[test]
     fn rejects_windows_ami_families_naming_the_value() {
         let spec: AwsNodeTemplateSpec = serde_json::from_value(serde_json::json!({"amiFamily": "Windows2019"})).unwrap();
-        let err = NodeTemplate::from_node_template(&spec, "ssungz-cluster").unwrap_err();
+        let err = NodeTemplate::from_node_template(&spec, "ssungz-cluster", V1_33).unwrap_err();
         assert_eq!(err.kind(), "invalid_configuration");
         assert!(err.to_string().contains("\"Windows2019\""), "{err}");
     }
@@ -475,5 +598,115 @@ mod tests {
         };
         assert_eq!(spot_max_price(&provider), Some(0.067));
         assert_eq!(spot_max_price(&AwsProvider::default()), None);
+    }
+
+    #[test]
+    fn parses_kubernetes_versions_from_flags_and_the_api_server() {
+        assert_eq!(KubernetesVersion::parse("1.33"), Ok(V1_33));
+        assert_eq!(KubernetesVersion::parse("v1.32.4"), Ok(V1_32));
+        for bad in ["1", "1.", "1.33.", "1.x", "one.two", "1.33.2.1", ""] {
+            let err = KubernetesVersion::parse(bad).unwrap_err();
+            assert!(err.contains(&format!("{bad:?}")), "{err}");
+        }
+        assert_eq!(KubernetesVersion::from_api_server("1", "33+"), Ok(V1_33));
+        assert_eq!(KubernetesVersion::from_api_server("1", "32"), Ok(V1_32));
+        assert!(KubernetesVersion::from_api_server("", "33").unwrap_err().contains("major \"\""));
+        assert_eq!(V1_33.to_string(), "1.33");
+    }
+
+    #[test]
+    fn templates_without_an_ami_family_get_al2_up_to_1_32_and_al2023_from_1_33() {
+        assert_eq!(default_ami_family(KubernetesVersion { major: 1, minor: 27 }), AmiFamily::Al2);
+        assert_eq!(default_ami_family(V1_32), AmiFamily::Al2);
+        assert_eq!(default_ami_family(V1_33), AmiFamily::Al2023);
+        assert_eq!(default_ami_family(KubernetesVersion { major: 1, minor: 34 }), AmiFamily::Al2023);
+        let spec = AwsNodeTemplateSpec::default();
+        let t = NodeTemplate::from_node_template(&spec, "c", V1_32).unwrap();
+        assert_eq!((t.ami_family, t.kubernetes_version), (AmiFamily::Al2, V1_32));
+        let t = NodeTemplate::from_node_template(&spec, "c", V1_33).unwrap();
+        assert_eq!(t.ami_family, AmiFamily::Al2023);
+        let t = NodeTemplate::from_provider(&AwsProvider::default(), "c", V1_33).unwrap();
+        assert_eq!(t.ami_family, AmiFamily::Al2023);
+        // A family that is named is kept, whatever the version.
+        let al2 = AwsNodeTemplateSpec {
+            ami_family: Some("AL2".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            NodeTemplate::from_node_template(&al2, "c", V1_33).unwrap().ami_family,
+            AmiFamily::Al2
+        );
+        let al2023 = AwsNodeTemplateSpec {
+            ami_family: Some("AL2023".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            NodeTemplate::from_node_template(&al2023, "c", V1_32).unwrap().ami_family,
+            AmiFamily::Al2023
+        );
+    }
+
+    fn mapping(device: &str, size: &str) -> BlockDeviceMapping {
+        BlockDeviceMapping {
+            device_name: Some(device.into()),
+            ebs: Some(BlockDevice {
+                volume_size: Some(Quantity(size.into())),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn ephemeral_storage_is_the_families_root_volume_or_20gi() {
+        let template = |family: &str, mappings: Option<Vec<BlockDeviceMapping>>| {
+            let spec = AwsNodeTemplateSpec {
+                ami_family: Some(family.into()),
+                block_device_mappings: mappings,
+                ..Default::default()
+            };
+            NodeTemplate::from_node_template(&spec, "c", V1_33).unwrap()
+        };
+        const GI: i64 = 1 << 30;
+        let both = || {
+            Some(vec![
+                mapping("/dev/xvda", "100Gi"),
+                mapping("/dev/xvdb", "60Gi"),
+                mapping("/dev/sda1", "80Gi"),
+            ])
+        };
+        assert_eq!(template("AL2", None).ephemeral_storage_bytes(), 20 * GI);
+        assert_eq!(template("AL2", both()).ephemeral_storage_bytes(), 100 * GI);
+        assert_eq!(template("AL2023", both()).ephemeral_storage_bytes(), 100 * GI);
+        assert_eq!(template("Bottlerocket", both()).ephemeral_storage_bytes(), 60 * GI);
+        assert_eq!(template("Ubuntu", both()).ephemeral_storage_bytes(), 80 * GI);
+        assert_eq!(
+            template("Custom", both()).ephemeral_storage_bytes(),
+            80 * GI,
+            "Custom: the last mapping"
+        );
+        assert_eq!(
+            template("AL2", Some(vec![mapping("/dev/xvdb", "100Gi")])).ephemeral_storage_bytes(),
+            20 * GI,
+            "no mapping of the root device: the default"
+        );
+        assert_eq!(
+            template("AL2", Some(vec![mapping("/dev/xvda", "100G")])).ephemeral_storage_bytes(),
+            100_000_000_000
+        );
+    }
+
+    #[test]
+    fn encodes_der_certificates_as_an_eks_ca_bundle() {
+        let bundle = ca_bundle_from_der(&[vec![0u8; 60], vec![1u8; 3]]);
+        let pem = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(bundle).unwrap()).unwrap();
+        let zeros = base64::engine::general_purpose::STANDARD.encode([0u8; 60]);
+        assert_eq!(
+            pem,
+            format!(
+                "-----BEGIN CERTIFICATE-----\n{}\n{}\n-----END CERTIFICATE-----\n-----BEGIN CERTIFICATE-----\nAQEB\n-----END CERTIFICATE-----\n",
+                &zeros[..64],
+                &zeros[64..]
+            )
+        );
     }
 }

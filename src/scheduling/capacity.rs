@@ -13,7 +13,8 @@ use super::resources::{to_units, Resources, AMD_GPU, AWS_NEURON, CPU, EPHEMERAL_
 
 /// Share of an instance's memory the hypervisor and OS take (`aws.vmMemoryOverheadPercent`).
 pub const DEFAULT_VM_MEMORY_OVERHEAD_PERCENT: f64 = 0.075;
-/// Root volume size when the node template's block-device mappings do not say (20Gi).
+/// Root volume size when the node template's block-device mappings do not say (20Gi, every
+/// family's default).
 pub const DEFAULT_EPHEMERAL_STORAGE_BYTES: i64 = 20 << 30;
 /// Pods per node when ENI-limited pod density is off.
 pub const DEFAULT_MAX_PODS: i64 = 110;
@@ -67,12 +68,15 @@ pub struct GpuFacts {
 }
 
 /// Which AMI family the node boots: it decides a few overhead rules here, and the AMI, user
-/// data and block devices at launch (`cloudprovider`).
+/// data and block devices at launch (`cloudprovider`). A template naming none gets the
+/// Kubernetes version's default (`cloudprovider::default_ami_family`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum AmiFamily {
-    /// Amazon Linux 2 (the default).
+    /// Amazon Linux 2: the EKS bootstrap script.
     #[default]
     Al2,
+    /// Amazon Linux 2023: nodeadm's `NodeConfig`; overhead rules as AL2's.
+    Al2023,
     /// Bottlerocket: real max-pods for memory overhead, no podsPerCore, no soft eviction.
     Bottlerocket,
     /// Ubuntu.
@@ -82,16 +86,29 @@ pub enum AmiFamily {
 }
 
 impl AmiFamily {
-    /// From `spec.amiFamily` (absent = AL2); an unsupported family is an error naming it.
-    pub fn parse(value: Option<&str>) -> Result<AmiFamily, String> {
-        match value.unwrap_or("AL2") {
+    /// From `spec.amiFamily`; an unsupported family is an error naming it.
+    pub fn parse(value: &str) -> Result<AmiFamily, String> {
+        match value {
             "AL2" => Ok(AmiFamily::Al2),
+            "AL2023" => Ok(AmiFamily::Al2023),
             "Bottlerocket" => Ok(AmiFamily::Bottlerocket),
             "Ubuntu" => Ok(AmiFamily::Ubuntu),
             "Custom" => Ok(AmiFamily::Custom),
             other => Err(format!(
-                "amiFamily {other:?} is not supported by karpenter-rs (AL2, Bottlerocket, Ubuntu or Custom)"
+                "amiFamily {other:?} is not supported by karpenter-rs (AL2, AL2023, Bottlerocket, Ubuntu or Custom)"
             )),
+        }
+    }
+
+    /// The block device whose volume holds the kubelet's ephemeral storage; `None` for Custom,
+    /// whose last block-device mapping counts (`aws@v0.27.0:pkg/providers/amifamily/*.go`
+    /// `EphemeralBlockDevice`).
+    pub fn ephemeral_device(self) -> Option<&'static str> {
+        match self {
+            AmiFamily::Al2 | AmiFamily::Al2023 => Some("/dev/xvda"),
+            AmiFamily::Bottlerocket => Some("/dev/xvdb"),
+            AmiFamily::Ubuntu => Some("/dev/sda1"),
+            AmiFamily::Custom => None,
         }
     }
 
@@ -112,6 +129,7 @@ impl std::fmt::Display for AmiFamily {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             AmiFamily::Al2 => "AL2",
+            AmiFamily::Al2023 => "AL2023",
             AmiFamily::Bottlerocket => "Bottlerocket",
             AmiFamily::Ubuntu => "Ubuntu",
             AmiFamily::Custom => "Custom",

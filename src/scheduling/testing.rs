@@ -116,6 +116,11 @@ impl PodBuilder {
         self.request("memory", amount)
     }
 
+    /// `ephemeral-storage` request of the first container.
+    pub fn ephemeral_storage(self, amount: &str) -> Self {
+        self.request("ephemeral-storage", amount)
+    }
+
     /// `nvidia.com/gpu` request (and limit) of the first container.
     pub fn gpu(self, count: i64) -> Self {
         self.request("nvidia.com/gpu", &count.to_string())

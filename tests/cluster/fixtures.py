@@ -17,7 +17,8 @@ What it creates, for cluster CLUSTER_NAME (default ssungz-cluster):
   * one AMI per EKS-optimized / Bottlerocket flavour (copied from a moto stock
     image of the right architecture, renamed like the real ones) and the public
     SSM parameters that point at them, e.g.
-    /aws/service/eks/optimized-ami/1.33/amazon-linux-2/recommended/image_id.
+    /aws/service/eks/optimized-ami/1.33/amazon-linux-2/recommended/image_id and
+    /aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/standard/recommended/image_id.
     Writing /aws/service/* needs moto_server.py (stock moto refuses those names).
 
 Environment: AWS_ENDPOINT_URL (required, the moto URL), AWS_REGION,
@@ -54,6 +55,22 @@ AMI_PARAMS = [
     (
         f"/aws/service/eks/optimized-ami/{K8S_MINOR}/amazon-linux-2-gpu/recommended/image_id",
         f"amazon-eks-gpu-node-{K8S_MINOR}-v20250101",
+        "x86_64",
+    ),
+    # AL2023 (nodeadm): the default family from 1.33 on.
+    (
+        f"/aws/service/eks/optimized-ami/{K8S_MINOR}/amazon-linux-2023/x86_64/standard/recommended/image_id",
+        f"amazon-eks-node-al2023-x86_64-standard-{K8S_MINOR}-v20250101",
+        "x86_64",
+    ),
+    (
+        f"/aws/service/eks/optimized-ami/{K8S_MINOR}/amazon-linux-2023/arm64/standard/recommended/image_id",
+        f"amazon-eks-node-al2023-arm64-standard-{K8S_MINOR}-v20250101",
+        "arm64",
+    ),
+    (
+        f"/aws/service/eks/optimized-ami/{K8S_MINOR}/amazon-linux-2023/x86_64/nvidia/recommended/image_id",
+        f"amazon-eks-node-al2023-x86_64-nvidia-{K8S_MINOR}-v20250101",
         "x86_64",
     ),
     (

@@ -21,6 +21,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 CLUSTER_NAME=ssungz-cluster
 AWS_REGION_NAME=ap-northeast-2
+SERVICE_CIDR=10.96.0.0/16 # the apiserver's service range; AL2023 nodes' NodeConfig names it
 APISERVER_TIMEOUT=90 # s; /readyz takes 10-35 s on 2 busy cores
 COMPONENT_TIMEOUT=45 # s; everything else
 PKI="$STATE/pki"
@@ -311,6 +312,7 @@ write_env() {
       KUBECONFIG "$KUBECONFIG_FILE" \
       CLUSTER_ENDPOINT "https://127.0.0.1:$APISERVER_PORT" \
       CLUSTER_NAME "$CLUSTER_NAME" \
+      CLUSTER_CIDR "$SERVICE_CIDR" \
       AWS_ENDPOINT_URL "http://127.0.0.1:$MOTO_PORT" \
       AWS_REGION "$AWS_REGION_NAME" \
       AWS_DEFAULT_REGION "$AWS_REGION_NAME" \
@@ -376,7 +378,7 @@ start_apiserver() {
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$PKI/sa.pub" \
     --service-account-signing-key-file="$PKI/sa.key" \
-    --service-cluster-ip-range=10.96.0.0/16 \
+    --service-cluster-ip-range="$SERVICE_CIDR" \
     --authorization-mode=RBAC \
     --allow-privileged=true \
     --disable-admission-plugins=ServiceAccount \

@@ -23,6 +23,9 @@ use tokio_util::sync::CancellationToken;
 
 /// The cluster name the local cluster's fixtures use.
 pub const CLUSTER_NAME: &str = "ssungz-cluster";
+/// The Kubernetes version of the local API server, whose AMIs tests/cluster/fixtures.py seeds.
+pub const KUBERNETES_VERSION: karpenter_rs::cloudprovider::KubernetesVersion =
+    karpenter_rs::cloudprovider::KubernetesVersion { major: 1, minor: 33 };
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
@@ -254,6 +257,13 @@ pub fn cloud_config(cluster: &Cluster) -> karpenter_rs::cloudprovider::CloudConf
         secret_access_key: env["AWS_SECRET_ACCESS_KEY"].clone(),
     });
     config.default_instance_profile = Some("KarpenterNodeInstanceProfile".into());
+    // What the binary takes from CLUSTER_CIDR and its kube config: AL2023 nodes need both.
+    config.cluster_cidr = env.get("CLUSTER_CIDR").cloned();
+    config.cluster_ca_bundle = env.get("LOCAL_CLUSTER_CA_FILE").map(|file| {
+        use base64::Engine;
+        let pem = std::fs::read(file).expect("reading the local cluster's CA");
+        base64::engine::general_purpose::STANDARD.encode(pem)
+    });
     config
 }
 
@@ -322,6 +332,8 @@ impl Controller {
             registration_ttl: loops
                 .as_ref()
                 .map_or(std::time::Duration::from_secs(15 * 60), |l| l.registration_ttl),
+            // The local API server's own version, as on a real cluster.
+            kubernetes_version: None,
             ..Default::default()
         };
         let cloud_config = cloud_config(cluster);

@@ -38,7 +38,7 @@ pub struct AwsNodeTemplateSpec {
     /// Tags added to every instance, volume and launch template created for these nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tags: Option<BTreeMap<String, String>>,
-    /// AMI family: AL2, Bottlerocket, Ubuntu, Windows2019, Windows2022 or Custom. Default AL2.
+    /// AMI family: AL2, AL2023, Bottlerocket, Ubuntu, Windows2019, Windows2022 or Custom. Default: AL2 up to Kubernetes 1.32, AL2023 from 1.33.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ami_family: Option<String>,
     /// Tags or ids (`aws-ids`) that select the AMIs to use instead of the family's default.

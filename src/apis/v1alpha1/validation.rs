@@ -10,7 +10,7 @@ use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
 use crate::apis::validate_object_name;
 
 /// The AMI families karpenter-rs knows how to bootstrap.
-pub const AMI_FAMILIES: &[&str] = &["AL2", "Bottlerocket", "Ubuntu", "Windows2019", "Windows2022", "Custom"];
+pub const AMI_FAMILIES: &[&str] = &["AL2", "AL2023", "Bottlerocket", "Ubuntu", "Windows2019", "Windows2022", "Custom"];
 /// EBS volume types.
 pub const VOLUME_TYPES: &[&str] = &["standard", "io1", "io2", "gp2", "sc1", "st1", "gp3"];
 /// Selector keys that select by id rather than by tag.
@@ -310,6 +310,14 @@ mod tests {
     fn accepts_the_first_write_up_template() {
         let spec = with("tags", json!({"karpenter.sh/discovery": "ssungz-cluster"}));
         assert_eq!(errors(spec), "");
+    }
+
+    #[test]
+    fn accepts_every_bootstrapped_ami_family_including_al2023() {
+        for family in ["AL2", "AL2023", "Bottlerocket", "Ubuntu"] {
+            assert_eq!(errors(with("amiFamily", json!(family))), "", "{family}");
+        }
+        assert!(errors(with("amiFamily", json!("AL2023 "))).contains("AL2023"));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Which AMI a node boots: the family's public SSM parameter for the cluster's Kubernetes version
-//! (per architecture, with the GPU variant for NVIDIA/Neuron types), or the newest image an
-//! `amiSelector` matches. Parameter names and selector filters are pure; `resolve_*` call
+//! (per architecture, with the accelerated variant for NVIDIA/Neuron types), or the newest image
+//! an `amiSelector` matches. Parameter names and selector filters are pure; `resolve_*` call
 //! SSM / EC2.
 
 use std::collections::BTreeMap;
@@ -11,15 +11,33 @@ use aws_sdk_ssm::Client as Ssm;
 use super::errors;
 use super::instance_types::kubernetes_architecture;
 use super::subnets::{describe_selector, selector_filters, split_comma, to_sdk_filters};
-use crate::cloudprovider::{AmiFamily, Error};
+use crate::cloudprovider::{AmiFamily, Error, KubernetesVersion};
 
 /// What an instance type needs from its AMI.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AmiNeed {
     /// `amd64` or `arm64`.
     pub architecture: &'static str,
-    /// NVIDIA GPU or Neuron device: the accelerated variant.
-    pub accelerated: bool,
+    /// The accelerator whose drivers the AMI must carry.
+    pub accelerator: Accelerator,
+}
+
+/// Accelerators that need their own AMI variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Accelerator {
+    /// Neither: the standard AMI.
+    None,
+    /// NVIDIA GPUs.
+    Nvidia,
+    /// AWS Neuron devices (Inferentia, Trainium).
+    Neuron,
+}
+
+impl AmiNeed {
+    /// Whether the type needs an accelerated variant (AL2's `-gpu`, Bottlerocket's `-nvidia`).
+    pub fn accelerated(&self) -> bool {
+        self.accelerator != Accelerator::None
+    }
 }
 
 /// A resolved image.
@@ -34,11 +52,11 @@ pub struct Ami {
 }
 
 /// The SSM parameter holding the family's AMI id, or `None` for Custom.
-pub fn ssm_parameter(family: AmiFamily, kubernetes_version: &str, need: AmiNeed) -> Option<String> {
+pub fn ssm_parameter(family: AmiFamily, kubernetes_version: KubernetesVersion, need: AmiNeed) -> Option<String> {
     let arm = need.architecture == "arm64";
     match family {
         AmiFamily::Al2 => {
-            let variant = match (arm, need.accelerated) {
+            let variant = match (arm, need.accelerated()) {
                 (true, _) => "amazon-linux-2-arm64",
                 (false, true) => "amazon-linux-2-gpu",
                 (false, false) => "amazon-linux-2",
@@ -47,8 +65,20 @@ pub fn ssm_parameter(family: AmiFamily, kubernetes_version: &str, need: AmiNeed)
                 "/aws/service/eks/optimized-ami/{kubernetes_version}/{variant}/recommended/image_id"
             ))
         }
+        // aws@v0.34.0:pkg/providers/amifamily/al2023.go: standard, nvidia and neuron variants.
+        AmiFamily::Al2023 => {
+            let arch = if arm { "arm64" } else { "x86_64" };
+            let variant = match need.accelerator {
+                Accelerator::None => "standard",
+                Accelerator::Nvidia => "nvidia",
+                Accelerator::Neuron => "neuron",
+            };
+            Some(format!(
+                "/aws/service/eks/optimized-ami/{kubernetes_version}/amazon-linux-2023/{arch}/{variant}/recommended/image_id"
+            ))
+        }
         AmiFamily::Bottlerocket => {
-            let nvidia = if need.accelerated { "-nvidia" } else { "" };
+            let nvidia = if need.accelerated() { "-nvidia" } else { "" };
             let arch = if arm { "arm64" } else { "x86_64" };
             Some(format!(
                 "/aws/service/bottlerocket/aws-k8s-{kubernetes_version}{nvidia}/{arch}/latest/image_id"
@@ -90,17 +120,15 @@ pub fn image_query(selector: &BTreeMap<String, String>) -> (Vec<String>, Vec<(St
     (owners, filters)
 }
 
-/// The AMI id the family's SSM parameter names for `need`.
-pub async fn resolve_from_ssm(ssm: &Ssm, family: AmiFamily, kubernetes_version: &str, need: AmiNeed) -> Result<Ami, Error> {
+/// The AMI id the family's SSM parameter names for `need`. A parameter that does not exist is a
+/// configuration error naming it, the family and the version (no AMI is published for them).
+pub async fn resolve_from_ssm(ssm: &Ssm, family: AmiFamily, kubernetes_version: KubernetesVersion, need: AmiNeed) -> Result<Ami, Error> {
     let Some(name) = ssm_parameter(family, kubernetes_version, need) else {
         return Err(Error::InvalidConfiguration(format!("amiFamily {family} needs an amiSelector")));
     };
     let out = ssm.get_parameter().name(&name).send().await.map_err(|e| {
         if e.as_service_error().is_some_and(|s| s.is_parameter_not_found()) {
-            Error::InvalidConfiguration(format!(
-                "no {family} AMI for Kubernetes {kubernetes_version} on {}: SSM parameter {name} does not exist",
-                need.architecture
-            ))
+            Error::InvalidConfiguration(missing_parameter(family, kubernetes_version, need, &name))
         } else {
             errors::api("ssm:GetParameter", e)
         }
@@ -114,6 +142,14 @@ pub async fn resolve_from_ssm(ssm: &Ssm, family: AmiFamily, kubernetes_version: 
         name: None,
         architecture: need.architecture.to_string(),
     })
+}
+
+/// What a missing SSM parameter means to the person who wrote the template.
+pub fn missing_parameter(family: AmiFamily, kubernetes_version: KubernetesVersion, need: AmiNeed, name: &str) -> String {
+    format!(
+        "no amiFamily {family} AMI for Kubernetes {kubernetes_version} on {}: SSM parameter {name} does not exist (name another amiFamily, or an amiSelector)",
+        need.architecture
+    )
 }
 
 /// The newest available image of each architecture the selector matches.
@@ -162,29 +198,59 @@ mod tests {
 
     const AMD: AmiNeed = AmiNeed {
         architecture: "amd64",
-        accelerated: false,
+        accelerator: Accelerator::None,
     };
     const ARM: AmiNeed = AmiNeed {
         architecture: "arm64",
-        accelerated: false,
+        accelerator: Accelerator::None,
     };
     const GPU: AmiNeed = AmiNeed {
         architecture: "amd64",
-        accelerated: true,
+        accelerator: Accelerator::Nvidia,
     };
+    const NEURON: AmiNeed = AmiNeed {
+        architecture: "amd64",
+        accelerator: Accelerator::Neuron,
+    };
+    const V1_29: KubernetesVersion = KubernetesVersion { major: 1, minor: 29 };
+    const V1_33: KubernetesVersion = KubernetesVersion { major: 1, minor: 33 };
 
     #[test]
     fn names_the_al2_parameters_per_architecture_and_gpu() {
         assert_eq!(
-            ssm_parameter(AmiFamily::Al2, "1.33", AMD).unwrap(),
+            ssm_parameter(AmiFamily::Al2, V1_33, AMD).unwrap(),
             "/aws/service/eks/optimized-ami/1.33/amazon-linux-2/recommended/image_id"
         );
         assert_eq!(
-            ssm_parameter(AmiFamily::Al2, "1.33", ARM).unwrap(),
+            ssm_parameter(AmiFamily::Al2, V1_33, ARM).unwrap(),
             "/aws/service/eks/optimized-ami/1.33/amazon-linux-2-arm64/recommended/image_id"
         );
         assert_eq!(
-            ssm_parameter(AmiFamily::Al2, "1.33", GPU).unwrap(),
+            ssm_parameter(AmiFamily::Al2, V1_33, GPU).unwrap(),
+            "/aws/service/eks/optimized-ami/1.33/amazon-linux-2-gpu/recommended/image_id"
+        );
+    }
+
+    #[test]
+    fn names_the_al2023_parameters_per_architecture_and_variant() {
+        assert_eq!(
+            ssm_parameter(AmiFamily::Al2023, V1_33, AMD).unwrap(),
+            "/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/standard/recommended/image_id"
+        );
+        assert_eq!(
+            ssm_parameter(AmiFamily::Al2023, V1_33, ARM).unwrap(),
+            "/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/arm64/standard/recommended/image_id"
+        );
+        assert_eq!(
+            ssm_parameter(AmiFamily::Al2023, V1_33, GPU).unwrap(),
+            "/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
+        );
+        assert_eq!(
+            ssm_parameter(AmiFamily::Al2023, V1_33, NEURON).unwrap(),
+            "/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/neuron/recommended/image_id"
+        );
+        assert_eq!(
+            ssm_parameter(AmiFamily::Al2, V1_33, NEURON).unwrap(),
             "/aws/service/eks/optimized-ami/1.33/amazon-linux-2-gpu/recommended/image_id"
         );
     }
@@ -192,22 +258,22 @@ mod tests {
     #[test]
     fn names_the_bottlerocket_and_ubuntu_parameters() {
         assert_eq!(
-            ssm_parameter(AmiFamily::Bottlerocket, "1.33", AMD).unwrap(),
+            ssm_parameter(AmiFamily::Bottlerocket, V1_33, AMD).unwrap(),
             "/aws/service/bottlerocket/aws-k8s-1.33/x86_64/latest/image_id"
         );
         assert_eq!(
-            ssm_parameter(AmiFamily::Bottlerocket, "1.33", ARM).unwrap(),
+            ssm_parameter(AmiFamily::Bottlerocket, V1_33, ARM).unwrap(),
             "/aws/service/bottlerocket/aws-k8s-1.33/arm64/latest/image_id"
         );
         assert_eq!(
-            ssm_parameter(AmiFamily::Bottlerocket, "1.33", GPU).unwrap(),
+            ssm_parameter(AmiFamily::Bottlerocket, V1_33, GPU).unwrap(),
             "/aws/service/bottlerocket/aws-k8s-1.33-nvidia/x86_64/latest/image_id"
         );
         assert_eq!(
-            ssm_parameter(AmiFamily::Ubuntu, "1.29", ARM).unwrap(),
+            ssm_parameter(AmiFamily::Ubuntu, V1_29, ARM).unwrap(),
             "/aws/service/canonical/ubuntu/eks/20.04/1.29/stable/current/arm64/hvm/ebs-gp2/ami-id"
         );
-        assert_eq!(ssm_parameter(AmiFamily::Custom, "1.33", AMD), None);
+        assert_eq!(ssm_parameter(AmiFamily::Custom, V1_33, AMD), None);
     }
 
     #[test]

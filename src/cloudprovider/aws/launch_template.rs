@@ -6,9 +6,9 @@
 //! configuration that changed (a new label, AMI or security group) leaves its old template
 //! behind, and EC2 caps templates per region. Instances keep running without their template.
 //!
-//! Rendering the bootstrap user data (AL2/Ubuntu EKS bootstrap script in MIME multipart,
-//! Bottlerocket TOML), the family defaults, the name and which templates are unused are pure;
-//! `ensure`, `list` and `delete` call EC2.
+//! Rendering the bootstrap user data (AL2/Ubuntu EKS bootstrap script in MIME multipart, AL2023
+//! nodeadm `NodeConfig` in MIME multipart, Bottlerocket TOML), the family defaults, the name and
+//! which templates are unused are pure; `ensure`, `list` and `delete` call EC2.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -30,13 +30,17 @@ use super::errors;
 use crate::apis::quantity::parse_quantity;
 use crate::apis::v1alpha1::{BlockDevice, BlockDeviceMapping, MetadataOptions};
 use crate::apis::v1alpha5::KubeletConfiguration;
-use crate::cloudprovider::{AmiFamily, Error};
+use crate::cloudprovider::{AmiFamily, CloudConfig, Error};
 
 /// Tag on every launch template karpenter-rs creates, valued with the cluster name.
 pub const LAUNCH_TEMPLATE_CLUSTER_TAG: &str = "karpenter.k8s.aws/cluster";
 
 /// MIME boundary of generated user data (Karpenter's).
 const BOUNDARY: &str = "//";
+/// MIME type of a shell-script part.
+const SHELL_CONTENT_TYPE: &str = "text/x-shellscript; charset=\"us-ascii\"";
+/// MIME type of a nodeadm `NodeConfig` part.
+const NODE_CONFIG_CONTENT_TYPE: &str = "application/node.eks.aws";
 
 /// What the node bootstrap needs to know.
 #[derive(Clone, Debug)]
@@ -47,6 +51,8 @@ pub struct Bootstrap<'a> {
     pub cluster_endpoint: &'a str,
     /// Base64 CA bundle of the API server.
     pub ca_bundle: Option<&'a str>,
+    /// The cluster's service IPv4 CIDR (AL2023's `spec.cluster.cidr`).
+    pub cluster_cidr: Option<&'a str>,
     /// Cluster DNS IP (`clusterDNS` of the kubelet settings wins).
     pub cluster_dns: Option<&'a str>,
     /// Node labels, capacity type included.
@@ -63,6 +69,7 @@ pub struct Bootstrap<'a> {
 pub fn user_data(family: AmiFamily, b: &Bootstrap<'_>) -> Result<String, Error> {
     match family {
         AmiFamily::Al2 | AmiFamily::Ubuntu => Ok(eks_user_data(b)),
+        AmiFamily::Al2023 => nodeadm_user_data(b),
         AmiFamily::Bottlerocket => bottlerocket_user_data(b),
         AmiFamily::Custom => Ok(b.custom_user_data.unwrap_or_default().to_string()),
     }
@@ -203,7 +210,7 @@ fn mime_parts(text: &str) -> Option<Vec<String>> {
 /// the bootstrap script, in one MIME multipart document with boundary `//`, without carriage
 /// returns.
 pub fn eks_user_data(b: &Bootstrap<'_>) -> String {
-    let shell_part = |script: &str| format!("Content-Type: text/x-shellscript; charset=\"us-ascii\"\n\n{script}");
+    let shell_part = |script: &str| format!("Content-Type: {SHELL_CONTENT_TYPE}\n\n{script}");
     let mut parts = Vec::new();
     if let Some(custom) = b.custom_user_data.map(|c| c.replace('\r', "")).filter(|c| !c.trim().is_empty()) {
         match mime_parts(&custom) {
@@ -212,12 +219,108 @@ pub fn eks_user_data(b: &Bootstrap<'_>) -> String {
         }
     }
     parts.push(shell_part(&eks_bootstrap_script(b)));
+    multipart(parts)
+}
+
+/// One MIME multipart document with boundary `//` of `parts` (headers included).
+fn multipart(parts: Vec<String>) -> String {
     let mut out = format!("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"{BOUNDARY}\"\n\n");
     for part in parts {
         out.push_str(&format!("--{BOUNDARY}\n{}\n", part.trim_end_matches('\n')));
     }
     out.push_str(&format!("--{BOUNDARY}--\n"));
     out
+}
+
+/// What a family's bootstrap cannot do without: nodeadm (AL2023) refuses a `NodeConfig`
+/// without the cluster's CA bundle or service CIDR, so a template of that family is a
+/// configuration error naming the settings until both are known (the EKS bootstrap script of AL2
+/// and Ubuntu looks up what it is not given).
+pub fn check_bootstrap(family: AmiFamily, config: &CloudConfig) -> Result<(), Error> {
+    if family != AmiFamily::Al2023 {
+        return Ok(());
+    }
+    let mut missing = Vec::new();
+    if config.cluster_ca_bundle.as_deref().is_none_or(str::is_empty) {
+        missing.push("the cluster CA bundle (--cluster-ca-bundle, CLUSTER_CA_BUNDLE, or a kube config with a CA)");
+    }
+    if config.cluster_cidr.as_deref().is_none_or(str::is_empty) {
+        missing.push("the cluster's service CIDR (--cluster-cidr, CLUSTER_CIDR)");
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Error::InvalidConfiguration(format!(
+        "amiFamily AL2023 nodes are bootstrapped by nodeadm, which needs {}",
+        missing.join(" and ")
+    )))
+}
+
+/// The `NodeConfig` nodeadm reads on AL2023 (`node.eks.aws/v1alpha1`): the cluster, the
+/// kubelet settings as configuration keys (`clusterDNS` from the template or the cluster's DNS
+/// IP), and labels and taints as kubelet flags, as the EKS bootstrap of AL2 passes them
+/// (`aws@v0.34.0:pkg/providers/amifamily/bootstrap/nodeadm.go`).
+pub fn node_config(b: &Bootstrap<'_>) -> Result<String, Error> {
+    use serde_json::{json, Map, Value};
+    let missing = |what: &str| Error::InvalidConfiguration(format!("amiFamily AL2023 nodes need {what}"));
+    let mut kubelet = match serde_json::to_value(b.kubelet) {
+        Ok(Value::Object(map)) => map,
+        _ => Map::new(),
+    };
+    // Not a kubelet setting: AL2023 runs containerd only.
+    kubelet.remove("containerRuntime");
+    if let Some(dns) = cluster_dns(b) {
+        kubelet.insert("clusterDNS".into(), json!([dns]));
+    }
+    let mut flags = Vec::new();
+    if !b.labels.is_empty() {
+        flags.push(format!("--node-labels={}", joined(b.labels, "=")));
+    }
+    if !b.taints.is_empty() {
+        let taints: Vec<String> = b.taints.iter().map(taint_arg).collect();
+        flags.push(format!("--register-with-taints={}", taints.join(",")));
+    }
+    let mut kubelet_spec = Map::new();
+    if !kubelet.is_empty() {
+        kubelet_spec.insert("config".into(), Value::Object(kubelet));
+    }
+    if !flags.is_empty() {
+        kubelet_spec.insert("flags".into(), json!(flags));
+    }
+    let config = json!({
+        "apiVersion": "node.eks.aws/v1alpha1",
+        "kind": "NodeConfig",
+        "spec": {
+            "cluster": {
+                "name": b.cluster_name,
+                "apiServerEndpoint": b.cluster_endpoint,
+                "certificateAuthority": b.ca_bundle.filter(|c| !c.is_empty()).ok_or_else(|| missing("the cluster CA bundle"))?,
+                "cidr": b.cluster_cidr.filter(|c| !c.is_empty()).ok_or_else(|| missing("the cluster's service CIDR"))?,
+            },
+            "kubelet": kubelet_spec,
+        },
+    });
+    let yaml = serde_yaml::to_string(&config).map_err(|e| Error::InvalidConfiguration(format!("rendering the AL2023 NodeConfig: {e}")))?;
+    Ok(format!("# karpenter-rs generated NodeConfig\n{yaml}"))
+}
+
+/// AL2023 user data: the generated `NodeConfig`, then the template's user data parts (a plain
+/// document becomes one part: a `NodeConfig` when it is YAML, else a shell script), in one MIME
+/// multipart document with boundary `//`, without carriage returns. nodeadm merges the
+/// `NodeConfig`s in order, so the template's own settings come after ours.
+pub fn nodeadm_user_data(b: &Bootstrap<'_>) -> Result<String, Error> {
+    let mut parts = vec![format!("Content-Type: {NODE_CONFIG_CONTENT_TYPE}\n\n{}", node_config(b)?)];
+    if let Some(custom) = b.custom_user_data.map(|c| c.replace('\r', "")).filter(|c| !c.trim().is_empty()) {
+        match mime_parts(&custom) {
+            Some(custom_parts) => parts.extend(custom_parts),
+            None => {
+                let is_yaml = serde_yaml::from_str::<serde_yaml::Mapping>(&custom).is_ok();
+                let content_type = if is_yaml { NODE_CONFIG_CONTENT_TYPE } else { SHELL_CONTENT_TYPE };
+                parts.push(format!("Content-Type: {content_type}\n\n{custom}"));
+            }
+        }
+    }
+    Ok(multipart(parts))
 }
 
 /// Bottlerocket user data: the template's TOML with `settings.kubernetes` cluster, labels, taints
@@ -301,7 +404,7 @@ pub fn default_block_devices(family: AmiFamily) -> Vec<BlockDeviceMapping> {
         }),
     };
     match family {
-        AmiFamily::Al2 => vec![gp3("/dev/xvda", "20Gi")],
+        AmiFamily::Al2 | AmiFamily::Al2023 => vec![gp3("/dev/xvda", "20Gi")],
         AmiFamily::Ubuntu => vec![gp3("/dev/sda1", "20Gi")],
         AmiFamily::Bottlerocket => vec![gp3("/dev/xvda", "4Gi"), gp3("/dev/xvdb", "20Gi")],
         AmiFamily::Custom => vec![],
@@ -622,6 +725,7 @@ mod tests {
             cluster_name: "ssungz-cluster",
             cluster_endpoint: "https://127.0.0.1:6443",
             ca_bundle: Some("Q0E="),
+            cluster_cidr: None,
             cluster_dns: None,
             labels: &labels,
             taints: &taints,
@@ -652,6 +756,7 @@ exec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\
             cluster_name: "c",
             cluster_endpoint: "https://e",
             ca_bundle: None,
+            cluster_cidr: None,
             cluster_dns: Some("10.96.0.10"),
             labels: &labels,
             taints: &[],
@@ -678,6 +783,127 @@ exec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\
         assert!(!out.contains("BOUNDARY"));
     }
 
+    /// The parts of a generated MIME document, headers included.
+    fn parts_of(user_data: &str) -> Vec<String> {
+        mime_parts(user_data).expect("a MIME multipart document")
+    }
+
+    #[test]
+    fn renders_an_al2023_node_config_for_the_first_write_up() {
+        let labels = first_write_up_labels();
+        let taints = [
+            taint("service", Some("true"), "NoSchedule"),
+            taint("node.cilium.io/agent-not-ready", None, "NoExecute"),
+        ];
+        let kubelet = KubeletConfiguration {
+            max_pods: Some(35),
+            container_runtime: Some("containerd".into()),
+            kube_reserved: Some(BTreeMap::from([("cpu".to_string(), Quantity("200m".into()))])),
+            eviction_hard: Some(BTreeMap::from([("memory.available".to_string(), "5%".to_string())])),
+            ..Default::default()
+        };
+        let b = Bootstrap {
+            cluster_name: "ssungz-cluster",
+            cluster_endpoint: "https://127.0.0.1:6443",
+            ca_bundle: Some("Q0E="),
+            cluster_cidr: Some("10.100.0.0/16"),
+            cluster_dns: Some("10.100.0.10"),
+            labels: &labels,
+            taints: &taints,
+            kubelet: &kubelet,
+            custom_user_data: None,
+        };
+        let out = user_data(AmiFamily::Al2023, &b).unwrap();
+        assert!(
+            out.starts_with("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"//\"\n\n--//\n"),
+            "{out}"
+        );
+        assert!(out.ends_with("\n--//--\n"), "{out}");
+        let parts = parts_of(&out);
+        assert_eq!(parts.len(), 1, "{out}");
+        let body = parts[0]
+            .strip_prefix("Content-Type: application/node.eks.aws\n\n")
+            .unwrap_or_else(|| panic!("{}", parts[0]));
+        let config: serde_json::Value = serde_yaml::from_str(body).unwrap();
+        assert_eq!(
+            config,
+            serde_json::json!({
+                "apiVersion": "node.eks.aws/v1alpha1",
+                "kind": "NodeConfig",
+                "spec": {
+                    "cluster": {
+                        "name": "ssungz-cluster",
+                        "apiServerEndpoint": "https://127.0.0.1:6443",
+                        "certificateAuthority": "Q0E=",
+                        "cidr": "10.100.0.0/16",
+                    },
+                    "kubelet": {
+                        "config": {
+                            "maxPods": 35,
+                            "clusterDNS": ["10.100.0.10"],
+                            "kubeReserved": {"cpu": "200m"},
+                            "evictionHard": {"memory.available": "5%"},
+                        },
+                        "flags": [
+                            "--node-labels=karpenter.sh/capacity-type=on-demand,karpenter.sh/provisioner-name=service,nodeType=service-2023",
+                            "--register-with-taints=service=true:NoSchedule,node.cilium.io/agent-not-ready:NoExecute",
+                        ],
+                    },
+                },
+            })
+        );
+        assert!(!out.contains("bootstrap.sh"), "{out}");
+    }
+
+    #[test]
+    fn puts_custom_al2023_user_data_after_the_generated_node_config() {
+        let labels = BTreeMap::new();
+        let kubelet = KubeletConfiguration::default();
+        let mut b = Bootstrap {
+            cluster_name: "c",
+            cluster_endpoint: "https://e",
+            ca_bundle: Some("Q0E="),
+            cluster_cidr: Some("10.100.0.0/16"),
+            cluster_dns: None,
+            labels: &labels,
+            taints: &[],
+            kubelet: &kubelet,
+            custom_user_data: Some("apiVersion: node.eks.aws/v1alpha1\r\nkind: NodeConfig\r\nspec:\r\n  kubelet:\r\n    config:\r\n      shutdownGracePeriod: 30s\r\n"),
+        };
+        let out = nodeadm_user_data(&b).unwrap();
+        let parts = parts_of(&out);
+        assert_eq!(parts.len(), 2, "{out}");
+        assert!(parts[0].contains("# karpenter-rs generated NodeConfig"), "{out}");
+        assert!(!parts[0].contains("flags"), "no labels, no taints: no flags\n{out}");
+        assert!(
+            parts[1].starts_with("Content-Type: application/node.eks.aws\n\napiVersion"),
+            "{out}"
+        );
+        assert!(!out.contains('\r'));
+        b.custom_user_data = Some("#!/bin/bash\necho custom\n");
+        let parts = parts_of(&nodeadm_user_data(&b).unwrap());
+        assert!(parts[1].starts_with("Content-Type: text/x-shellscript"), "{parts:?}");
+        b.ca_bundle = None;
+        let err = nodeadm_user_data(&b).unwrap_err().to_string();
+        assert!(err.contains("CA bundle"), "{err}");
+    }
+
+    #[test]
+    fn al2023_templates_need_the_ca_bundle_and_the_service_cidr() {
+        let mut config = CloudConfig::new("c", "https://e");
+        for family in [AmiFamily::Al2, AmiFamily::Bottlerocket, AmiFamily::Ubuntu, AmiFamily::Custom] {
+            assert!(check_bootstrap(family, &config).is_ok(), "{family}");
+        }
+        let err = check_bootstrap(AmiFamily::Al2023, &config).unwrap_err().to_string();
+        assert!(err.contains("--cluster-ca-bundle") && err.contains("--cluster-cidr"), "{err}");
+        config.cluster_ca_bundle = Some("Q0E=".into());
+        let err = check_bootstrap(AmiFamily::Al2023, &config).unwrap_err().to_string();
+        assert!(!err.contains("--cluster-ca-bundle") && err.contains("--cluster-cidr"), "{err}");
+        config.cluster_cidr = Some("10.100.0.0/16".into());
+        assert!(check_bootstrap(AmiFamily::Al2023, &config).is_ok());
+        assert_eq!(default_block_devices(AmiFamily::Al2023), default_block_devices(AmiFamily::Al2));
+    }
+
     #[test]
     fn renders_bottlerocket_settings_over_custom_toml() {
         let labels = first_write_up_labels();
@@ -690,6 +916,7 @@ exec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\
             cluster_name: "ssungz-cluster",
             cluster_endpoint: "https://e",
             ca_bundle: None,
+            cluster_cidr: None,
             cluster_dns: None,
             labels: &labels,
             taints: &taints,
@@ -730,6 +957,7 @@ exec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\
             cluster_name: "c",
             cluster_endpoint: "e",
             ca_bundle: None,
+            cluster_cidr: None,
             cluster_dns: None,
             labels: &labels,
             taints: &[],

@@ -28,7 +28,7 @@ use aws_sdk_ec2::types::Filter;
 use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 
-use self::ami::{Ami, AmiNeed};
+use self::ami::{Accelerator, Ami, AmiNeed};
 use self::launch_template::{Bootstrap, LaunchTemplateConfig, Metadata};
 use self::subnets::{SecurityGroup, Subnet};
 use self::unavailable_offerings::UnavailableOfferings;
@@ -315,13 +315,13 @@ impl AwsCloudProvider {
             });
         }
         let key = format!(
-            "{}/{}/{}/{}",
-            template.ami_family, self.config.kubernetes_version, need.architecture, need.accelerated
+            "{}/{}/{}/{:?}",
+            template.ami_family, template.kubernetes_version, need.architecture, need.accelerator
         );
         if let Some(hit) = self.amis.get(&key) {
             return Ok(hit);
         }
-        let found = ami::resolve_from_ssm(&self.ssm, template.ami_family, &self.config.kubernetes_version, need).await?;
+        let found = ami::resolve_from_ssm(&self.ssm, template.ami_family, template.kubernetes_version, need).await?;
         self.amis.put(key, found.clone());
         Ok(found)
     }
@@ -364,9 +364,14 @@ impl AwsCloudProvider {
             let info = by_name
                 .get(t.as_str())
                 .ok_or_else(|| Error::InvalidConfiguration(format!("instance type {t} is not offered in this region")))?;
+            let nvidia = info.facts.gpus.iter().any(|g| g.manufacturer.eq_ignore_ascii_case("nvidia"));
             let need = AmiNeed {
                 architecture: if info.facts.architecture == "arm64" { "arm64" } else { "amd64" },
-                accelerated: info.needs_accelerated_ami(),
+                accelerator: match (nvidia, info.needs_accelerated_ami()) {
+                    (true, _) => Accelerator::Nvidia,
+                    (false, true) => Accelerator::Neuron,
+                    (false, false) => Accelerator::None,
+                },
             };
             needs.entry(need).or_default().push(t.clone());
         }
@@ -387,6 +392,7 @@ impl AwsCloudProvider {
             cluster_name: &self.config.cluster_name,
             cluster_endpoint: &self.config.cluster_endpoint,
             ca_bundle: self.config.cluster_ca_bundle.as_deref(),
+            cluster_cidr: self.config.cluster_cidr.as_deref(),
             cluster_dns: self.config.cluster_dns.as_deref(),
             labels: &labels,
             taints: &taints,
@@ -501,6 +507,9 @@ impl CloudProvider for AwsCloudProvider {
     }
 
     async fn resolve(&self, template: &NodeTemplate) -> Result<AwsNodeTemplateStatus, Error> {
+        if template.launch_template.is_none() {
+            launch_template::check_bootstrap(template.ami_family, &self.config)?;
+        }
         let subnets = self.resolve_subnets(&template.subnet_selector).await?;
         let groups = self.resolve_security_groups(template).await?;
         let amis = match &template.ami_selector {
@@ -514,7 +523,7 @@ impl CloudProvider for AwsCloudProvider {
                             template,
                             AmiNeed {
                                 architecture,
-                                accelerated: false,
+                                accelerator: Accelerator::None,
                             },
                         )
                         .await?,

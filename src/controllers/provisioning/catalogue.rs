@@ -8,14 +8,16 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Node;
 
 use super::node::LaunchedInstance;
-use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, ZONE_LABEL};
+use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, ZONE_LABEL};
 use crate::apis::v1alpha5::Provisioner;
+use crate::cloudprovider::aws::instance::MAX_INSTANCE_TYPES;
 use crate::cloudprovider::{Instance, InstanceOption, InstanceTypeInfo, LaunchRequest, NodeTemplate};
-use crate::scheduling::instance_types::offering_allowed;
+use crate::scheduling::instance_types::{offering_allowed, INSTANCE_SIZE_LABEL};
+use crate::scheduling::resources::{AMD_GPU, AWS_NEURON, HABANA_GAUDI, NVIDIA_GPU};
 use crate::scheduling::{InstanceType, NodeRequest, NodeSettings, Resources};
 
 /// The instance types a Provisioner may launch, with capacity and overhead computed for the
-/// global node settings, its kubelet settings and AMI family. Only offerings in `zones` (where its subnets are) are kept:
+/// global node settings, its kubelet settings, AMI family and root volume. Only offerings in `zones` (where its subnets are) are kept:
 /// a node planned anywhere else could not be launched.
 pub fn instance_types(
     catalogue: &[InstanceTypeInfo],
@@ -27,6 +29,7 @@ pub fn instance_types(
 ) -> Vec<Arc<InstanceType>> {
     let mut settings = global.clone().with_kubelet(provisioner.spec.kubelet_configuration.as_ref());
     settings.ami_family = template.ami_family;
+    settings.ephemeral_storage_bytes = Some(template.ephemeral_storage_bytes());
     catalogue
         .iter()
         .map(|info| {
@@ -36,47 +39,98 @@ pub fn instance_types(
         .collect()
 }
 
-/// What to ask the cloud for: every available offering of the planned node's instance types that
-/// its requirements allow, cheapest first (spot above `spot_max_price` left out).
+/// What to ask the cloud for: the offerings of the planned node's instance types that its
+/// requirements allow and that are available (spot above `spot_max_price` left out), after the
+/// AWS provider's launch filters (`launch_options`), cheapest first.
 pub fn launch_request(
     request: &NodeRequest,
     provisioner: &Provisioner,
     template: NodeTemplate,
     spot_max_price: Option<f64>,
 ) -> LaunchRequest {
-    let mut options: Vec<InstanceOption> = request
+    let candidates: Vec<(&InstanceType, Vec<InstanceOption>)> = request
         .instance_type_options
         .iter()
-        .flat_map(|it| {
-            it.offerings
+        .map(|it| {
+            let options = it
+                .offerings
                 .iter()
                 .filter(|o| o.available && offering_allowed(o, &request.requirements))
-                .filter(|o| o.capacity_type != "spot" || spot_max_price.is_none_or(|max| o.price <= max))
+                .filter(|o| o.capacity_type != CAPACITY_TYPE_SPOT || spot_max_price.is_none_or(|max| o.price <= max))
                 .map(|o| InstanceOption {
                     instance_type: it.name.clone(),
                     zone: o.zone.clone(),
                     capacity_type: o.capacity_type.clone(),
                     price: o.price,
                 })
+                .collect();
+            (it.as_ref(), options)
         })
         .collect();
-    options.sort_by(|a, b| {
-        a.price
-            .total_cmp(&b.price)
-            .then_with(|| a.instance_type.cmp(&b.instance_type))
-            .then_with(|| a.zone.cmp(&b.zone))
-    });
     LaunchRequest {
         provisioner_name: request.provisioner.clone(),
         node_name: None,
         template,
-        instance_options: options,
+        instance_options: launch_options(candidates),
         labels: request.labels.clone(),
         taints: request.taints.clone(),
         startup_taints: request.startup_taints.clone(),
         kubelet: provisioner.spec.kubelet_configuration.clone().unwrap_or_default(),
         spot_max_price,
     }
+}
+
+/// Whether a type is one a launch avoids while others fit: a bare-metal size (`metal`,
+/// `metal-48xl`) or one with NVIDIA/AMD GPUs, Neuron or Habana devices
+/// (`aws@v0.27.0:pkg/providers/instance/instance.go` `filterExoticInstanceTypes`).
+pub fn is_exotic(it: &InstanceType) -> bool {
+    let metal = it
+        .requirements
+        .get(INSTANCE_SIZE_LABEL)
+        .and_then(|size| size.any())
+        .is_some_and(|size| size == "metal" || size.starts_with("metal-"));
+    metal
+        || [NVIDIA_GPU, AMD_GPU, AWS_NEURON, HABANA_GAUDI]
+            .iter()
+            .any(|r| it.capacity.get(r) > 0)
+}
+
+/// The AWS provider's launch filters over each instance type's allowed, available options
+/// (`aws@v0.27.0:pkg/providers/instance/instance.go` `Create`, karpenter-behavior.md §2.11
+/// steps 2–4); every type given already holds the node's pods:
+/// 1. types without an option are dropped;
+/// 2. exotic types (`is_exotic`) are dropped unless that would leave none;
+/// 3. when both spot and on-demand options are left, types whose cheapest option costs more
+///    than the cheapest on-demand option are dropped (no big spot type when a smaller
+///    on-demand one is cheaper);
+/// 4. the cheapest `MAX_INSTANCE_TYPES` types by their cheapest option (name breaks ties).
+///
+/// Returns their options by price, then type, then zone.
+pub fn launch_options(candidates: Vec<(&InstanceType, Vec<InstanceOption>)>) -> Vec<InstanceOption> {
+    let cheapest = |options: &[InstanceOption]| options.iter().map(|o| o.price).fold(f64::INFINITY, f64::min);
+    let mut types: Vec<(&InstanceType, Vec<InstanceOption>)> = candidates.into_iter().filter(|(_, o)| !o.is_empty()).collect();
+    if types.iter().any(|(it, _)| !is_exotic(it)) {
+        types.retain(|(it, _)| !is_exotic(it));
+    }
+    let all = || types.iter().flat_map(|(_, options)| options.iter());
+    let has = |capacity_type: &str| all().any(|o| o.capacity_type == capacity_type);
+    if has(CAPACITY_TYPE_SPOT) && has(CAPACITY_TYPE_ON_DEMAND) {
+        let cheapest_on_demand = all()
+            .filter(|o| o.capacity_type == CAPACITY_TYPE_ON_DEMAND)
+            .map(|o| o.price)
+            .fold(f64::INFINITY, f64::min);
+        types.retain(|(_, options)| cheapest(options) <= cheapest_on_demand);
+    }
+    types.sort_by(|(a, ao), (b, bo)| cheapest(ao).total_cmp(&cheapest(bo)).then_with(|| a.name.cmp(&b.name)));
+    types.truncate(MAX_INSTANCE_TYPES);
+    let mut options: Vec<InstanceOption> = types.into_iter().flat_map(|(_, options)| options).collect();
+    options.sort_by(|a, b| {
+        a.price
+            .total_cmp(&b.price)
+            .then_with(|| a.instance_type.cmp(&b.instance_type))
+            .then_with(|| a.zone.cmp(&b.zone))
+    });
+    options
 }
 
 /// The launched instance as its Node will describe it.
@@ -107,4 +161,264 @@ pub fn instance_id(node: &Node) -> Option<String> {
         .and_then(|s| s.provider_id.as_deref())
         .and_then(crate::cloudprovider::instance_id_from_provider_id)
         .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apis::v1alpha1::AwsProvider;
+    use crate::apis::v1alpha1::{AwsNodeTemplateSpec, BlockDevice, BlockDeviceMapping};
+    use crate::cloudprovider::KubernetesVersion;
+    use crate::scheduling::testing::{self, instance_type, pod, provisioner, service};
+    use crate::scheduling::{GpuFacts, InstanceFacts, Offering, Requirements};
+
+    /// A type sold in one zone at `on_demand` and `spot` (None: not as spot).
+    fn priced(facts: InstanceFacts, on_demand: f64, spot: Option<f64>) -> InstanceType {
+        let mut offerings = vec![Offering {
+            zone: "ap-northeast-2a".into(),
+            capacity_type: "on-demand".into(),
+            price: on_demand,
+            available: true,
+        }];
+        offerings.extend(spot.map(|price| Offering {
+            zone: "ap-northeast-2a".into(),
+            capacity_type: "spot".into(),
+            price,
+            available: true,
+        }));
+        InstanceType::from_facts(&facts, offerings, &NodeSettings::default(), None)
+    }
+
+    fn facts(name: &str) -> InstanceFacts {
+        InstanceFacts {
+            name: name.into(),
+            vcpus: 4,
+            memory_mib: 16384,
+            architecture: "amd64".into(),
+            max_enis: 4,
+            ipv4_per_eni: 15,
+            ..Default::default()
+        }
+    }
+
+    fn with_gpu(name: &str, manufacturer: &str) -> InstanceFacts {
+        InstanceFacts {
+            gpus: vec![GpuFacts {
+                name: "gpu".into(),
+                manufacturer: manufacturer.into(),
+                count: 1,
+                memory_mib: 16384,
+            }],
+            ..facts(name)
+        }
+    }
+
+    /// Every option of each type whose capacity type is in `capacity_types`.
+    fn candidates<'a>(types: &'a [InstanceType], capacity_types: &[&str]) -> Vec<(&'a InstanceType, Vec<InstanceOption>)> {
+        types
+            .iter()
+            .map(|it| {
+                let options = it
+                    .offerings
+                    .iter()
+                    .filter(|o| capacity_types.contains(&o.capacity_type.as_str()))
+                    .map(|o| InstanceOption {
+                        instance_type: it.name.clone(),
+                        zone: o.zone.clone(),
+                        capacity_type: o.capacity_type.clone(),
+                        price: o.price,
+                    })
+                    .collect();
+                (it, options)
+            })
+            .collect()
+    }
+
+    fn type_names(options: &[InstanceOption]) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for o in options {
+            if !names.contains(&o.instance_type) {
+                names.push(o.instance_type.clone());
+            }
+        }
+        names
+    }
+
+    #[test]
+    fn drops_metal_gpu_neuron_and_habana_types_when_others_fit() {
+        let types = [
+            priced(facts("m5.xlarge"), 0.236, None),
+            priced(facts("m5.metal"), 0.1, None),
+            priced(facts("m7i.metal-24xl"), 0.1, None),
+            priced(with_gpu("g4dn.xlarge", "nvidia"), 0.1, None),
+            priced(with_gpu("g4ad.xlarge", "amd"), 0.1, None),
+            priced(with_gpu("dl1.24xlarge", "habana"), 0.1, None),
+            priced(
+                InstanceFacts {
+                    neuron_devices: 1,
+                    ..facts("inf1.xlarge")
+                },
+                0.1,
+                None,
+            ),
+        ];
+        assert!(types[1..].iter().all(is_exotic) && !is_exotic(&types[0]));
+        let options = launch_options(candidates(&types, &["on-demand"]));
+        assert_eq!(type_names(&options), ["m5.xlarge"]);
+    }
+
+    #[test]
+    fn keeps_exotic_types_when_nothing_else_fits() {
+        let types = [
+            priced(with_gpu("p3.2xlarge", "nvidia"), 3.06, None),
+            priced(with_gpu("g4dn.xlarge", "nvidia"), 0.526, None),
+        ];
+        let options = launch_options(candidates(&types, &["on-demand"]));
+        assert_eq!(type_names(&options), ["g4dn.xlarge", "p3.2xlarge"]);
+    }
+
+    #[test]
+    fn mixed_launches_drop_types_dearer_than_the_cheapest_on_demand_option() {
+        let types = [
+            priced(facts("m5.large"), 0.096, Some(0.05)),
+            priced(facts("m5.xlarge"), 0.192, Some(0.09)),
+            priced(facts("m5.2xlarge"), 0.384, Some(0.12)),
+            // Only on-demand, dearer than m5.large on-demand: dropped too.
+            priced(facts("c5.xlarge"), 0.17, None),
+        ];
+        let options = launch_options(candidates(&types, &["on-demand", "spot"]));
+        assert_eq!(type_names(&options), ["m5.large", "m5.xlarge"]);
+        assert!(
+            options.iter().any(|o| o.capacity_type == "on-demand"),
+            "their on-demand options stay"
+        );
+        // Spot only, or on-demand only: not a mixed launch, nothing is dropped for price.
+        let spot = launch_options(candidates(&types, &["spot"]));
+        assert_eq!(type_names(&spot), ["m5.large", "m5.xlarge", "m5.2xlarge"]);
+        let on_demand = launch_options(candidates(&types, &["on-demand"]));
+        assert_eq!(type_names(&on_demand), ["m5.large", "c5.xlarge", "m5.xlarge", "m5.2xlarge"]);
+    }
+
+    #[test]
+    fn orders_by_cheapest_option_with_name_ties_and_caps_at_sixty_types() {
+        let types: Vec<InstanceType> = (0..70)
+            .rev()
+            .map(|i| priced(facts(&format!("m5.size{i:02}")), if i < 65 { 1.0 } else { 0.5 }, None))
+            .collect();
+        let options = launch_options(candidates(&types, &["on-demand"]));
+        let names = type_names(&options);
+        assert_eq!(names.len(), MAX_INSTANCE_TYPES);
+        assert_eq!(names[..5], ["m5.size65", "m5.size66", "m5.size67", "m5.size68", "m5.size69"]);
+        assert_eq!(names[5], "m5.size00", "equal prices: by name");
+        assert_eq!(names[59], "m5.size54");
+    }
+
+    #[test]
+    fn launch_requests_carry_the_filtered_options() {
+        let request = NodeRequest {
+            provisioner: "service".into(),
+            requirements: Requirements::new(),
+            instance_type_options: vec![Arc::new(instance_type("g4dn.xlarge")), Arc::new(instance_type("m5.xlarge"))],
+            pods: vec![],
+            requests: Resources::zero(),
+            labels: BTreeMap::new(),
+            taints: vec![],
+            startup_taints: vec![],
+        };
+        let template =
+            NodeTemplate::from_provider(&AwsProvider::default(), "ssungz-cluster", KubernetesVersion { major: 1, minor: 33 }).unwrap();
+        let launch = launch_request(&request, &service(), template, None);
+        assert!(!launch.instance_options.is_empty());
+        assert!(
+            launch.instance_options.iter().all(|o| o.instance_type == "m5.xlarge"),
+            "{:?}",
+            launch.instance_options
+        );
+        assert!(launch.instance_options.windows(2).all(|w| w[0].price <= w[1].price));
+    }
+
+    /// The catalogue entry of a test-catalogue type, sold on-demand in `ap-northeast-2a`.
+    fn info(name: &str) -> InstanceTypeInfo {
+        InstanceTypeInfo {
+            facts: testing::facts(name),
+            accelerators: vec![],
+            category: String::new(),
+            family: String::new(),
+            generation: None,
+            size: String::new(),
+            capacity_types: vec!["on-demand".into()],
+            offerings: vec![Offering {
+                zone: "ap-northeast-2a".into(),
+                capacity_type: "on-demand".into(),
+                price: 0.0832,
+                available: true,
+            }],
+        }
+    }
+
+    fn template_with_root(family: Option<&str>, root: Option<(&str, &str)>) -> NodeTemplate {
+        let spec = AwsNodeTemplateSpec {
+            ami_family: family.map(str::to_string),
+            block_device_mappings: root.map(|(device, size)| {
+                vec![BlockDeviceMapping {
+                    device_name: Some(device.into()),
+                    ebs: Some(BlockDevice {
+                        volume_size: Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(size.into())),
+                        ..Default::default()
+                    }),
+                }]
+            }),
+            ..Default::default()
+        };
+        NodeTemplate::from_node_template(&spec, "ssungz-cluster", KubernetesVersion { major: 1, minor: 33 }).unwrap()
+    }
+
+    #[test]
+    fn ephemeral_storage_comes_from_the_templates_root_volume() {
+        const GI: i64 = 1 << 30;
+        let zones = BTreeSet::from(["ap-northeast-2a".to_string()]);
+        let p = provisioner("default").build();
+        let storage = |template: &NodeTemplate| {
+            let types = instance_types(&[info("t3.large")], &p, template, &zones, "ap-northeast-2");
+            (
+                types[0].capacity.ephemeral_storage_bytes,
+                types[0].allocatable().ephemeral_storage_bytes,
+            )
+        };
+        // 20Gi by default, minus kube-reserved 1Gi and system-reserved 1Gi.
+        assert_eq!(storage(&template_with_root(None, None)), (20 * GI, 18 * GI));
+        assert_eq!(
+            storage(&template_with_root(None, Some(("/dev/xvda", "100Gi")))),
+            (100 * GI, 98 * GI)
+        );
+        assert_eq!(
+            storage(&template_with_root(Some("Bottlerocket"), Some(("/dev/xvda", "100Gi")))),
+            (20 * GI, 18 * GI),
+            "Bottlerocket's ephemeral storage is /dev/xvdb"
+        );
+    }
+
+    #[test]
+    fn a_pod_asking_for_50gi_of_ephemeral_storage_fits_a_100gi_root_volume_only() {
+        let zones = BTreeSet::from(["ap-northeast-2a".to_string()]);
+        let p = provisioner("default").build();
+        let simulate = |template: &NodeTemplate| {
+            let input = crate::scheduling::SimulationInput {
+                pods: vec![pod("scratch").cpu("100m").ephemeral_storage("50Gi").build()],
+                provisioners: vec![crate::scheduling::ProvisionerInput {
+                    provisioner: p.clone(),
+                    instance_types: instance_types(&[info("t3.large")], &p, template, &zones, "ap-northeast-2"),
+                }],
+                nodes: vec![],
+                daemonset_pods: vec![],
+                namespace_labels: BTreeMap::new(),
+            };
+            crate::scheduling::simulate(&input)
+        };
+        let plan = simulate(&template_with_root(None, Some(("/dev/xvda", "100Gi"))));
+        assert_eq!(plan.new_nodes.len(), 1, "{:?}", plan.unschedulable);
+        let plan = simulate(&template_with_root(None, None));
+        assert!(plan.new_nodes.is_empty());
+        assert_eq!(plan.unschedulable.len(), 1);
+    }
 }

@@ -38,7 +38,7 @@ use tracing::{debug, info, instrument, warn};
 use crate::apis::v1alpha1::{AwsNodeTemplate, AwsProvider};
 use crate::apis::v1alpha5::labels::{INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL};
 use crate::apis::v1alpha5::Provisioner;
-use crate::cloudprovider::{self, CloudProvider, NodeTemplate};
+use crate::cloudprovider::{self, CloudProvider, KubernetesVersion, NodeTemplate};
 use crate::controllers::reflect;
 use crate::metrics::Metrics;
 use crate::scheduling::{self, ExistingNode, InstanceType, PodKey, ProvisionerInput, SimulationInput};
@@ -64,6 +64,8 @@ pub struct ProvisioningConfig {
     /// The global node settings (memory overhead, pod density, reserved ENIs, pod ENIs) every
     /// Provisioner's kubelet configuration is applied over.
     pub node_settings: crate::scheduling::NodeSettings,
+    /// Kubernetes version whose AMIs nodes boot; `None` reads the API server's.
+    pub kubernetes_version: Option<KubernetesVersion>,
 }
 
 impl Default for ProvisioningConfig {
@@ -76,9 +78,13 @@ impl Default for ProvisioningConfig {
             registration_ttl: Duration::from_secs(15 * 60),
             max_launches_per_minute: 100,
             node_settings: Default::default(),
+            kubernetes_version: None,
         }
     }
 }
+
+/// How long the API server's version is reused before it is read again (Karpenter's 1 min).
+const KUBERNETES_VERSION_TTL: Duration = Duration::from_secs(60);
 
 /// What a pass and the binder share.
 pub struct Context {
@@ -104,6 +110,8 @@ pub struct Context {
     /// Runaway protection per owner of pods, and the launch rate per Provisioner.
     backoff: StdMutex<backoff::LaunchBackoff>,
     launch_rate: StdMutex<backoff::LaunchRate>,
+    /// The API server's version and when it was read.
+    api_server_version: StdMutex<Option<(Instant, KubernetesVersion)>>,
 }
 
 struct PlannedNode {
@@ -146,6 +154,7 @@ impl Context {
             instance_types: StdMutex::new(HashMap::new()),
             backoff: StdMutex::new(backoff::LaunchBackoff::default()),
             launch_rate: StdMutex::new(backoff::LaunchRate::new(config.max_launches_per_minute)),
+            api_server_version: StdMutex::new(None),
             config,
         })
     }
@@ -393,6 +402,45 @@ impl Stores {
     }
 }
 
+impl Context {
+    /// The Kubernetes version whose AMIs nodes boot: the configured one, else the API server's
+    /// `major.minor` (`/version`), read at most once a minute (karpenter-behavior.md §3.3). When
+    /// the API server cannot be asked, the last version read is kept.
+    async fn kubernetes_version(&self) -> Result<KubernetesVersion, PassError> {
+        if let Some(v) = self.config.kubernetes_version {
+            return Ok(v);
+        }
+        let cached = *self
+            .api_server_version
+            .lock()
+            .expect("version lock is never poisoned: no panics while held");
+        if let Some((_, v)) = cached.filter(|(at, _)| at.elapsed() < KUBERNETES_VERSION_TTL) {
+            return Ok(v);
+        }
+        let read = match self.client.apiserver_version().await {
+            Ok(info) => KubernetesVersion::from_api_server(&info.major, &info.minor).map_err(PassError::from),
+            Err(e) => Err(format!("reading the API server's version: {e}").into()),
+        };
+        match (read, cached) {
+            (Ok(v), _) => {
+                if cached.is_none_or(|(_, old)| old != v) {
+                    info!(kubernetes_version = %v, "nodes boot the AMIs of the API server's Kubernetes version");
+                }
+                *self
+                    .api_server_version
+                    .lock()
+                    .expect("version lock is never poisoned: no panics while held") = Some((Instant::now(), v));
+                Ok(v)
+            }
+            (Err(e), Some((_, old))) => {
+                warn!(error = %e, kubernetes_version = %old, "keeping the last Kubernetes version read");
+                Ok(old)
+            }
+            (Err(e), None) => Err(e),
+        }
+    }
+}
+
 /// One provisioning pass: read (nodes before pods), simulate, launch.
 #[instrument(skip_all)]
 async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
@@ -476,10 +524,11 @@ async fn provision(
         return Ok(Vec::new());
     }
     let provisioners: Vec<Arc<Provisioner>> = stores.provisioners.state();
+    let version = ctx.kubernetes_version().await?;
     let mut templates: HashMap<String, (NodeTemplate, Option<f64>)> = HashMap::new();
     let mut zones: HashMap<String, BTreeSet<String>> = HashMap::new();
     for p in &provisioners {
-        let resolved = match node_template(ctx, stores, p) {
+        let resolved = match node_template(ctx, stores, p, version) {
             Ok(t) => ctx
                 .cloud
                 .resolve(&t.0)
@@ -656,8 +705,14 @@ async fn provision(
     Ok(launched)
 }
 
-/// The AWS settings of a Provisioner: its AWSNodeTemplate, or its inline provider.
-fn node_template(ctx: &Context, stores: &Stores, provisioner: &Provisioner) -> Result<(NodeTemplate, Option<f64>), String> {
+/// The AWS settings of a Provisioner for nodes of Kubernetes `version`: its AWSNodeTemplate, or
+/// its inline provider.
+fn node_template(
+    ctx: &Context,
+    stores: &Stores,
+    provisioner: &Provisioner,
+    version: KubernetesVersion,
+) -> Result<(NodeTemplate, Option<f64>), String> {
     let cluster = &ctx.config.cluster_name;
     if let Some(reference) = &provisioner.spec.provider_ref {
         let template = stores
@@ -666,7 +721,7 @@ fn node_template(ctx: &Context, stores: &Stores, provisioner: &Provisioner) -> R
             .into_iter()
             .find(|t| t.name_any() == reference.name)
             .ok_or_else(|| format!("AWSNodeTemplate {:?} (spec.providerRef) does not exist", reference.name))?;
-        let node_template = NodeTemplate::from_node_template(&template.spec, cluster).map_err(|e| e.to_string())?;
+        let node_template = NodeTemplate::from_node_template(&template.spec, cluster, version).map_err(|e| e.to_string())?;
         return Ok((node_template, None));
     }
     let raw = provisioner
@@ -675,7 +730,7 @@ fn node_template(ctx: &Context, stores: &Stores, provisioner: &Provisioner) -> R
         .clone()
         .ok_or("neither spec.provider nor spec.providerRef is set")?;
     let provider: AwsProvider = serde_json::from_value(raw).map_err(|e| format!("spec.provider: {e}"))?;
-    let node_template = NodeTemplate::from_provider(&provider, cluster).map_err(|e| e.to_string())?;
+    let node_template = NodeTemplate::from_provider(&provider, cluster, version).map_err(|e| e.to_string())?;
     Ok((node_template, cloudprovider::spot_max_price(&provider)))
 }
 
@@ -1034,7 +1089,8 @@ mod tests {
         LaunchRequest {
             provisioner_name: "service".into(),
             node_name: None,
-            template: NodeTemplate::from_provider(&AwsProvider::default(), "ssungz-cluster").unwrap(),
+            template: NodeTemplate::from_provider(&AwsProvider::default(), "ssungz-cluster", KubernetesVersion { major: 1, minor: 33 })
+                .unwrap(),
             instance_options: Vec::new(),
             labels: BTreeMap::new(),
             taints: Vec::new(),
