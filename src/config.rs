@@ -761,7 +761,7 @@ mod tests {
         assert!(err.contains("--cluster-name"), "{err}");
     }
 
-    fn run_args(extra: &[&str]) -> Result<RunArgs, clap::Error> {
+    fn try_run_args(extra: &[&str]) -> Result<RunArgs, clap::Error> {
         let mut argv = vec!["karpenter-rs", "run", "--cluster-name", "c"];
         argv.extend_from_slice(extra);
         match Cli::try_parse_from(argv)?.command {
@@ -772,15 +772,15 @@ mod tests {
 
     #[test]
     fn kubernetes_version_is_read_from_the_api_server_unless_given() {
-        let args = run_args(&[]).unwrap();
+        let args = try_run_args(&[]).unwrap();
         assert_eq!(args.provisioning().kubernetes_version, None);
-        let args = run_args(&["--kubernetes-version", "1.32"]).unwrap();
+        let args = try_run_args(&["--kubernetes-version", "1.32"]).unwrap();
         assert_eq!(
             args.provisioning().kubernetes_version,
             Some(KubernetesVersion { major: 1, minor: 32 })
         );
         assert_eq!(parse_version_override(""), Ok(VersionOverride(None)), "an empty KUBERNETES_VERSION");
-        let err = run_args(&["--kubernetes-version", "latest"]).unwrap_err().to_string();
+        let err = try_run_args(&["--kubernetes-version", "latest"]).unwrap_err().to_string();
         assert!(err.contains("\"latest\"") && err.contains("--kubernetes-version"), "{err}");
     }
 
@@ -788,18 +788,18 @@ mod tests {
     fn cluster_ca_bundle_and_cidr_reach_the_cloud_settings() {
         use base64::Engine;
         let bundle = base64::engine::general_purpose::STANDARD.encode("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n");
-        let args = run_args(&["--cluster-ca-bundle", &bundle, "--cluster-cidr", "10.100.0.0/16"]).unwrap();
+        let args = try_run_args(&["--cluster-ca-bundle", &bundle, "--cluster-cidr", "10.100.0.0/16"]).unwrap();
         let cloud = args.cloud();
         assert_eq!(cloud.cluster_ca_bundle.as_deref(), Some(bundle.as_str()));
         assert_eq!(cloud.cluster_cidr.as_deref(), Some("10.100.0.0/16"));
-        let cloud = run_args(&[]).unwrap().cloud();
+        let cloud = try_run_args(&[]).unwrap().cloud();
         assert_eq!((cloud.cluster_ca_bundle, cloud.cluster_cidr), (None, None));
-        let err = run_args(&["--cluster-ca-bundle", "not base64!"]).unwrap_err().to_string();
+        let err = try_run_args(&["--cluster-ca-bundle", "not base64!"]).unwrap_err().to_string();
         assert!(err.contains("--cluster-ca-bundle") && err.contains("\"not base64!\""), "{err}");
         let not_pem = base64::engine::general_purpose::STANDARD.encode("hello");
-        assert!(run_args(&["--cluster-ca-bundle", &not_pem]).is_err());
+        assert!(try_run_args(&["--cluster-ca-bundle", &not_pem]).is_err());
         for bad in ["10.100.0.0", "10.100.0.0/33", "fd00::/108", "ten/8"] {
-            let err = run_args(&["--cluster-cidr", bad]).unwrap_err().to_string();
+            let err = try_run_args(&["--cluster-cidr", bad]).unwrap_err().to_string();
             assert!(err.contains(&format!("{bad:?}")), "{err}");
         }
     }

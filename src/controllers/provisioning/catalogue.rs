@@ -379,7 +379,7 @@ mod tests {
         let zones = BTreeSet::from(["ap-northeast-2a".to_string()]);
         let p = provisioner("default").build();
         let storage = |template: &NodeTemplate| {
-            let types = instance_types(&[info("t3.large")], &p, template, &zones, "ap-northeast-2");
+            let types = instance_types(&[info("t3.large")], &p, template, &zones, "ap-northeast-2", &Default::default());
             (
                 types[0].capacity.ephemeral_storage_bytes,
                 types[0].allocatable().ephemeral_storage_bytes,
@@ -407,7 +407,7 @@ mod tests {
                 pods: vec![pod("scratch").cpu("100m").ephemeral_storage("50Gi").build()],
                 provisioners: vec![crate::scheduling::ProvisionerInput {
                     provisioner: p.clone(),
-                    instance_types: instance_types(&[info("t3.large")], &p, template, &zones, "ap-northeast-2"),
+                    instance_types: instance_types(&[info("t3.large")], &p, template, &zones, "ap-northeast-2", &Default::default()),
                 }],
                 nodes: vec![],
                 daemonset_pods: vec![],
