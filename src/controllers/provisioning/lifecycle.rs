@@ -98,6 +98,7 @@ pub(super) async fn run(ctx: Arc<Context>, stores: Stores, leading: watch::Recei
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while super::next_leading_tick(&mut ticker, &leading, &stores, &shutdown).await {
         let now = Utc::now();
+        tracing::trace!(nodes = stores.nodes.state().len(), "node lifecycle pass");
         let provisioners = stores.provisioners.state();
         for node in stores.nodes.state() {
             let Some(owner) = node.labels().get(PROVISIONER_NAME_LABEL) else {

@@ -311,7 +311,8 @@ async fn next_leading_tick(
             _ = shutdown.cancelled() => return false,
             _ = ticker.tick() => {}
         }
-        if *leading.borrow() && stores.ready().await.is_ok() {
+        let leads = *leading.borrow();
+        if leads && stores.ready().await.is_ok() {
             return true;
         }
     }
@@ -550,43 +551,48 @@ async fn provision(
         }
     }
     let catalogue = ctx.metrics.cloud_call("instance_types", ctx.cloud.instance_types()).await?;
-    let mut input = SimulationInput {
-        pods: pending.clone(),
-        provisioners: provisioners
-            .iter()
-            .filter_map(|p| {
-                let (template, _) = templates.get(&p.name_any())?;
-                Some(ProvisionerInput {
-                    provisioner: (**p).clone(),
-                    instance_types: catalogue::instance_types(
-                        &catalogue,
-                        p,
-                        template,
-                        &zones[&p.name_any()],
-                        &ctx.config.region,
-                        &ctx.config.node_settings,
-                    ),
+    // The catalogue translation and the simulation are CPU work of up to seconds: run them
+    // where they do not hold up the runtime's other tasks (the binder, node lifecycle, the
+    // watches), which would otherwise wait behind this worker.
+    let mut plan = tokio::task::block_in_place(|| {
+        let mut input = SimulationInput {
+            pods: pending.clone(),
+            provisioners: provisioners
+                .iter()
+                .filter_map(|p| {
+                    let (template, _) = templates.get(&p.name_any())?;
+                    Some(ProvisionerInput {
+                        provisioner: (**p).clone(),
+                        instance_types: catalogue::instance_types(
+                            &catalogue,
+                            p,
+                            template,
+                            &zones[&p.name_any()],
+                            &ctx.config.region,
+                            &ctx.config.node_settings,
+                        ),
+                    })
                 })
-            })
-            .collect(),
-        // Filled in below, once this pass's instance types are recorded.
-        nodes: Vec::new(),
-        daemonset_pods: pods::daemonset_overhead_pods(&stores.daemonsets.state(), all_pods),
-        namespace_labels: stores
-            .namespaces
-            .state()
-            .iter()
-            .map(|n| (n.name_any(), n.labels().clone()))
-            .collect(),
-    };
-    {
-        let mut types = ctx.instance_types.lock().unwrap_or_else(|e| e.into_inner());
-        for p in &input.provisioners {
-            types.insert(p.provisioner.name_any(), p.instance_types.clone());
+                .collect(),
+            // Filled in below, once this pass's instance types are recorded.
+            nodes: Vec::new(),
+            daemonset_pods: pods::daemonset_overhead_pods(&stores.daemonsets.state(), all_pods),
+            namespace_labels: stores
+                .namespaces
+                .state()
+                .iter()
+                .map(|n| (n.name_any(), n.labels().clone()))
+                .collect(),
+        };
+        {
+            let mut types = ctx.instance_types.lock().unwrap_or_else(|e| e.into_inner());
+            for p in &input.provisioners {
+                types.insert(p.provisioner.name_any(), p.instance_types.clone());
+            }
         }
-    }
-    input.nodes = ctx.existing_nodes(nodes, all_pods, &provisioners);
-    let mut plan = scheduling::simulate(&input);
+        input.nodes = ctx.existing_nodes(nodes, all_pods, &provisioners);
+        scheduling::simulate(&input)
+    });
     if !held.is_empty() {
         let before = plan.new_nodes.len();
         for request in &mut plan.new_nodes {
