@@ -63,7 +63,10 @@ struct Watched {
     node: String,
     /// When that node was first seen Ready.
     node_ready: Option<Instant>,
-    /// Seen bound to a node since the launch.
+    /// The node it was bound to when capacity was launched for it: a node being deleted, whose
+    /// pods are placed again. Being there does not count as placed.
+    origin: Option<String>,
+    /// Seen bound to a node (other than `origin`) since the launch.
     bound: bool,
 }
 
@@ -76,9 +79,10 @@ pub struct LaunchBackoff {
 }
 
 impl LaunchBackoff {
-    /// Records that `node` was launched at `now` for `pods`.
-    pub fn launched<'a>(&mut self, node: &str, pods: impl IntoIterator<Item = &'a Pod>, now: Instant) {
-        for pod in pods {
+    /// Records that `node` was launched at `now` for `pods`, each with the node it is bound to
+    /// now (when it is on a node being deleted).
+    pub fn launched<'a>(&mut self, node: &str, pods: impl IntoIterator<Item = (&'a Pod, Option<String>)>, now: Instant) {
+        for (pod, origin) in pods {
             let owner = owner_key(pod);
             self.owners.entry(owner.clone()).or_default().last_launch = Some(now);
             if let Some(uid) = pod.metadata.uid.clone() {
@@ -89,6 +93,7 @@ impl LaunchBackoff {
                         since: now,
                         node: node.to_string(),
                         node_ready: None,
+                        origin,
                         bound: false,
                     },
                 );
@@ -106,16 +111,16 @@ impl LaunchBackoff {
             let lost = match all.get(uid) {
                 None => true,
                 Some(pod) => {
-                    if ready_for(pod, wall).is_some_and(|d| d >= STABLE_RUN) {
-                        self.owners.entry(watched.owner.clone()).or_default().losses = 0;
-                        done.push(uid.clone());
-                        continue;
-                    }
                     let bound = pod
                         .spec
                         .as_ref()
                         .and_then(|s| s.node_name.as_deref())
-                        .is_some_and(|n| !n.is_empty());
+                        .is_some_and(|n| !n.is_empty() && Some(n) != watched.origin.as_deref());
+                    if bound && ready_for(pod, wall).is_some_and(|d| d >= STABLE_RUN) {
+                        self.owners.entry(watched.owner.clone()).or_default().losses = 0;
+                        done.push(uid.clone());
+                        continue;
+                    }
                     let failed = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed");
                     let pending_again = watched.bound && !bound;
                     watched.bound |= bound;
@@ -254,7 +259,7 @@ mod tests {
         // First launch: no back-off before it, none after it until a pod is lost.
         let first = pod("p1", "rs", None, None);
         assert_eq!(b.blocked_until(&first, t0), None);
-        b.launched("n1", [&first], t0);
+        b.launched("n1", [(&first, None)], t0);
         assert_eq!(
             b.blocked_until(&pod("other-pod", "rs", None, None), t0),
             None,
@@ -271,7 +276,7 @@ mod tests {
         assert_eq!(b.blocked_until(&pod("q", "other", None, None), t0 + Duration::from_secs(5)), None);
         // Launched again at 10 s, pending again after it was bound: 20 s after that launch.
         let t1 = t0 + BASE_DELAY;
-        b.launched("n2", [&second], t1);
+        b.launched("n2", [(&second, None)], t1);
         b.observe(
             &by_uid(&[pod("p2", "rs", Some("n2"), None)]),
             &ready(&["n2"]),
@@ -291,7 +296,7 @@ mod tests {
         // The third launch's pod runs for a minute: the owner is reset.
         let t2 = t1 + Duration::from_secs(20);
         let third = pod("p3", "rs", None, None);
-        b.launched("n3", [&third], t2);
+        b.launched("n3", [(&third, None)], t2);
         let running = [pod("p3", "rs", Some("n3"), Some("2026-12-01T09:58:00Z"))];
         b.observe(&by_uid(&running), &ready(&["n3"]), t2 + Duration::from_secs(61), wall);
         assert_eq!(b.blocked_until(&pod("p4", "rs", None, None), t2 + Duration::from_secs(61)), None);
@@ -303,7 +308,7 @@ mod tests {
         let t0 = Instant::now();
         let mut b = LaunchBackoff::default();
         let p = pod("p1", "rs", None, None);
-        b.launched("n1", [&p], t0);
+        b.launched("n1", [(&p, None)], t0);
         let pending = [p.clone()];
         // The node is launching: the pod waits for it, nothing more is launched for it.
         b.observe(
@@ -332,7 +337,7 @@ mod tests {
         assert_eq!(b.owners[&owner_key(&p)].losses, 1);
         // Its node vanished before it was bound (deleted for failing to register): lost too.
         let q = pod("q1", "rs2", None, None);
-        b.launched("n2", [&q], t0);
+        b.launched("n2", [(&q, None)], t0);
         b.observe(
             &by_uid(std::slice::from_ref(&q)),
             &HashMap::new(),
@@ -343,12 +348,35 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_still_on_the_deleting_node_it_is_placed_again_from_is_not_placed() {
+        // A pod a PodDisruptionBudget keeps on a node being deleted: capacity is launched for it,
+        // it stays where it is (Ready for long), and the new node cannot get it.
+        let wall = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").unwrap().with_timezone(&Utc);
+        let t0 = Instant::now();
+        let mut b = LaunchBackoff::default();
+        let stuck = pod("web", "rs", Some("old"), Some("2026-12-01T08:00:00Z"));
+        b.launched("new", [(&stuck, Some("old".to_string()))], t0);
+        let nodes = ready(&["old", "new"]);
+        b.observe(&by_uid(std::slice::from_ref(&stuck)), &nodes, t0 + Duration::from_secs(5), wall);
+        assert!(
+            b.blocked_until(&stuck, t0 + Duration::from_secs(5)).is_some(),
+            "waits for the new node"
+        );
+        b.observe(&by_uid(std::slice::from_ref(&stuck)), &nodes, t0 + Duration::from_secs(40), wall);
+        assert_eq!(
+            b.owners[&owner_key(&stuck)].losses,
+            1,
+            "not placed: a loss, so the next launch backs off"
+        );
+    }
+
+    #[test]
     fn a_pod_that_runs_is_not_a_loss_and_watching_ends() {
         let wall = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").unwrap().with_timezone(&Utc);
         let t0 = Instant::now();
         let mut b = LaunchBackoff::default();
         let p = pod("p1", "rs", None, None);
-        b.launched("n1", [&p], t0);
+        b.launched("n1", [(&p, None)], t0);
         let running = [pod("p1", "rs", Some("n1"), Some("2026-12-01T09:59:30Z"))];
         for s in 1..20 {
             b.observe(&by_uid(&running), &ready(&["n1"]), t0 + Duration::from_secs(s), wall);

@@ -672,7 +672,17 @@ async fn provision(
         let (template, spot_max) = templates.get(&request.provisioner)?;
         match launch(ctx, request, provisioner, template.clone(), *spot_max).await {
             Ok(node_name) => {
-                let launched_for = request.pods.iter().filter_map(|key| pending.iter().find(|p| PodKey::of(p) == *key));
+                // Where each pod is bound now: a node being deleted, for the pods placed again.
+                let origin = |pod: &Pod| {
+                    let uid = pod.metadata.uid.as_deref()?;
+                    let live = all_pods.iter().find(|p| p.metadata.uid.as_deref() == Some(uid))?;
+                    live.spec.as_ref()?.node_name.clone()
+                };
+                let launched_for = request
+                    .pods
+                    .iter()
+                    .filter_map(|key| pending.iter().find(|p| PodKey::of(p) == *key))
+                    .map(|p| (p, origin(p)));
                 ctx.backoff
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
