@@ -9,7 +9,6 @@
 //!
 //! `decide` is pure; `run` is the leader's loop that applies it.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
@@ -17,8 +16,6 @@ use k8s_openapi::chrono::{DateTime, Utc};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::{bind, publish, Context, Stores};
@@ -92,32 +89,28 @@ fn is_ready(node: &Node) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// Every 2 s on the leader: labels nodes initialised and deletes those that never registered.
-pub(super) async fn run(ctx: Arc<Context>, stores: Stores, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
-    let mut ticker = tokio::time::interval(Duration::from_secs(2));
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    while super::next_leading_tick(&mut ticker, &leading, &stores, &shutdown).await {
-        let now = Utc::now();
-        tracing::trace!(nodes = stores.nodes.state().len(), "node lifecycle pass");
-        let provisioners = stores.provisioners.state();
-        for node in stores.nodes.state() {
-            let Some(owner) = node.labels().get(PROVISIONER_NAME_LABEL) else {
-                continue;
-            };
-            let startup_taints = provisioners
-                .iter()
-                .find(|p| p.name_any() == *owner)
-                .and_then(|p| p.spec.startup_taints.clone())
-                .unwrap_or_default();
-            let instance_type = node
-                .labels()
-                .get(INSTANCE_TYPE_LABEL)
-                .and_then(|name| ctx.expected_instance_type(owner, name));
-            match decide(&node, &startup_taints, instance_type.as_deref(), ctx.config.registration_ttl, now) {
-                Lifecycle::Ignore | Lifecycle::Wait => {}
-                Lifecycle::Initialize => initialize(&ctx, &node).await,
-                Lifecycle::RegistrationFailed { age } => registration_failed(&ctx, &node, age).await,
-            }
+/// One look at every node of ours: labels those initialised and deletes those that never
+/// registered. Run by the provisioning controller's status loop every 2 s on the leader.
+pub(super) async fn step(ctx: &Context, stores: &Stores) {
+    let now = Utc::now();
+    let provisioners = stores.provisioners.state();
+    for node in stores.nodes.state() {
+        let Some(owner) = node.labels().get(PROVISIONER_NAME_LABEL) else {
+            continue;
+        };
+        let startup_taints = provisioners
+            .iter()
+            .find(|p| p.name_any() == *owner)
+            .and_then(|p| p.spec.startup_taints.clone())
+            .unwrap_or_default();
+        let instance_type = node
+            .labels()
+            .get(INSTANCE_TYPE_LABEL)
+            .and_then(|name| ctx.expected_instance_type(owner, name));
+        match decide(&node, &startup_taints, instance_type.as_deref(), ctx.config.registration_ttl, now) {
+            Lifecycle::Ignore | Lifecycle::Wait => {}
+            Lifecycle::Initialize => initialize(ctx, &node).await,
+            Lifecycle::RegistrationFailed { age } => registration_failed(ctx, &node, age).await,
         }
     }
 }

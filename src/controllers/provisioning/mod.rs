@@ -204,7 +204,6 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
     let stores = ctx.stores.get_or_init(|| stores).clone();
     let binder = tokio::spawn(bind_loop(ctx.clone(), stores.clone(), shutdown.clone()));
     let status = tokio::spawn(status_loop(ctx.clone(), stores.clone(), leading.clone(), shutdown.clone()));
-    let lifecycle = tokio::spawn(lifecycle::run(ctx.clone(), stores.clone(), leading.clone(), shutdown.clone()));
     let mut leading = leading;
     loop {
         tokio::select! {
@@ -223,17 +222,23 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
     }
     let _ = binder.await;
     let _ = status.await;
-    let _ = lifecycle.await;
 }
 
 /// Every 10 s on the leader: each Provisioner's `status.resources` (written only when it
 /// changed), the usage, limit and usage-percentage gauges, and `karpenter_pods_state`.
 async fn status_loop(ctx: Arc<Context>, stores: Stores, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
-    let mut ticker = tokio::time::interval(Duration::from_secs(10));
+    // Every 2 s the node lifecycle (`lifecycle::step`), every 10 s the status.
+    let mut ticker = tokio::time::interval(Duration::from_secs(2));
+    let mut ticks: u64 = 0;
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut reported: BTreeSet<(String, String)> = BTreeSet::new();
     let mut pod_series: BTreeSet<[String; 10]> = BTreeSet::new();
     while next_leading_tick(&mut ticker, &leading, &stores, &shutdown).await {
+        lifecycle::step(&ctx, &stores).await;
+        ticks += 1;
+        if ticks % 5 != 1 {
+            continue;
+        }
         let nodes = ctx.existing_nodes(&stores.nodes.state(), &[], &stores.provisioners.state());
         let mut now_reported = BTreeSet::new();
         for p in stores.provisioners.state() {
