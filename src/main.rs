@@ -173,12 +173,14 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
     // Termination runs only on the leader, like every other controller (Karpenter runs them all in
     // its leader-elected manager): two replicas would evict and terminate side by side. Each step
     // is idempotent and re-read from the API, so a new leader picks up a half-drained node.
+    // One watch per kind in the process, shared by every controller.
+    let state = karpenter_rs::controllers::state::Cluster::start(&client, &shutdown);
     let termination = termination::Context::new(client.clone(), cloud.clone(), metrics.clone(), Default::default());
-    let termination = tokio::spawn(termination::run(termination, leading_rx.clone(), shutdown.clone()));
+    let termination = tokio::spawn(termination::run(termination, state.clone(), leading_rx.clone(), shutdown.clone()));
     let collector = garbagecollection::Context::new(client.clone(), cloud.clone(), metrics.clone(), args.garbage_collection());
     let collector = tokio::spawn(garbagecollection::run(collector, leading_rx.clone(), shutdown.clone()));
-    let ctx = provisioning::Context::new(client.clone(), cloud, metrics.clone(), args.provisioning());
-    let deprovisioning = deprovisioning::Context::new(client, metrics, args.deprovisioning(), ctx.clone());
+    let ctx = provisioning::Context::new(client.clone(), cloud, metrics.clone(), args.provisioning(), state.clone());
+    let deprovisioning = deprovisioning::Context::new(client, metrics, args.deprovisioning(), ctx.clone(), state);
     let deprovisioning = tokio::spawn(deprovisioning::run(deprovisioning, leading_rx.clone(), shutdown.clone()));
     info!(leader_elect = args.leader_elect, "controllers started");
     provisioning::run(ctx, leading_rx, shutdown).await;

@@ -31,10 +31,32 @@ pub mod reason {
     pub const EMPTINESS: &str = "emptiness";
     /// Older than `ttlSecondsUntilExpired`.
     pub const EXPIRATION: &str = "expiration";
+    /// Removed (or replaced by a cheaper node) by consolidation.
+    pub const CONSOLIDATION: &str = "consolidation";
     /// Its instance is gone.
     pub const GARBAGE_COLLECTED: &str = "garbage_collected";
     /// Not Ready within the registration TTL (Karpenter v0.28's machine liveness).
     pub const LIVENESS: &str = "liveness";
+}
+
+/// The label names of `karpenter_pods_state`, in order.
+pub const POD_STATE_LABELS: [&str; 10] = [
+    "name",
+    "namespace",
+    "owner",
+    "node",
+    "provisioner",
+    "zone",
+    "arch",
+    "capacity_type",
+    "instance_type",
+    "phase",
+];
+
+/// What a failed call is, as `karpenter_cloudprovider_errors_total{error}` names it.
+pub trait ErrorKind {
+    /// The label value.
+    fn kind(&self) -> &'static str;
 }
 
 /// The metrics of one process.
@@ -83,6 +105,9 @@ pub struct Metrics {
     /// `karpenter_deprovisioning_evaluation_duration_seconds{method}`: time to evaluate (and act
     /// on) one deprovisioning method in a pass.
     pub deprovisioning_evaluation: HistogramVec,
+    /// `karpenter_deprovisioning_consolidation_timeouts{consolidation_type}`: consolidation
+    /// evaluations cut off by their time limit (multi-node 1 min, single-node 3 min).
+    pub consolidation_timeouts: IntCounterVec,
     /// `karpenter_pods_state{name, namespace, owner, node, provisioner, zone, arch, capacity_type,
     /// instance_type, phase}`: 1 per pod.
     pub pods_state: GaugeVec,
@@ -166,7 +191,7 @@ impl Metrics {
         let deprovisioning_actions = IntCounterVec::new(
             Opts::new(
                 "karpenter_deprovisioning_actions_performed",
-                "Deprovisioning actions performed, by action (<method>/delete).",
+                "Deprovisioning actions performed, by action (<method>/delete, <method>/replace).",
             ),
             &["action"],
         )
@@ -225,9 +250,17 @@ impl Metrics {
             &["method"],
         )
         .expect("metric options are valid");
+        let consolidation_timeouts = IntCounterVec::new(
+            Opts::new(
+                "karpenter_deprovisioning_consolidation_timeouts",
+                "Consolidation evaluations cut off by their time limit, by consolidation type.",
+            ),
+            &["consolidation_type"],
+        )
+        .expect("metric options are valid");
         let pods_state = GaugeVec::new(
             Opts::new("karpenter_pods_state", "Pods by where they run and their phase; the value is 1."),
-            &crate::controllers::provisioning::pods::POD_STATE_LABELS,
+            &POD_STATE_LABELS,
         )
         .expect("metric options are valid");
         for collector in [
@@ -250,6 +283,7 @@ impl Metrics {
             Box::new(pods_state.clone()),
             Box::new(batch_duration.clone()),
             Box::new(deprovisioning_evaluation.clone()),
+            Box::new(consolidation_timeouts.clone()),
         ] {
             registry.register(collector).expect("metric names are unique");
         }
@@ -278,6 +312,7 @@ impl Metrics {
             pods_state,
             batch_duration,
             deprovisioning_evaluation,
+            consolidation_timeouts,
         }
     }
 
@@ -291,11 +326,7 @@ impl Metrics {
 
     /// Runs one cloud-provider call: its duration goes to `karpenter_cloudprovider_duration_seconds`
     /// and its error, if any, to `karpenter_cloudprovider_errors_total`, both under `method`.
-    pub async fn cloud_call<T>(
-        &self,
-        method: &str,
-        call: impl std::future::Future<Output = Result<T, crate::cloudprovider::Error>>,
-    ) -> Result<T, crate::cloudprovider::Error> {
+    pub async fn cloud_call<T, E: ErrorKind>(&self, method: &str, call: impl std::future::Future<Output = Result<T, E>>) -> Result<T, E> {
         let result = {
             let _timer = self.cloudprovider_duration.with_label_values(&[method]).start_timer();
             call.await
@@ -316,16 +347,24 @@ impl Default for Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cloudprovider::Error;
+
+    #[derive(Debug)]
+    enum Error {
+        NotFound,
+    }
+
+    impl ErrorKind for Error {
+        fn kind(&self) -> &'static str {
+            "not_found"
+        }
+    }
 
     #[tokio::test]
     async fn a_cloud_call_is_timed_and_its_error_counted_by_kind() {
         let metrics = Metrics::new();
         let ok: Result<u32, Error> = metrics.cloud_call("list", async { Ok(1) }).await;
         assert_eq!(ok.unwrap(), 1);
-        let failed: Result<(), Error> = metrics
-            .cloud_call("get", async { Err(Error::NotFound("instance i-0123".into())) })
-            .await;
+        let failed: Result<(), Error> = metrics.cloud_call("get", async { Err(Error::NotFound) }).await;
         let kind = failed.unwrap_err().kind();
         assert_eq!(metrics.cloudprovider_duration.with_label_values(&["list"]).get_sample_count(), 1);
         assert_eq!(metrics.cloudprovider_duration.with_label_values(&["get"]).get_sample_count(), 1);

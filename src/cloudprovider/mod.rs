@@ -507,15 +507,21 @@ fn join_offerings(offerings: &[Offering]) -> String {
     offerings.iter().map(|o| o.to_string()).collect::<Vec<_>>().join(", ")
 }
 
-impl Error {
-    /// Metric label value.
-    pub fn kind(&self) -> &'static str {
+impl crate::metrics::ErrorKind for Error {
+    fn kind(&self) -> &'static str {
         match self {
             Error::NotFound(_) => "not_found",
             Error::InsufficientCapacity { .. } => "insufficient_capacity",
             Error::InvalidConfiguration(_) => "invalid_configuration",
             Error::Api { .. } => "api",
         }
+    }
+}
+
+impl Error {
+    /// Metric label value.
+    pub fn kind(&self) -> &'static str {
+        crate::metrics::ErrorKind::kind(self)
     }
 
     /// Whether the instance or object is gone.

@@ -345,11 +345,12 @@ impl Controller {
                 .expect("cloud provider");
             let cloud: std::sync::Arc<dyn karpenter_rs::cloudprovider::CloudProvider> = std::sync::Arc::new(cloud);
             let (_leading_tx, leading) = tokio::sync::watch::channel(true);
-            let ctx = provisioning::Context::new(kube_client.clone(), cloud.clone(), m.clone(), config);
+            let state = karpenter_rs::controllers::state::Cluster::start(&kube_client, &token);
+            let ctx = provisioning::Context::new(kube_client.clone(), cloud.clone(), m.clone(), config, state.clone());
             if let Some(loops) = loops {
                 let t = termination::Context::new(kube_client.clone(), cloud.clone(), m.clone(), loops.termination);
-                tokio::spawn(termination::run(t, leading.clone(), token.clone()));
-                let d = deprovisioning::Context::new(kube_client.clone(), m.clone(), loops.deprovisioning, ctx.clone());
+                tokio::spawn(termination::run(t, state.clone(), leading.clone(), token.clone()));
+                let d = deprovisioning::Context::new(kube_client.clone(), m.clone(), loops.deprovisioning, ctx.clone(), state);
                 tokio::spawn(deprovisioning::run(d, leading.clone(), token.clone()));
                 let g = garbagecollection::Context::new(kube_client, cloud, m, loops.garbage_collection);
                 tokio::spawn(garbagecollection::run(g, leading.clone(), token.clone()));

@@ -9,7 +9,7 @@ use k8s_openapi::chrono::{DateTime, Duration, Utc};
 
 use super::VOLUNTARY_DISRUPTION_ANNOTATION;
 use crate::apis::v1alpha5::labels::{DO_NOT_EVICT_ANNOTATION, EMPTINESS_TIMESTAMP_ANNOTATION, PROVISIONER_NAME_LABEL};
-use crate::controllers::termination::drain::{is_daemonset_pod, is_mirror_pod, is_terminal, is_terminating};
+use crate::controllers::pods::{is_daemonset_pod, is_mirror_pod, is_terminal, is_terminating};
 use crate::scheduling::nodes::INITIALIZED_LABEL;
 use crate::scheduling::Selector;
 
@@ -89,6 +89,23 @@ pub fn blocking_pdb(pods: &[Pod], pdbs: &[PodDisruptionBudget]) -> Option<(Strin
                     )
                 })
         })
+}
+
+/// Whether `labels` satisfy a label selector of the API's string form, restricted to what a
+/// node selector of ours needs: `key`, `!key`, `key=value`, `key==value`, `key!=value`,
+/// comma-separated (all must hold). An empty selector selects everything.
+pub fn selects(selector: &str, labels: &std::collections::BTreeMap<String, String>) -> bool {
+    selector.split(',').map(str::trim).filter(|t| !t.is_empty()).all(|term| {
+        if let Some((key, value)) = term.split_once("!=") {
+            labels.get(key.trim()).map(String::as_str) != Some(value.trim())
+        } else if let Some((key, value)) = term.split_once("==").or_else(|| term.split_once('=')) {
+            labels.get(key.trim()).map(String::as_str) == Some(value.trim())
+        } else if let Some(key) = term.strip_prefix('!') {
+            !labels.contains_key(key.trim())
+        } else {
+            labels.contains_key(term)
+        }
+    })
 }
 
 fn created(node: &Node) -> Option<DateTime<Utc>> {
@@ -397,6 +414,21 @@ mod tests {
     fn an_unreadable_timestamp_counts_as_expired() {
         let marked = annotated(node("n1", 0), EMPTINESS_TIMESTAMP_ANNOTATION, "yesterday");
         assert_eq!(decide(&marked, &[], Some(30), 100), Emptiness::Delete);
+    }
+
+    #[test]
+    fn node_selectors_select_by_existence_equality_and_inequality() {
+        let labels: std::collections::BTreeMap<String, String> = [("karpenter.sh/provisioner-name", "a"), ("suite", "x")]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into();
+        assert!(selects("", &labels));
+        assert!(selects("karpenter.sh/provisioner-name", &labels));
+        assert!(selects("karpenter.sh/provisioner-name,suite=x", &labels));
+        assert!(selects("suite==x, !other", &labels));
+        assert!(!selects("suite=y", &labels));
+        assert!(!selects("suite!=x", &labels));
+        assert!(!selects("!suite", &labels));
+        assert!(!selects("missing", &labels));
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Deprovisioning: a periodic pass (leader only) that replaces nodes older than their
-//! Provisioner's `ttlSecondsUntilExpired` (one at a time) and removes nodes that have been empty
-//! for `ttlSecondsAfterEmpty` (karpenter-behavior.md §5.1, §5.3, §5.4, §5.8).
+//! Provisioner's `ttlSecondsUntilExpired` (one at a time), removes nodes that have been empty
+//! for `ttlSecondsAfterEmpty`, and consolidates the nodes of Provisioners with
+//! `consolidation.enabled` (karpenter-behavior.md §5.1, §5.3, §5.4, §5.6, §5.8), in that order,
+//! one command per pass.
 //!
 //! An expired node is cordoned and marked `karpenter.sh/voluntary-disruption=expired`; the
 //! provisioning controller launches room for its pods (`provisioning::Context::replace`); once the
@@ -10,21 +12,22 @@
 //! again (its replacements now exist, so nothing more launches); one no longer expired is
 //! uncordoned. An empty node is simply deleted.
 //!
-//! `decide.rs` holds the decisions; this file reads the stores, applies them and writes.
+//! `decide.rs` and `consolidation.rs` hold the decisions; this file and `consolidate.rs` read the
+//! shared cluster state, apply them and write.
 
+mod consolidate;
+pub mod consolidation;
 pub mod decide;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::Mutex as StdMutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::chrono::Utc;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::events::{EventType, Recorder};
-use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -32,9 +35,9 @@ use tracing::{debug, info, instrument, warn};
 
 use crate::apis::v1alpha5::labels::{EMPTINESS_TIMESTAMP_ANNOTATION, PROVISIONER_NAME_LABEL};
 use crate::apis::v1alpha5::Provisioner;
+use crate::controllers::events::{publish, recorder};
 use crate::controllers::provisioning;
-use crate::controllers::reflect;
-use crate::controllers::termination::{publish, recorder};
+use crate::controllers::state::Cluster;
 use crate::metrics::{self, Metrics};
 use crate::telemetry;
 use decide::{Candidate, Emptiness};
@@ -47,7 +50,8 @@ pub struct DeprovisioningConfig {
     /// How long after launch a node is presumed nominated for the pods it was launched for, and so
     /// not empty yet.
     pub nomination: Duration,
-    /// Label selector of the nodes considered (ours by default; narrower to shard or to test).
+    /// Label selector of the nodes considered (ours by default; narrower to shard or to test):
+    /// `key`, `key=value`, `key!=value`, `!key`, comma-separated.
     pub node_selector: String,
     /// How long the replacements of an expired node may take to become Ready before the
     /// replacement is abandoned (the node uncordoned, tried again by a later pass).
@@ -55,6 +59,8 @@ pub struct DeprovisioningConfig {
     /// How long after deleting a node of its own the pass waits for it to be gone before it starts
     /// anything new; past it, the pass moves on (logged) even if the drain is still held up.
     pub deletion_timeout: Duration,
+    /// How long a consolidation command waits before it is validated again (15 s, §5.6).
+    pub consolidation_ttl: Duration,
 }
 
 impl Default for DeprovisioningConfig {
@@ -65,11 +71,13 @@ impl Default for DeprovisioningConfig {
             node_selector: PROVISIONER_NAME_LABEL.to_string(),
             replacement_timeout: Duration::from_secs(10 * 60),
             deletion_timeout: Duration::from_secs(10 * 60),
+            consolidation_ttl: consolidation::CONSOLIDATION_TTL,
         }
     }
 }
 
-/// The annotation on a node being replaced, with the reason (`expired`).
+/// The annotation on a node a command of ours is replacing or deleting, with the method
+/// (`expired`, `consolidation`).
 pub const VOLUNTARY_DISRUPTION_ANNOTATION: &str = "karpenter.sh/voluntary-disruption";
 
 /// What the deprovisioning loop needs.
@@ -80,9 +88,16 @@ pub struct Context {
     pub metrics: Metrics,
     /// Settings.
     pub config: DeprovisioningConfig,
-    /// Launches the replacements of expired nodes.
+    /// Launches the replacements of expired and consolidated nodes, and snapshots the cluster.
     pub provisioning: Arc<provisioning::Context>,
+    /// The shared cluster state.
+    pub state: Arc<Cluster>,
     recorder: Recorder,
+    /// The cluster generation and time of the last consolidation evaluation that found nothing
+    /// to do (the "consolidated" short-circuit, §5.1).
+    consolidated: StdMutex<Option<(u64, Instant)>>,
+    /// (node, reason) → when an `Unconsolidatable` event last said so.
+    unconsolidatable: StdMutex<HashMap<(String, String), Instant>>,
 }
 
 impl Context {
@@ -92,6 +107,7 @@ impl Context {
         metrics: Metrics,
         config: DeprovisioningConfig,
         provisioning: Arc<provisioning::Context>,
+        state: Arc<Cluster>,
     ) -> Arc<Context> {
         Arc::new(Context {
             recorder: recorder(&client),
@@ -99,41 +115,15 @@ impl Context {
             metrics,
             config,
             provisioning,
+            state,
+            consolidated: StdMutex::new(None),
+            unconsolidatable: StdMutex::new(HashMap::new()),
         })
     }
 }
 
-struct Stores {
-    nodes: Store<Node>,
-    pods: Store<Pod>,
-    provisioners: Store<Provisioner>,
-    pdbs: Store<PodDisruptionBudget>,
-}
-
 /// Runs deprovisioning passes until `shutdown`, only while `leading` is true.
 pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
-    let client = ctx.client.clone();
-    let stores = Stores {
-        nodes: reflect(
-            Api::<Node>::all(client.clone()),
-            watcher::Config::default().labels(&ctx.config.node_selector),
-            &shutdown,
-            |_| {},
-        ),
-        pods: reflect(Api::<Pod>::all(client.clone()), watcher::Config::default(), &shutdown, |_| {}),
-        provisioners: reflect(
-            Api::<Provisioner>::all(client.clone()),
-            watcher::Config::default(),
-            &shutdown,
-            |_| {},
-        ),
-        pdbs: reflect(
-            Api::<PodDisruptionBudget>::all(client),
-            watcher::Config::default(),
-            &shutdown,
-            |_| {},
-        ),
-    };
     let mut ticker = tokio::time::interval(ctx.config.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -144,7 +134,7 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
         if !*leading.borrow() {
             continue;
         }
-        if let Err(e) = pass(&ctx, &stores).await {
+        if let Err(e) = pass(&ctx).await {
             warn!(error = %telemetry::chain(&e), "deprovisioning pass failed; retrying with the next one");
         }
     }
@@ -153,17 +143,11 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
 /// One pass: read the stores, replace at most one expired node, then mark, unmark and delete
 /// empty ones.
 #[instrument(skip_all)]
-async fn pass(ctx: &Context, stores: &Stores) -> Result<(), DeprovisioningError> {
-    for ready in [
-        stores.nodes.wait_until_ready().await,
-        stores.pods.wait_until_ready().await,
-        stores.provisioners.wait_until_ready().await,
-        stores.pdbs.wait_until_ready().await,
-    ] {
-        ready.map_err(|e| DeprovisioningError::Stores(e.to_string()))?;
-    }
+async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
+    let stores = &ctx.state;
+    stores.ready().await.map_err(|e| DeprovisioningError::Stores(e.to_string()))?;
     let now = Utc::now();
-    let nodes = stores.nodes.state();
+    let nodes = considered(ctx);
     let mut pods_by_node: HashMap<String, Vec<Pod>> = HashMap::new();
     for pod in stores.pods.state() {
         if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
@@ -230,7 +214,7 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), DeprovisioningError>
         .filter(|n| is_marked_for_replacement(n) && n.metadata.deletion_timestamp.is_none())
     {
         if expiration.expire.as_deref() != Some(node.name_any().as_str()) {
-            cordon(ctx, node, false).await?;
+            cordon(ctx, node, None).await?;
         }
     }
     if let Some(name) = &expiration.expire {
@@ -249,13 +233,14 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), DeprovisioningError>
     // command deleted is draining (up to the deletion timeout), nodes are neither marked nor
     // deleted: its evicted pods may be on their way to them. A node someone else deletes does not
     // hold them.
-    let _emptiness_timer = ctx
+    let emptiness_timer = ctx
         .metrics
         .deprovisioning_evaluation
         .with_label_values(&[metrics::reason::EMPTINESS])
         .start_timer();
     let nomination = k8s_openapi::chrono::Duration::from_std(ctx.config.nomination).unwrap_or_default();
     let mut errors = Vec::new();
+    let mut deleted = false;
     for node in &nodes {
         let ttl = provisioner_of(node).and_then(|p| p.spec.ttl_seconds_after_empty);
         let pods = pods_by_node.get(&node.name_any()).unwrap_or(&no_pods);
@@ -267,16 +252,36 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), DeprovisioningError>
             }
             Emptiness::Mark => mark(ctx, node, Some(decide::emptiness_timestamp(now)), ttl.unwrap_or_default()).await,
             Emptiness::Unmark => mark(ctx, node, None, ttl.unwrap_or_default()).await,
-            Emptiness::Delete => delete_empty(ctx, node, ttl, nomination).await,
+            Emptiness::Delete => delete_empty(ctx, node, ttl, nomination).await.map(|d| deleted |= d),
         };
         if let Err(e) = result {
             errors.push(e);
         }
     }
-    match errors.into_iter().next() {
-        Some(e) => Err(e),
-        None => Ok(()),
+    drop(emptiness_timer);
+    if let Some(e) = errors.into_iter().next() {
+        return Err(e);
     }
+    // One command per pass; and nothing new while a deletion of ours drains.
+    if deleted || waiting {
+        return Ok(());
+    }
+    let _consolidation_timer = ctx
+        .metrics
+        .deprovisioning_evaluation
+        .with_label_values(&[metrics::reason::CONSOLIDATION])
+        .start_timer();
+    consolidate::consolidate(ctx).await.map(drop)
+}
+
+/// The nodes deprovisioning considers: ours, narrowed by the configured selector.
+fn considered(ctx: &Context) -> Vec<Arc<Node>> {
+    ctx.state
+        .nodes
+        .state()
+        .into_iter()
+        .filter(|n| n.labels().contains_key(PROVISIONER_NAME_LABEL) && decide::selects(&ctx.config.node_selector, n.labels()))
+        .collect()
 }
 
 /// Whether an earlier pass cordoned `node` to replace it.
@@ -288,18 +293,18 @@ fn is_marked_for_replacement(node: &Node) -> bool {
 /// for its pods, waits for the new nodes to be Ready, then deletes it (the termination controller
 /// drains it). A failed or timed-out replacement puts the node back into service.
 #[instrument(skip_all, fields(node = %node.name_any()))]
-async fn expire(ctx: &Context, stores: &Stores, node: &Node, ttl: i64) -> Result<(), DeprovisioningError> {
+async fn expire(ctx: &Context, stores: &Cluster, node: &Node, ttl: i64) -> Result<(), DeprovisioningError> {
     let name = node.name_any();
     if !is_marked_for_replacement(node) {
         let note = format!("Node expired: older than ttlSecondsUntilExpired={ttl}s; replacing it");
         publish(&ctx.recorder, node, EventType::Normal, "Expired", "Deprovisioning", &note).await;
     }
-    cordon(ctx, node, true).await?;
+    cordon(ctx, node, Some(EXPIRED)).await?;
     let started = Instant::now();
     let launched = match ctx.provisioning.replace(&name).await {
         Ok(launched) => launched,
         Err(e) => {
-            cordon(ctx, node, false).await?;
+            cordon(ctx, node, None).await?;
             return Err(DeprovisioningError::Replace {
                 node: name,
                 reason: telemetry::chain(e.as_ref()),
@@ -330,7 +335,7 @@ async fn expire(ctx: &Context, stores: &Stores, node: &Node, ttl: i64) -> Result
                 break;
             }
             if Instant::now() > deadline {
-                cordon(ctx, node, false).await?;
+                cordon(ctx, node, None).await?;
                 let note = format!("Replacement node(s) {} not Ready in time; keeping this node", launched.join(", "));
                 publish(
                     &ctx.recorder,
@@ -354,17 +359,24 @@ async fn expire(ctx: &Context, stores: &Stores, node: &Node, ttl: i64) -> Result
     delete_node(ctx, node, metrics::reason::EXPIRATION, action).await
 }
 
-/// Cordons and marks `node` for replacement (`true`), or uncordons it and removes the mark.
-async fn cordon(ctx: &Context, node: &Node, replace: bool) -> Result<(), DeprovisioningError> {
+/// The `karpenter.sh/voluntary-disruption` value of an expired node being replaced.
+const EXPIRED: &str = "expired";
+
+/// Cordons `node` and marks it with the method of the command removing it (`Some`), or
+/// uncordons it and removes the mark (`None`).
+async fn cordon(ctx: &Context, node: &Node, method: Option<&str>) -> Result<(), DeprovisioningError> {
     let name = node.name_any();
     let patch = serde_json::json!({
-        "metadata": {"annotations": {VOLUNTARY_DISRUPTION_ANNOTATION: replace.then_some("expired")}},
-        "spec": {"unschedulable": replace.then_some(true)},
+        "metadata": {"annotations": {VOLUNTARY_DISRUPTION_ANNOTATION: method}},
+        "spec": {"unschedulable": method.map(|_| true)},
     });
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     match nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
         Ok(_) => {
-            info!(node = %name, "{}", if replace { "cordoned expired node for replacement" } else { "uncordoned node: not replaced" });
+            match method {
+                Some(method) => info!(node = %name, method, "cordoned node to deprovision it"),
+                None => info!(node = %name, "uncordoned node: not deprovisioned"),
+            }
             Ok(())
         }
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
@@ -399,7 +411,7 @@ async fn delete_empty(
     node: &Node,
     ttl: Option<i64>,
     nomination: k8s_openapi::chrono::Duration,
-) -> Result<(), DeprovisioningError> {
+) -> Result<bool, DeprovisioningError> {
     let name = node.name_any();
     let pods: Api<Pod> = Api::all(ctx.client.clone());
     let fresh = pods
@@ -411,11 +423,11 @@ async fn delete_empty(
         })?;
     if decide::emptiness(node, &fresh.items, ttl, nomination, Utc::now()) != Emptiness::Delete {
         debug!(node = %name, "node is no longer empty; keeping it");
-        return Ok(());
+        return Ok(false);
     }
     let note = format!("Node was empty for ttlSecondsAfterEmpty={}s; deleting it", ttl.unwrap_or_default());
     publish(&ctx.recorder, node, EventType::Normal, "Deleted", "Deprovisioning", &note).await;
-    delete_node(ctx, node, metrics::reason::EMPTINESS, "delete").await
+    delete_node(ctx, node, metrics::reason::EMPTINESS, "delete").await.map(|()| true)
 }
 
 /// Deletes the Node (the termination controller takes it from there) and counts it as
@@ -452,6 +464,9 @@ pub enum DeprovisioningError {
     /// A store could not be synced.
     #[error("waiting for the node, pod and provisioner caches: {0}")]
     Stores(String),
+    /// The cluster could not be snapshot for a consolidation simulation.
+    #[error("snapshotting the cluster for consolidation: {0}")]
+    Snapshot(String),
     /// The emptiness timestamp could not be written.
     #[error("writing {EMPTINESS_TIMESTAMP_ANNOTATION} on node {node}")]
     Annotate {
@@ -479,8 +494,8 @@ pub enum DeprovisioningError {
         #[source]
         source: kube::Error,
     },
-    /// The replacements of an expired node could not be provisioned or did not become Ready.
-    #[error("replacing expired node {node}: {reason}")]
+    /// The replacements of a node could not be provisioned or did not become ready.
+    #[error("replacing node(s) {node}: {reason}")]
     Replace {
         /// The node.
         node: String,

@@ -22,7 +22,7 @@ use tracing::{info, instrument, warn};
 
 use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
 use crate::cloudprovider::{self, CloudProvider};
-use crate::controllers::termination::{publish, recorder};
+use crate::controllers::events::{publish, recorder};
 use crate::metrics::{self, Metrics};
 use crate::telemetry;
 

@@ -119,19 +119,7 @@ fn is_controlled_by(pod: &Pod, ds: &DaemonSet) -> bool {
         })
 }
 
-/// The label names of `karpenter_pods_state`, in order.
-pub const POD_STATE_LABELS: [&str; 10] = [
-    "name",
-    "namespace",
-    "owner",
-    "node",
-    "provisioner",
-    "zone",
-    "arch",
-    "capacity_type",
-    "instance_type",
-    "phase",
-];
+pub use crate::metrics::POD_STATE_LABELS;
 
 /// The `karpenter_pods_state` label values of `pod` on `node` (when bound and known); `N/A`
 /// where a value is unknown, as Karpenter reports it.

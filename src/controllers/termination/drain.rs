@@ -1,14 +1,13 @@
 //! Which pods a draining node still has to lose, and in which order they are evicted
-//! (karpenter-behavior.md §6.1 step 2, `core@v0.27.0:.../termination/terminator.go`). Pure; the
-//! pod helpers here are shared with deprovisioning.
+//! (karpenter-behavior.md §6.1 step 2, `core@v0.27.0:.../termination/terminator.go`). Pure.
 
 use k8s_openapi::api::core::v1::Pod;
+
+use crate::controllers::pods::{is_daemonset_pod, is_mirror_pod, is_terminal};
 use k8s_openapi::chrono::{DateTime, Duration, Utc};
 
 /// The taint a cordoned node carries; pods tolerating it (DaemonSet pods) are not drained.
 pub const UNSCHEDULABLE_TAINT_KEY: &str = "node.kubernetes.io/unschedulable";
-/// Annotation the kubelet puts on the API mirror of a static pod.
-pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// Priority classes whose pods are evicted only after every other pod.
 pub const CRITICAL_PRIORITY_CLASSES: &[&str] = &["system-cluster-critical", "system-node-critical"];
 /// A pod deleted longer ago than this is presumed stuck on a partitioned kubelet and ignored.
@@ -50,38 +49,6 @@ impl std::fmt::Display for PodName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.namespace, self.name)
     }
-}
-
-/// Succeeded or Failed.
-pub fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded") | Some("Failed")
-    )
-}
-
-/// Has a deletionTimestamp.
-pub fn is_terminating(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_some()
-}
-
-fn owned_by(pod: &Pod, kind: &str) -> bool {
-    pod.metadata.owner_references.iter().flatten().any(|o| o.kind == kind)
-}
-
-/// Owned by a DaemonSet.
-pub fn is_daemonset_pod(pod: &Pod) -> bool {
-    owned_by(pod, "DaemonSet")
-}
-
-/// The API mirror of a static pod (owned by its Node, or annotated by the kubelet).
-pub fn is_mirror_pod(pod: &Pod) -> bool {
-    owned_by(pod, "Node")
-        || pod
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION))
 }
 
 /// Tolerates `node.kubernetes.io/unschedulable:NoSchedule` (DaemonSet pods, blanket tolerations).

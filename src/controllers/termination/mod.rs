@@ -15,16 +15,16 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::chrono::Utc;
 use kube::api::{ListParams, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::watcher;
-use kube::{Api, Resource, ResourceExt};
+use kube::runtime::events::{EventType, Recorder};
+use kube::{Api, ResourceExt};
 use tokio::sync::{watch, Mutex};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, instrument, warn};
 
 use crate::apis::v1alpha5::labels::{PROVISIONER_NAME_LABEL, TERMINATION_FINALIZER};
 use crate::cloudprovider::{self, instance_id_from_provider_id, CloudProvider};
-use crate::controllers::reflect;
+use crate::controllers::events::{publish, recorder};
+use crate::controllers::state::Cluster;
 use crate::metrics::Metrics;
 use crate::telemetry;
 use drain::PodName;
@@ -88,44 +88,14 @@ impl Context {
     }
 }
 
-/// The event recorder every controller of karpenter-rs uses.
-pub(crate) fn recorder(client: &kube::Client) -> Recorder {
-    let reporter = Reporter {
-        controller: "karpenter-rs".into(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
-    Recorder::new(client.clone(), reporter)
-}
-
-/// Publishes an event on `object`; a failure is only logged.
-pub(crate) async fn publish<K: Resource<DynamicType = ()>>(
-    recorder: &Recorder,
-    object: &K,
-    type_: EventType,
-    reason: &str,
-    action: &str,
-    note: &str,
-) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note.chars().take(1024).collect()),
-        action: action.into(),
-        secondary: None,
-    };
-    if let Err(e) = recorder.publish(&event, &object.object_ref(&())).await {
-        debug!(error = %e, reason, "publishing event");
-    }
-}
-
 /// Whether `node` is ours to finalize now: it carries our finalizer and is being deleted.
 pub fn is_terminating(node: &Node) -> bool {
     node.metadata.deletion_timestamp.is_some() && node.finalizers().iter().any(|f| f == TERMINATION_FINALIZER)
 }
 
 /// Runs the termination controller until `shutdown`; reconciles only while `leading` is true.
-pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
-    let nodes = reflect(Api::<Node>::all(ctx.client.clone()), watcher::Config::default(), &shutdown, |_| {});
+pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
+    let nodes = &state.nodes;
     let mut ticker = tokio::time::interval(ctx.config.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -1,0 +1,332 @@
+//! Consolidation's I/O (karpenter-behavior.md §5.6, §5.8): snapshot the cluster, choose a command
+//! with `consolidation.rs`, wait 15 s and validate it on a fresh snapshot, then execute it:
+//! cordon and mark the nodes, launch the replacement through the normal launch path and wait for
+//! it to initialise (bounded; on timeout the nodes are uncordoned and the command abandoned), then
+//! delete the nodes through the termination finalizer (a drain that honours
+//! PodDisruptionBudgets).
+//!
+//! Every step is stored on the Nodes, so a restart converges: a node marked by a command that
+//! did not finish is uncordoned by the next pass (as an expired node no longer being replaced);
+//! a replacement launched for it is an ordinary node, which the next evaluation counts as room
+//! (the old node's pods now fit on it, so it is deleted without a second launch) or, if it stays
+//! empty, removes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::chrono::Utc;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::ResourceExt;
+use tracing::{debug, info, warn};
+
+use super::consolidation::{self, Candidate, Command, Ineligible, NodeView};
+use super::{cordon, delete_node, Context, DeprovisioningError};
+use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
+use crate::controllers::events::publish;
+use crate::controllers::provisioning::Snapshot;
+use crate::metrics::{self, reason::CONSOLIDATION};
+use crate::scheduling::nodes::INITIALIZED_LABEL;
+use crate::scheduling::InstanceType;
+use crate::telemetry;
+
+/// How long a multi-node evaluation may run before it settles for the best command so far.
+const MULTI_NODE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a single-node evaluation may run.
+const SINGLE_NODE_TIMEOUT: Duration = Duration::from_secs(3 * 60);
+/// After a pass that found nothing, consolidation is evaluated again only once the cluster has
+/// changed, or after this long (§5.1).
+const CONSOLIDATED_FOR: Duration = Duration::from_secs(5 * 60);
+/// How often the same `Unconsolidatable` reason is published again on a node.
+const EVENT_EVERY: Duration = Duration::from_secs(5 * 60);
+
+/// One consolidation evaluation: empty nodes, then multi-node, then single-node; executes at
+/// most one command. True when a command ran.
+pub(super) async fn consolidate(ctx: &Context) -> Result<bool, DeprovisioningError> {
+    let state = &ctx.state;
+    if !state.provisioners.state().iter().any(|p| consolidation::consolidates(p)) {
+        return Ok(false);
+    }
+    // Read before the snapshot: a change while evaluating clears the short-circuit.
+    let generation = state.generation();
+    let consolidated = *ctx.consolidated.lock().unwrap_or_else(|e| e.into_inner());
+    if consolidated.is_some_and(|(g, at)| g == generation && at.elapsed() < CONSOLIDATED_FOR) {
+        return Ok(false);
+    }
+    let snapshot = snapshot(ctx).await?;
+    let candidates = candidates(ctx, &snapshot, true).await;
+
+    // Empty-node consolidation: all at once, after the 15 s re-check.
+    let empty = consolidation::empty(&candidates);
+    if !empty.is_empty() {
+        tokio::time::sleep(ctx.config.consolidation_ttl).await;
+        let fresh = candidates_now(ctx).await?;
+        let still: Vec<&Candidate> = fresh.iter().filter(|c| c.pods.is_empty() && empty.contains(&c.name)).collect();
+        if still.is_empty() {
+            debug!(nodes = ?empty, "empty nodes gained pods or stopped being candidates while waiting; evaluating again");
+            return Ok(false);
+        }
+        let command = Command {
+            nodes: still.iter().map(|c| c.name.clone()).collect(),
+            action: consolidation::Action::Delete,
+            price_before: still.iter().map(|c| c.price).sum(),
+            price_after: 0.0,
+            pods: Vec::new(),
+        };
+        execute(ctx, &command, &[]).await?;
+        return Ok(true);
+    }
+
+    let started = Instant::now();
+    let (multi, timed_out) =
+        tokio::task::block_in_place(|| consolidation::multi_node(&snapshot.input, &candidates, &|| started.elapsed() > MULTI_NODE_TIMEOUT));
+    if timed_out {
+        warn!(timeout = ?MULTI_NODE_TIMEOUT, "multi-node consolidation evaluation timed out");
+        ctx.metrics.consolidation_timeouts.with_label_values(&["multi-node"]).inc();
+    }
+    if let Some(command) = multi {
+        return validate_and_execute(ctx, &command, &snapshot).await;
+    }
+
+    let started = Instant::now();
+    let (single, refused, timed_out) = tokio::task::block_in_place(|| {
+        consolidation::single_node(&snapshot.input, &candidates, &|| started.elapsed() > SINGLE_NODE_TIMEOUT)
+    });
+    if timed_out {
+        warn!(timeout = ?SINGLE_NODE_TIMEOUT, "single-node consolidation evaluation timed out");
+        ctx.metrics.consolidation_timeouts.with_label_values(&["single-node"]).inc();
+    }
+    let nodes: HashMap<String, Arc<Node>> = state.nodes.state().into_iter().map(|n| (n.name_any(), n)).collect();
+    for (name, why) in &refused {
+        if let Some(node) = nodes.get(name) {
+            unconsolidatable(ctx, node, why).await;
+        }
+    }
+    if let Some(command) = single {
+        return validate_and_execute(ctx, &command, &snapshot).await;
+    }
+    *ctx.consolidated.lock().unwrap_or_else(|e| e.into_inner()) = Some((generation, Instant::now()));
+    debug!(candidates = candidates.len(), "nothing to consolidate");
+    Ok(false)
+}
+
+async fn snapshot(ctx: &Context) -> Result<Snapshot, DeprovisioningError> {
+    ctx.provisioning
+        .snapshot()
+        .await
+        .map_err(|e| DeprovisioningError::Snapshot(telemetry::chain(e.as_ref())))
+}
+
+/// The candidates of a fresh snapshot, without events.
+async fn candidates_now(ctx: &Context) -> Result<Vec<Candidate>, DeprovisioningError> {
+    let snapshot = snapshot(ctx).await?;
+    Ok(candidates(ctx, &snapshot, false).await)
+}
+
+/// The nodes consolidation may remove, cheapest to disrupt first. With `report`, nodes blocked
+/// by something the user controls get an `Unconsolidatable` event saying what.
+async fn candidates(ctx: &Context, snapshot: &Snapshot, report: bool) -> Vec<Candidate> {
+    let state = &ctx.state;
+    let nodes = super::considered(ctx);
+    let mut pods_by_node: HashMap<String, Vec<Pod>> = HashMap::new();
+    for pod in state.pods.state() {
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+            pods_by_node.entry(node).or_default().push((*pod).clone());
+        }
+    }
+    let provisioners = state.provisioners.state();
+    let pdbs: Vec<_> = state.pdbs.state().iter().map(|b| (**b).clone()).collect();
+    let types: HashMap<String, &[Arc<InstanceType>]> = snapshot
+        .input
+        .provisioners
+        .iter()
+        .map(|p| (p.provisioner.name_any(), p.instance_types.as_slice()))
+        .collect();
+    let prepare = |pod: &Pod| {
+        let mut pod = pod.clone();
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.node_name = None;
+        }
+        snapshot.volumes.constrain(pod)
+    };
+    let now = Utc::now();
+    let no_pods = Vec::new();
+    let mut out = Vec::new();
+    let mut blocked = Vec::new();
+    for node in &nodes {
+        let name = node.name_any();
+        let provisioner = node
+            .labels()
+            .get(PROVISIONER_NAME_LABEL)
+            .and_then(|p| provisioners.iter().find(|x| x.name_any() == *p));
+        let view = NodeView {
+            node,
+            pods: pods_by_node.get(&name).unwrap_or(&no_pods),
+            provisioner: provisioner.map(|p| p.as_ref()),
+            instance_types: provisioner.and_then(|p| types.get(&p.name_any()).copied()).unwrap_or_default(),
+            nominated: state.is_nominated(&name),
+        };
+        match consolidation::candidate(view, &pdbs, &prepare, now) {
+            Ok(c) => out.push(c),
+            Err(Ineligible::Skip(why)) => debug!(node = %name, reason = %why, "not a consolidation candidate"),
+            Err(Ineligible::Blocked(why)) => blocked.push((node.clone(), why)),
+        }
+    }
+    if report {
+        for (node, why) in &blocked {
+            unconsolidatable(ctx, node, why).await;
+        }
+    }
+    consolidation::sort_candidates(&mut out);
+    out
+}
+
+/// Publishes `Unconsolidatable` on `node`, at most once per reason every few minutes.
+async fn unconsolidatable(ctx: &Context, node: &Node, why: &str) {
+    let key = (node.name_any(), why.to_string());
+    {
+        let mut published = ctx.unconsolidatable.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        published.retain(|_, at| now.duration_since(*at) < EVENT_EVERY);
+        if published.contains_key(&key) {
+            return;
+        }
+        published.insert(key, now);
+    }
+    debug!(node = %node.name_any(), reason = %why, "node cannot be consolidated");
+    publish(&ctx.recorder, node, EventType::Normal, "Unconsolidatable", "Consolidation", why).await;
+}
+
+/// Waits `consolidationTTL`, checks the command against a fresh snapshot, and executes it if it
+/// still holds (§5.6 validation). A command that no longer holds is dropped; the next pass
+/// evaluates afresh.
+async fn validate_and_execute(ctx: &Context, command: &Command, before: &Snapshot) -> Result<bool, DeprovisioningError> {
+    debug!(command = %command.describe(), "validating consolidation after {:?}", ctx.config.consolidation_ttl);
+    tokio::time::sleep(ctx.config.consolidation_ttl).await;
+    let snapshot = snapshot(ctx).await?;
+    let fresh = candidates(ctx, &snapshot, false).await;
+    let chosen: Vec<&Candidate> = command.nodes.iter().filter_map(|n| fresh.iter().find(|c| c.name == *n)).collect();
+    if chosen.len() < command.nodes.len() {
+        info!(nodes = ?command.nodes, "abandoning consolidation: its nodes are no longer all candidates");
+        return Ok(false);
+    }
+    let recomputed = tokio::task::block_in_place(|| consolidation::compute(&snapshot.input, &chosen));
+    if !consolidation::still_valid(command, &recomputed) {
+        info!(command = %command.describe(), now = ?recomputed.as_ref().map(Command::describe), "abandoning consolidation: the cluster changed while it waited");
+        return Ok(false);
+    }
+    let pod_names: Vec<String> = before
+        .input
+        .nodes
+        .iter()
+        .filter(|n| command.nodes.contains(&n.name))
+        .flat_map(|n| n.pods.iter())
+        .filter(|p| crate::controllers::provisioning::pods::is_displaced_by_drain(p))
+        .map(crate::controllers::provisioning::pods::pod_key)
+        .collect();
+    execute(ctx, command, &pod_names).await?;
+    Ok(true)
+}
+
+/// Executes `command` (§5.8): cordon and mark, launch and await the replacement, delete.
+async fn execute(ctx: &Context, command: &Command, pods: &[String]) -> Result<(), DeprovisioningError> {
+    let state = &ctx.state;
+    let action = command.action_name();
+    info!(
+        nodes = ?command.nodes,
+        pods = ?pods,
+        price_before = command.price_before,
+        price_after = command.price_after,
+        "deprovisioning via {CONSOLIDATION} {}",
+        command.describe()
+    );
+    let nodes: Vec<Arc<Node>> = command.nodes.iter().filter_map(|n| state.nodes.get(&ObjectRef::new(n))).collect();
+    for node in &nodes {
+        cordon(ctx, node, Some(CONSOLIDATION)).await?;
+    }
+    if let Some(request) = command.replacement() {
+        let started = Instant::now();
+        let launched = match ctx.provisioning.launch_replacement(request).await {
+            Ok(name) => name,
+            Err(e) => {
+                let reason = telemetry::chain(e.as_ref());
+                for node in &nodes {
+                    cordon(ctx, node, None).await?;
+                }
+                return Err(DeprovisioningError::Replace {
+                    node: command.nodes.join(", "),
+                    reason,
+                });
+            }
+        };
+        for node in &nodes {
+            let note = format!("Launching node {launched} for {CONSOLIDATION}/{action}");
+            publish(
+                &ctx.recorder,
+                node.as_ref(),
+                EventType::Normal,
+                "DeprovisioningLaunchingNode",
+                "Consolidation",
+                &note,
+            )
+            .await;
+            let note = format!("Waiting on readiness of {launched} to continue deprovisioning");
+            publish(
+                &ctx.recorder,
+                node.as_ref(),
+                EventType::Normal,
+                "DeprovisioningWaitingReadiness",
+                "Consolidation",
+                &note,
+            )
+            .await;
+        }
+        let deadline = started + ctx.config.replacement_timeout;
+        let initialized = |name: &str| {
+            state
+                .nodes
+                .get(&ObjectRef::new(name))
+                .is_some_and(|n| n.labels().get(INITIALIZED_LABEL).is_some_and(|v| v == "true"))
+        };
+        while !initialized(&launched) {
+            if Instant::now() > deadline {
+                warn!(replacement = %launched, nodes = ?command.nodes, timeout = ?ctx.config.replacement_timeout, "replacement did not initialise in time; keeping the nodes");
+                for node in &nodes {
+                    cordon(ctx, node, None).await?;
+                    let note = format!("Replacement node {launched} did not initialize in time; keeping this node");
+                    publish(
+                        &ctx.recorder,
+                        node.as_ref(),
+                        EventType::Warning,
+                        "DeprovisioningWaitingReadiness",
+                        "Consolidation",
+                        &note,
+                    )
+                    .await;
+                }
+                return Err(DeprovisioningError::Replace {
+                    node: command.nodes.join(", "),
+                    reason: format!("replacement {launched} not initialized within {:?}", ctx.config.replacement_timeout),
+                });
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        ctx.metrics.replacement_initialized.observe(started.elapsed().as_secs_f64());
+    }
+    for node in &nodes {
+        let note = format!("Deprovisioning node via {CONSOLIDATION}/{action}");
+        publish(
+            &ctx.recorder,
+            node.as_ref(),
+            EventType::Normal,
+            "DeprovisioningTerminatingNode",
+            "Consolidation",
+            &note,
+        )
+        .await;
+        delete_node(ctx, node, metrics::reason::CONSOLIDATION, action).await?;
+    }
+    Ok(())
+}

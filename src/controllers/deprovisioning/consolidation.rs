@@ -1,0 +1,952 @@
+//! The pure decisions of consolidation (karpenter-behavior.md §5.2, §5.6, §5.7): which nodes are
+//! candidates, what removing some of them would take (the same `scheduling::simulate` the
+//! provisioner runs, over the rest of the cluster), and the command a method chooses. No clock,
+//! no I/O: the deprovisioning pass snapshots the cluster, calls these, waits, validates and acts.
+//!
+//! Methods, in the order a pass tries them:
+//! - [`empty`]: every empty candidate, deleted in one command (after the 15 s re-check);
+//! - [`multi_node`]: the largest prefix of the candidates (cheapest to disrupt first, at most
+//!   [`MULTI_NODE_MAX`]) that can be deleted, or replaced by one cheaper node (binary search);
+//! - [`single_node`]: the first candidate that can be deleted or replaced by a cheaper node.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::chrono::{DateTime, Duration, Utc};
+
+use super::decide::{blocking_pdb, do_not_evict};
+use super::VOLUNTARY_DISRUPTION_ANNOTATION;
+use crate::apis::v1alpha5::labels::{
+    CAPACITY_TYPE_LABEL, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, DO_NOT_CONSOLIDATE_ANNOTATION, INSTANCE_TYPE_LABEL,
+    PROVISIONER_NAME_LABEL, ZONE_LABEL,
+};
+use crate::apis::v1alpha5::Provisioner;
+use crate::scheduling::instance_types::offering_allowed;
+use crate::scheduling::nodes::INITIALIZED_LABEL;
+use crate::scheduling::{simulate, InstanceType, NodeRequest, PodKey, Requirement, Requirements, SimulationInput};
+
+/// How long a command waits before it is validated, and how recently a node may have received a
+/// pod and still be consolidated (`consolidationTTL`, karpenter-behavior.md §5.6).
+pub const CONSOLIDATION_TTL: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Most candidates one multi-node command considers (`core@v0.30.0:.../multinodeconsolidation.go`).
+pub const MULTI_NODE_MAX: usize = 100;
+
+/// A node consolidation may remove.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    /// Node name.
+    pub name: String,
+    /// Its Provisioner.
+    pub provisioner: String,
+    /// Its instance type, zone and capacity type (from its labels).
+    pub instance_type: String,
+    /// Zone.
+    pub zone: String,
+    /// `on-demand` or `spot`.
+    pub capacity_type: String,
+    /// What its offering costs per hour.
+    pub price: f64,
+    /// Cost of disrupting it (§5.2): lower goes first.
+    pub disruption_cost: f64,
+    /// The pods that would need a new home, unbound (ready to be placed again) and carrying any
+    /// constraints of their volumes.
+    pub pods: Vec<Pod>,
+}
+
+/// What a command does with its candidates.
+#[derive(Clone, Debug)]
+pub enum Action {
+    /// Delete them: their pods fit on the rest of the cluster.
+    Delete,
+    /// Launch this one cheaper node first, then delete them.
+    Replace(Box<NodeRequest>),
+}
+
+/// A consolidation command: remove `nodes`, possibly for one replacement.
+#[derive(Clone, Debug)]
+pub struct Command {
+    /// The candidates removed, in disruption-cost order.
+    pub nodes: Vec<String>,
+    /// Delete or replace.
+    pub action: Action,
+    /// Σ of the removed nodes' prices per hour.
+    pub price_before: f64,
+    /// The replacement's cheapest allowed price per hour (0 for a delete).
+    pub price_after: f64,
+    /// The pods that move.
+    pub pods: Vec<PodKey>,
+}
+
+impl Command {
+    /// `delete` or `replace`, as the metric's action label and the log line name it.
+    pub fn action_name(&self) -> &'static str {
+        match self.action {
+            Action::Delete => "delete",
+            Action::Replace(_) => "replace",
+        }
+    }
+
+    /// The replacement's instance-type options, if it has one.
+    pub fn replacement(&self) -> Option<&NodeRequest> {
+        match &self.action {
+            Action::Delete => None,
+            Action::Replace(r) => Some(r),
+        }
+    }
+
+    /// For the log line: the nodes, the replacement's options and the prices.
+    pub fn describe(&self) -> String {
+        let mut text = format!(
+            "{}, terminating {} node(s) {}",
+            self.action_name(),
+            self.nodes.len(),
+            self.nodes.join(", ")
+        );
+        if let Some(r) = self.replacement() {
+            let capacity = r
+                .requirements
+                .get(CAPACITY_TYPE_LABEL)
+                .and_then(Requirement::sample)
+                .unwrap_or_else(|| CAPACITY_TYPE_ON_DEMAND.to_string());
+            let names: Vec<&str> = r.instance_type_options.iter().take(5).map(|t| t.name.as_str()).collect();
+            let more = r.instance_type_options.len().saturating_sub(names.len());
+            text.push_str(&format!(" and replacing with a {capacity} node from types {}", names.join(", ")));
+            if more > 0 {
+                text.push_str(&format!(" and {more} other(s)"));
+            }
+        }
+        text.push_str(&format!(
+            ", moving {} pod(s), ${:.4}/h → ${:.4}/h",
+            self.pods.len(),
+            self.price_before,
+            self.price_after
+        ));
+        text
+    }
+}
+
+/// Why a node is not a candidate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ineligible {
+    /// Not for consolidation at all (not ours, being deleted or replaced, its Provisioner does
+    /// not consolidate, no price known): no event.
+    Skip(String),
+    /// Blocked by something the user can see and change: an `Unconsolidatable` event on the node
+    /// says why (Karpenter's reason strings).
+    Blocked(String),
+}
+
+/// One node as candidate selection sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeView<'a> {
+    /// The Node.
+    pub node: &'a Node,
+    /// Every pod bound to it.
+    pub pods: &'a [Pod],
+    /// Its Provisioner, if it still exists.
+    pub provisioner: Option<&'a Provisioner>,
+    /// That Provisioner's instance types.
+    pub instance_types: &'a [Arc<InstanceType>],
+    /// Whether a provisioning pass expects pods to land on it soon.
+    pub nominated: bool,
+}
+
+/// Whether `provisioner` has `consolidation.enabled: true`.
+pub fn consolidates(provisioner: &Provisioner) -> bool {
+    provisioner.spec.consolidation.as_ref().and_then(|c| c.enabled) == Some(true)
+}
+
+/// Whether the node is a candidate (§5.2, §5.6, §5.7), with its pods as they would be placed
+/// again (`prepare` unbinds them and adds their volumes' constraints).
+pub fn candidate(
+    view: NodeView<'_>,
+    pdbs: &[PodDisruptionBudget],
+    prepare: &dyn Fn(&Pod) -> Pod,
+    now: DateTime<Utc>,
+) -> Result<Candidate, Ineligible> {
+    let node = view.node;
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let annotations = node.metadata.annotations.clone().unwrap_or_default();
+    let skip = |why: &str| Err(Ineligible::Skip(why.to_string()));
+    let Some(provisioner_name) = labels.get(PROVISIONER_NAME_LABEL) else {
+        return skip("not launched by a Provisioner");
+    };
+    if node.metadata.deletion_timestamp.is_some() {
+        return skip("being deleted");
+    }
+    if annotations.contains_key(VOLUNTARY_DISRUPTION_ANNOTATION) {
+        return skip("being replaced");
+    }
+    let Some(provisioner) = view.provisioner else {
+        return skip("its provisioner is unknown");
+    };
+    if !consolidates(provisioner) {
+        // Karpenter publishes "provisioner X has consolidation disabled" on every node of every
+        // such Provisioner each pass; that is noise for the users who chose emptiness TTLs.
+        return skip("its provisioner does not consolidate");
+    }
+    if annotations.get(DO_NOT_CONSOLIDATE_ANNOTATION).map(String::as_str) == Some("true") {
+        return Err(Ineligible::Blocked(format!("{DO_NOT_CONSOLIDATE_ANNOTATION} annotation exists")));
+    }
+    if labels.get(INITIALIZED_LABEL).map(String::as_str) != Some("true") {
+        return Err(Ineligible::Blocked("node is not initialized".to_string()));
+    }
+    if view.nominated {
+        return Err(Ineligible::Blocked("node is nominated for a pending pod".to_string()));
+    }
+    let live: Vec<&Pod> = view.pods.iter().filter(|p| super::decide::occupies(p)).collect();
+    if live.iter().any(|p| scheduled_at(p).is_some_and(|at| now < at + ttl())) {
+        return skip("received a pod in the last 15s");
+    }
+    let (Some(instance_type), Some(zone), Some(capacity_type)) = (
+        labels.get(INSTANCE_TYPE_LABEL),
+        labels.get(ZONE_LABEL),
+        labels.get(CAPACITY_TYPE_LABEL),
+    ) else {
+        return skip("missing its instance type, zone or capacity type label");
+    };
+    let Some(price) = view
+        .instance_types
+        .iter()
+        .find(|it| it.name == *instance_type)
+        .and_then(|it| it.offerings.iter().find(|o| o.zone == *zone && o.capacity_type == *capacity_type))
+        .map(|o| o.price)
+    else {
+        return skip("its instance type or offering is not among its provisioner's");
+    };
+    if let Some(pod) = do_not_evict(view.pods) {
+        return Err(Ineligible::Blocked(format!(
+            "pod {}/{} has do not evict annotation",
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        )));
+    }
+    if let Some((pdb, _)) = blocking_pdb(view.pods, pdbs) {
+        return Err(Ineligible::Blocked(format!("pdb {pdb} prevents pod evictions")));
+    }
+    let pods: Vec<Pod> = view
+        .pods
+        .iter()
+        .filter(|p| crate::controllers::provisioning::pods::is_displaced_by_drain(p))
+        .map(prepare)
+        .collect();
+    let created = node.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let lifetime = lifetime_remaining(created, provisioner.spec.ttl_seconds_until_expired, now);
+    Ok(Candidate {
+        name,
+        provisioner: provisioner_name.clone(),
+        instance_type: instance_type.clone(),
+        zone: zone.clone(),
+        capacity_type: capacity_type.clone(),
+        price,
+        disruption_cost: disruption_cost(&pods) * lifetime,
+        pods,
+    })
+}
+
+fn ttl() -> Duration {
+    Duration::from_std(CONSOLIDATION_TTL).unwrap_or_default()
+}
+
+/// When the pod was bound: its `PodScheduled=True` transition, else its start time.
+fn scheduled_at(pod: &Pod) -> Option<DateTime<Utc>> {
+    let status = pod.status.as_ref()?;
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "True")
+        .and_then(|c| c.last_transition_time.as_ref())
+        .or(status.start_time.as_ref())
+        .map(|t| t.0)
+}
+
+/// Σ over the pods of `clamp(-10, 1 + deletion cost / 2^27 + priority / 2^25, 10)`
+/// (`controller.kubernetes.io/pod-deletion-cost`, `spec.priority`; §5.2).
+pub fn disruption_cost(pods: &[Pod]) -> f64 {
+    pods.iter()
+        .map(|p| {
+            let deletion_cost = p
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("controller.kubernetes.io/pod-deletion-cost"))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0);
+            let priority = p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0) as f64;
+            (1.0 + deletion_cost / 2f64.powi(27) + priority / 2f64.powi(25)).clamp(-10.0, 10.0)
+        })
+        .sum()
+}
+
+/// `clamp(0, (ttl − age) / ttl, 1)`, 1 without a TTL: a node about to expire costs little to
+/// disrupt now (§5.2).
+pub fn lifetime_remaining(created: Option<DateTime<Utc>>, ttl_seconds_until_expired: Option<i64>, now: DateTime<Utc>) -> f64 {
+    let (Some(created), Some(ttl)) = (created, ttl_seconds_until_expired.filter(|t| *t > 0)) else {
+        return 1.0;
+    };
+    let age = (now - created).num_milliseconds() as f64 / 1000.0;
+    ((ttl as f64 - age) / ttl as f64).clamp(0.0, 1.0)
+}
+
+/// Candidates cheapest to disrupt first (ties by name, so a pass is reproducible).
+pub fn sort_candidates(candidates: &mut [Candidate]) {
+    candidates.sort_by(|a, b| a.disruption_cost.total_cmp(&b.disruption_cost).then_with(|| a.name.cmp(&b.name)));
+}
+
+/// What would happen if `candidates` were removed from `cluster` (the existing nodes with their
+/// pods, the pending pods and the pods of nodes being deleted): a command, or why not
+/// (Karpenter's `computeConsolidation`, §5.6).
+pub fn compute(cluster: &SimulationInput, candidates: &[&Candidate]) -> Result<Command, String> {
+    let removed: HashSet<&str> = candidates.iter().map(|c| c.name.as_str()).collect();
+    let moved: Vec<PodKey> = candidates.iter().flat_map(|c| c.pods.iter().map(PodKey::of)).collect();
+    let moved_set: HashSet<&PodKey> = moved.iter().collect();
+    let input = SimulationInput {
+        pods: cluster
+            .pods
+            .iter()
+            .chain(candidates.iter().flat_map(|c| c.pods.iter()))
+            .cloned()
+            .collect(),
+        provisioners: cluster.provisioners.clone(),
+        nodes: cluster
+            .nodes
+            .iter()
+            .filter(|n| !removed.contains(n.name.as_str()))
+            .cloned()
+            .collect(),
+        daemonset_pods: cluster.daemonset_pods.clone(),
+        namespace_labels: cluster.namespace_labels.clone(),
+    };
+    let plan = simulate(&input);
+    if plan
+        .unschedulable
+        .iter()
+        .chain(plan.ignored.iter())
+        .any(|(k, _)| moved_set.contains(k))
+    {
+        return Err("not all pods would schedule".to_string());
+    }
+    // Pods cannot move to a node that is not ready for them yet (§5.6).
+    let uninitialized: HashSet<&str> = input.nodes.iter().filter(|n| !n.initialized).map(|n| n.name.as_str()).collect();
+    if let Some((_, node)) = plan
+        .existing_assignments
+        .iter()
+        .find(|(k, n)| moved_set.contains(k) && uninitialized.contains(n.as_str()))
+    {
+        return Err(format!(
+            "not all pods would schedule: would schedule against a non-initialized node {node}"
+        ));
+    }
+    let price_before: f64 = candidates.iter().map(|c| c.price).sum();
+    let mut new: Vec<NodeRequest> = plan
+        .new_nodes
+        .into_iter()
+        .filter(|r| r.pods.iter().any(|k| moved_set.contains(k)))
+        .collect();
+    let names = || candidates.iter().map(|c| c.name.clone()).collect();
+    match new.len() {
+        0 => {
+            return Ok(Command {
+                nodes: names(),
+                action: Action::Delete,
+                price_before,
+                price_after: 0.0,
+                pods: moved,
+            })
+        }
+        1 => {}
+        n => return Err(format!("can't remove without creating {n} nodes")),
+    }
+    let mut request = new.remove(0);
+    request.instance_type_options = cheaper_than(&request.instance_type_options, &request.requirements, price_before);
+    if request.instance_type_options.is_empty() {
+        return Err("can't replace with a cheaper node".to_string());
+    }
+    let capacity = request.requirements.get(CAPACITY_TYPE_LABEL).cloned();
+    let allows = |value: &str| capacity.as_ref().is_none_or(|r| r.has(value));
+    if candidates.iter().all(|c| c.capacity_type == CAPACITY_TYPE_SPOT) && allows(CAPACITY_TYPE_SPOT) {
+        return Err("can't replace a spot node with a spot node".to_string());
+    }
+    // The options were priced as spot where spot is allowed: launching on-demand instead could
+    // cost more than the nodes replaced, so the replacement must be spot (§5.6).
+    if allows(CAPACITY_TYPE_SPOT) && allows(CAPACITY_TYPE_ON_DEMAND) {
+        request
+            .requirements
+            .add(CAPACITY_TYPE_LABEL, Requirement::in_values([CAPACITY_TYPE_SPOT]));
+        if request.labels.contains_key(CAPACITY_TYPE_LABEL) {
+            request.labels.insert(CAPACITY_TYPE_LABEL.into(), CAPACITY_TYPE_SPOT.into());
+        }
+    }
+    let price_after = request.cheapest().map_or(0.0, |(_, o)| o.price);
+    Ok(Command {
+        nodes: names(),
+        action: Action::Replace(Box::new(request)),
+        price_before,
+        price_after,
+        pods: moved,
+    })
+}
+
+/// The most a launch with `requirements` can cost for `it`: its highest available spot price
+/// over the allowed zones when spot is allowed, else its highest on-demand price
+/// (`worstLaunchPrice`, §5.6). `None` when nothing is offered.
+pub fn worst_launch_price(it: &InstanceType, requirements: &Requirements) -> Option<f64> {
+    let allowed = || it.offerings.iter().filter(|o| o.available && offering_allowed(o, requirements));
+    let max = |capacity: &str| {
+        allowed()
+            .filter(|o| o.capacity_type == capacity)
+            .map(|o| o.price)
+            .max_by(f64::total_cmp)
+    };
+    max(CAPACITY_TYPE_SPOT).or_else(|| max(CAPACITY_TYPE_ON_DEMAND))
+}
+
+/// The options whose worst launch price is strictly below `price`, in their order.
+fn cheaper_than(options: &[Arc<InstanceType>], requirements: &Requirements, price: f64) -> Vec<Arc<InstanceType>> {
+    options
+        .iter()
+        .filter(|it| worst_launch_price(it, requirements).is_some_and(|p| p < price))
+        .cloned()
+        .collect()
+}
+
+/// Every empty candidate, for one delete command (empty-node consolidation, §5.6).
+pub fn empty(candidates: &[Candidate]) -> Vec<String> {
+    candidates.iter().filter(|c| c.pods.is_empty()).map(|c| c.name.clone()).collect()
+}
+
+/// Multi-node consolidation (§5.6): a binary search over the prefix length of `candidates`
+/// (already in disruption-cost order, at most [`MULTI_NODE_MAX`] of them) for the longest
+/// prefix of two or more that can be deleted or replaced by one cheaper node. `expired` is
+/// asked between simulations; once it says true the best command so far is returned and the
+/// second value is true (the evaluation timed out).
+pub fn multi_node(cluster: &SimulationInput, candidates: &[Candidate], expired: &dyn Fn() -> bool) -> (Option<Command>, bool) {
+    let candidates = &candidates[..candidates.len().min(MULTI_NODE_MAX)];
+    if candidates.len() < 2 {
+        return (None, false);
+    }
+    let (mut min, mut max) = (1, candidates.len() - 1);
+    let mut best = None;
+    while min <= max {
+        if expired() {
+            return (best, true);
+        }
+        let mid = (min + max) / 2;
+        let prefix: Vec<&Candidate> = candidates[..=mid].iter().collect();
+        let command = compute(cluster, &prefix).ok().and_then(|mut command| {
+            if let Action::Replace(request) = &mut command.action {
+                request.instance_type_options = filter_out_same_type(request, &prefix);
+                if request.instance_type_options.is_empty() {
+                    return None;
+                }
+                command.price_after = request.cheapest().map_or(0.0, |(_, o)| o.price);
+            }
+            Some(command)
+        });
+        match command {
+            Some(command) => {
+                best = Some(command);
+                min = mid + 1;
+            }
+            None => max = mid - 1,
+        }
+    }
+    (best, false)
+}
+
+/// Replacing several nodes with one of a type already among them must be cheaper than the
+/// cheapest of those nodes, or deleting the others alone would do with less disruption
+/// (`filterOutSameType`, §5.6).
+fn filter_out_same_type(request: &NodeRequest, candidates: &[&Candidate]) -> Vec<Arc<InstanceType>> {
+    let mut cheapest: BTreeMap<&str, f64> = BTreeMap::new();
+    for c in candidates {
+        let price = cheapest.entry(c.instance_type.as_str()).or_insert(f64::MAX);
+        *price = price.min(c.price);
+    }
+    let limit = request
+        .instance_type_options
+        .iter()
+        .filter_map(|it| cheapest.get(it.name.as_str()))
+        .fold(f64::MAX, |a, b| a.min(*b));
+    cheaper_than(&request.instance_type_options, &request.requirements, limit)
+}
+
+/// Single-node consolidation (§5.6): the first candidate, in disruption-cost order, that can be
+/// deleted or replaced by one cheaper node, with why each candidate before it could not be
+/// (for the `Unconsolidatable` events). `expired` as for [`multi_node`].
+pub fn single_node(
+    cluster: &SimulationInput,
+    candidates: &[Candidate],
+    expired: &dyn Fn() -> bool,
+) -> (Option<Command>, Vec<(String, String)>, bool) {
+    let mut refused = Vec::new();
+    for c in candidates {
+        if expired() {
+            return (None, refused, true);
+        }
+        match compute(cluster, &[c]) {
+            Ok(command) => return (Some(command), refused, false),
+            Err(why) => refused.push((c.name.clone(), why)),
+        }
+    }
+    (None, refused, false)
+}
+
+/// Whether `command`, computed again after the wait on a fresh snapshot (`recomputed`), still
+/// holds (§5.6 validation): a delete must still be a delete; a replacement must still need
+/// exactly one node, and one that may be any of the types the command would launch.
+pub fn still_valid(command: &Command, recomputed: &Result<Command, String>) -> bool {
+    let Ok(again) = recomputed else { return false };
+    match (&command.action, &again.action) {
+        (Action::Delete, Action::Delete) => true,
+        (Action::Replace(before), Action::Replace(after)) => {
+            let now: BTreeSet<&str> = after.instance_type_options.iter().map(|t| t.name.as_str()).collect();
+            before.instance_type_options.iter().all(|t| now.contains(t.name.as_str()))
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduling::testing::{instance_type, pod, provisioner, ZONES};
+    use crate::scheduling::{ExistingNode, ProvisionerInput};
+    use k8s_openapi::chrono::TimeZone;
+    use serde_json::json;
+
+    const SMALL: &str = "m5.large";
+    const MEDIUM: &str = "m5.xlarge";
+    const LARGE: &str = "m5.2xlarge";
+
+    fn at(seconds: i64) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2023, 6, 1, 12, 0, 0).unwrap() + Duration::seconds(seconds)
+    }
+
+    /// Provisioner `default`, consolidating, limited to the m5 sizes and the capacity types given.
+    fn consolidating(capacity_types: &[&str]) -> Provisioner {
+        let mut p = provisioner("default")
+            .requirement(INSTANCE_TYPE_LABEL, "In", &[SMALL, MEDIUM, LARGE])
+            .requirement(CAPACITY_TYPE_LABEL, "In", capacity_types)
+            .build();
+        p.spec.consolidation = Some(crate::apis::v1alpha5::Consolidation { enabled: Some(true) });
+        p
+    }
+
+    fn types() -> Vec<Arc<InstanceType>> {
+        [SMALL, MEDIUM, LARGE].map(|n| Arc::new(instance_type(n))).to_vec()
+    }
+
+    /// A Ready, initialised node of Provisioner `default`.
+    fn node(name: &str, instance_type: &str, capacity_type: &str) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": name,
+                "creationTimestamp": at(0).to_rfc3339(),
+                "labels": {
+                    PROVISIONER_NAME_LABEL: "default",
+                    INITIALIZED_LABEL: "true",
+                    INSTANCE_TYPE_LABEL: instance_type,
+                    ZONE_LABEL: ZONES[0],
+                    CAPACITY_TYPE_LABEL: capacity_type,
+                    "kubernetes.io/hostname": name,
+                },
+            },
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap()
+    }
+
+    fn on(mut p: Pod, node: &str) -> Pod {
+        p.spec.as_mut().unwrap().node_name = Some(node.to_string());
+        p.status = Some(serde_json::from_value(json!({"phase": "Running", "startTime": at(0).to_rfc3339()})).unwrap());
+        p
+    }
+
+    fn bound(name: &str, cpu: &str, node: &str) -> Pod {
+        on(pod(name).cpu(cpu).memory("256Mi").build(), node)
+    }
+
+    fn unbind(p: &Pod) -> Pod {
+        let mut p = p.clone();
+        p.spec.as_mut().unwrap().node_name = None;
+        p
+    }
+
+    struct World {
+        provisioner: Provisioner,
+        nodes: Vec<Node>,
+        pods: Vec<Pod>,
+    }
+
+    impl World {
+        fn new(provisioner: Provisioner) -> Self {
+            World {
+                provisioner,
+                nodes: Vec::new(),
+                pods: Vec::new(),
+            }
+        }
+
+        fn with_node(mut self, name: &str, instance_type: &str, capacity_type: &str, pod_cpus: &[&str]) -> Self {
+            self.nodes.push(node(name, instance_type, capacity_type));
+            for (i, cpu) in pod_cpus.iter().enumerate() {
+                self.pods.push(bound(&format!("{name}-p{i}"), cpu, name));
+            }
+            self
+        }
+
+        fn pods_of(&self, node: &str) -> Vec<Pod> {
+            self.pods
+                .iter()
+                .filter(|p| p.spec.as_ref().unwrap().node_name.as_deref() == Some(node))
+                .cloned()
+                .collect()
+        }
+
+        fn cluster(&self) -> SimulationInput {
+            let allocatable = |it: &str| instance_type(it).allocatable();
+            SimulationInput {
+                pods: Vec::new(),
+                provisioners: vec![ProvisionerInput {
+                    provisioner: self.provisioner.clone(),
+                    instance_types: types(),
+                }],
+                nodes: self
+                    .nodes
+                    .iter()
+                    .map(|n| {
+                        let mut e = ExistingNode::from_node(n, self.pods_of(n.metadata.name.as_deref().unwrap()));
+                        let it = &n.metadata.labels.as_ref().unwrap()[INSTANCE_TYPE_LABEL];
+                        e.allocatable = allocatable(it);
+                        e.capacity = allocatable(it);
+                        e
+                    })
+                    .collect(),
+                daemonset_pods: Vec::new(),
+                namespace_labels: BTreeMap::new(),
+            }
+        }
+
+        fn candidates(&self) -> Vec<Candidate> {
+            let types = types();
+            let mut out: Vec<Candidate> = self
+                .nodes
+                .iter()
+                .filter_map(|n| {
+                    let pods = self.pods_of(n.metadata.name.as_deref().unwrap());
+                    let view = NodeView {
+                        node: n,
+                        pods: &pods,
+                        provisioner: Some(&self.provisioner),
+                        instance_types: &types,
+                        nominated: false,
+                    };
+                    candidate(view, &[], &unbind, at(600)).ok()
+                })
+                .collect();
+            sort_candidates(&mut out);
+            out
+        }
+
+        fn compute(&self, name: &str) -> Result<Command, String> {
+            let candidates = self.candidates();
+            let c = candidates.iter().find(|c| c.name == name).expect("a candidate");
+            compute(&self.cluster(), &[c])
+        }
+    }
+
+    fn never() -> impl Fn() -> bool {
+        || false
+    }
+
+    fn option_names(command: &Command) -> Vec<&str> {
+        command
+            .replacement()
+            .expect("a replacement")
+            .instance_type_options
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn a_node_whose_pods_fit_elsewhere_is_deleted() {
+        let world = World::new(consolidating(&["on-demand"]))
+            .with_node("a", MEDIUM, "on-demand", &["1", "1"])
+            .with_node("b", MEDIUM, "on-demand", &["1"]);
+        let candidates = world.candidates();
+        assert_eq!(candidates[0].name, "b", "fewest pods first");
+        let (command, refused, timed_out) = single_node(&world.cluster(), &candidates, &never());
+        let command = command.expect("b's pod fits on a");
+        assert!(matches!(command.action, Action::Delete));
+        assert_eq!(command.nodes, ["b"]);
+        assert!(refused.is_empty() && !timed_out);
+        assert_eq!(command.price_after, 0.0);
+        assert!((command.price_before - 0.236).abs() < 1e-9);
+        assert_eq!(command.pods.len(), 1);
+    }
+
+    #[test]
+    fn an_oversized_node_is_replaced_by_a_strictly_cheaper_one() {
+        let world = World::new(consolidating(&["on-demand"])).with_node("a", LARGE, "on-demand", &["1"]);
+        let (command, _, _) = single_node(&world.cluster(), &world.candidates(), &never());
+        let command = command.expect("a 1-cpu pod does not need 8 cpus");
+        assert_eq!(option_names(&command), [SMALL, MEDIUM], "only types strictly cheaper than the node");
+        assert!((command.price_after - 0.118).abs() < 1e-9);
+        assert!(
+            command
+                .describe()
+                .starts_with("replace, terminating 1 node(s) a and replacing with a on-demand node from types m5.large, m5.xlarge"),
+            "{}",
+            command.describe()
+        );
+    }
+
+    #[test]
+    fn the_cheapest_type_that_fits_is_kept() {
+        let world = World::new(consolidating(&["on-demand"])).with_node("a", SMALL, "on-demand", &["1"]);
+        let (command, refused, _) = single_node(&world.cluster(), &world.candidates(), &never());
+        assert!(command.is_none());
+        assert_eq!(refused, [("a".to_string(), "can't replace with a cheaper node".to_string())]);
+    }
+
+    #[test]
+    fn pods_that_would_need_two_nodes_or_fit_nowhere_block() {
+        let apart = |name: &str| {
+            on(
+                pod(name)
+                    .cpu("1")
+                    .label("app", "apart")
+                    .anti_affinity("kubernetes.io/hostname", &[("app", "apart")])
+                    .build(),
+                "a",
+            )
+        };
+        let mut world = World::new(consolidating(&["on-demand"])).with_node("a", LARGE, "on-demand", &[]);
+        world.pods = vec![apart("x"), apart("y")];
+        assert_eq!(world.compute("a").unwrap_err(), "can't remove without creating 2 nodes");
+        let world = World::new(consolidating(&["on-demand"])).with_node("a", LARGE, "on-demand", &["7.5", "0.1"]);
+        let mut cluster = world.cluster();
+        cluster.provisioners.clear();
+        let candidates = world.candidates();
+        assert_eq!(compute(&cluster, &[&candidates[0]]).unwrap_err(), "not all pods would schedule");
+    }
+
+    #[test]
+    fn pods_never_move_to_a_node_that_has_not_initialised() {
+        let mut world = World::new(consolidating(&["on-demand"]))
+            .with_node("a", MEDIUM, "on-demand", &["1"])
+            .with_node("b", MEDIUM, "on-demand", &[]);
+        world.nodes[1].metadata.labels.as_mut().unwrap().remove(INITIALIZED_LABEL);
+        let err = world.compute("a").unwrap_err();
+        assert!(err.contains("non-initialized node b"), "{err}");
+    }
+
+    #[test]
+    fn spot_is_not_replaced_by_spot_and_on_demand_replacements_are_narrowed_to_spot() {
+        let both = consolidating(&["spot", "on-demand"]);
+        let world = World::new(both.clone()).with_node("a", LARGE, "spot", &["1"]);
+        assert_eq!(world.compute("a").unwrap_err(), "can't replace a spot node with a spot node");
+        let world = World::new(both).with_node("a", LARGE, "on-demand", &["1"]);
+        let command = world.compute("a").unwrap();
+        assert_eq!(
+            command.replacement().unwrap().requirements.get(CAPACITY_TYPE_LABEL),
+            Some(&Requirement::in_values([CAPACITY_TYPE_SPOT]))
+        );
+        // A spot node may become on-demand when that is cheaper and spot is not allowed.
+        let world = World::new(consolidating(&["on-demand"])).with_node("a", LARGE, "spot", &["1"]);
+        assert_eq!(option_names(&world.compute("a").unwrap()), [SMALL]);
+    }
+
+    #[test]
+    fn worst_launch_price_is_the_highest_allowed_spot_price_else_on_demand() {
+        let it = instance_type(LARGE);
+        let spot = Requirements::new().with(CAPACITY_TYPE_LABEL, Requirement::in_values(["spot", "on-demand"]));
+        let on_demand = Requirements::new().with(CAPACITY_TYPE_LABEL, Requirement::in_values(["on-demand"]));
+        assert!((worst_launch_price(&it, &spot).unwrap() - 0.472 * 0.30).abs() < 1e-9);
+        assert!((worst_launch_price(&it, &on_demand).unwrap() - 0.472).abs() < 1e-9);
+    }
+
+    #[test]
+    fn multi_node_deletes_the_longest_prefix_whose_pods_fit_on_the_rest() {
+        let world = World::new(consolidating(&["on-demand"]))
+            .with_node("a", MEDIUM, "on-demand", &["1"])
+            .with_node("b", MEDIUM, "on-demand", &["1"])
+            .with_node("c", MEDIUM, "on-demand", &["1"]);
+        let (command, timed_out) = multi_node(&world.cluster(), &world.candidates(), &never());
+        let command = command.expect("three 1-cpu pods fit on one m5.xlarge");
+        assert!(!timed_out);
+        // Removing all three would need an m5.xlarge, no cheaper than keeping c (filterOutSameType).
+        assert!(matches!(command.action, Action::Delete));
+        assert_eq!(command.nodes, ["a", "b"]);
+    }
+
+    #[test]
+    fn multi_node_replaces_several_nodes_with_one_cheaper_node() {
+        let world = World::new(consolidating(&["on-demand"]))
+            .with_node("a", LARGE, "on-demand", &["0.5"])
+            .with_node("b", LARGE, "on-demand", &["0.5"]);
+        let (command, _) = multi_node(&world.cluster(), &world.candidates(), &never());
+        let command = command.expect("one small node holds both pods");
+        assert_eq!(command.nodes, ["a", "b"]);
+        assert_eq!(
+            option_names(&command),
+            [SMALL, MEDIUM],
+            "no m5.2xlarge: as expensive as one of those removed"
+        );
+        assert!((command.price_before - 0.944).abs() < 1e-9);
+    }
+
+    #[test]
+    fn multi_node_stops_when_the_evaluation_times_out() {
+        let world = World::new(consolidating(&["on-demand"]))
+            .with_node("a", MEDIUM, "on-demand", &["1"])
+            .with_node("b", MEDIUM, "on-demand", &["1"]);
+        let (command, timed_out) = multi_node(&world.cluster(), &world.candidates(), &|| true);
+        assert!(command.is_none() && timed_out);
+    }
+
+    #[test]
+    fn empty_candidates_are_all_deleted_at_once() {
+        let world = World::new(consolidating(&["on-demand"]))
+            .with_node("a", MEDIUM, "on-demand", &[])
+            .with_node("b", MEDIUM, "on-demand", &["1"])
+            .with_node("c", SMALL, "on-demand", &[]);
+        let mut names = empty(&world.candidates());
+        names.sort();
+        assert_eq!(names, ["a", "c"]);
+    }
+
+    #[test]
+    fn a_candidate_needs_consolidation_an_initialised_node_and_no_opt_out() {
+        let p = consolidating(&["on-demand"]);
+        let types = types();
+        let check = |n: &Node, provisioner: &Provisioner, nominated: bool, pods: &[Pod], pdbs: &[PodDisruptionBudget]| {
+            let view = NodeView {
+                node: n,
+                pods,
+                provisioner: Some(provisioner),
+                instance_types: &types,
+                nominated,
+            };
+            candidate(view, pdbs, &unbind, at(600)).map(|c| c.name)
+        };
+        let blocked = |why: &str| Err(Ineligible::Blocked(why.to_string()));
+        let n = node("a", MEDIUM, "on-demand");
+        assert_eq!(check(&n, &p, false, &[], &[]), Ok("a".to_string()));
+        let emptiness = provisioner("default").build();
+        assert!(matches!(check(&n, &emptiness, false, &[], &[]), Err(Ineligible::Skip(_))));
+        assert_eq!(check(&n, &p, true, &[], &[]), blocked("node is nominated for a pending pod"));
+        let mut opted_out = n.clone();
+        opted_out
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(DO_NOT_CONSOLIDATE_ANNOTATION.into(), "true".into());
+        assert_eq!(
+            check(&opted_out, &p, false, &[], &[]),
+            blocked("karpenter.sh/do-not-consolidate annotation exists")
+        );
+        opted_out
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(DO_NOT_CONSOLIDATE_ANNOTATION.into(), "false".into());
+        assert_eq!(check(&opted_out, &p, false, &[], &[]), Ok("a".to_string()));
+        let mut uninitialized = n.clone();
+        uninitialized.metadata.labels.as_mut().unwrap().remove(INITIALIZED_LABEL);
+        assert_eq!(check(&uninitialized, &p, false, &[], &[]), blocked("node is not initialized"));
+        let mut pinned = bound("pinned", "1", "a");
+        pinned
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert("karpenter.sh/do-not-evict".into(), "true".into());
+        assert_eq!(
+            check(&n, &p, false, &[pinned], &[]),
+            blocked("pod default/pinned has do not evict annotation")
+        );
+        let guarded = on(pod("web").cpu("1").label("app", "web").build(), "a");
+        let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+            "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}
+        }))
+        .unwrap();
+        assert_eq!(
+            check(&n, &p, false, &[guarded], &[pdb]),
+            blocked("pdb default/web prevents pod evictions")
+        );
+        let mut replaced = n.clone();
+        replaced
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(VOLUNTARY_DISRUPTION_ANNOTATION.into(), "consolidation".into());
+        assert!(matches!(check(&replaced, &p, false, &[], &[]), Err(Ineligible::Skip(_))));
+    }
+
+    #[test]
+    fn a_node_that_just_received_a_pod_is_not_a_candidate() {
+        let p = consolidating(&["on-demand"]);
+        let types = types();
+        let n = node("a", MEDIUM, "on-demand");
+        let mut fresh = bound("web", "1", "a");
+        fresh.status = Some(
+            serde_json::from_value(json!({"phase": "Running", "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": at(590).to_rfc3339()}
+            ]}))
+            .unwrap(),
+        );
+        let pods = [fresh];
+        let view = NodeView {
+            node: &n,
+            pods: &pods,
+            provisioner: Some(&p),
+            instance_types: &types,
+            nominated: false,
+        };
+        assert!(matches!(candidate(view, &[], &unbind, at(600)), Err(Ineligible::Skip(_))));
+        assert!(candidate(view, &[], &unbind, at(606)).is_ok());
+    }
+
+    #[test]
+    fn disruption_cost_follows_deletion_cost_priority_and_lifetime() {
+        let plain = bound("a", "1", "n");
+        let mut costly = plain.clone();
+        costly
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert("controller.kubernetes.io/pod-deletion-cost".into(), format!("{}", 1i64 << 27));
+        let mut important = plain.clone();
+        important.spec.as_mut().unwrap().priority = Some(1 << 30);
+        assert_eq!(disruption_cost(std::slice::from_ref(&plain)), 1.0);
+        assert_eq!(disruption_cost(&[costly]), 2.0);
+        assert_eq!(disruption_cost(&[important]), 10.0, "clamped");
+        assert_eq!(disruption_cost(&[plain.clone(), plain]), 2.0);
+        assert_eq!(lifetime_remaining(Some(at(0)), Some(100), at(25)), 0.75);
+        assert_eq!(lifetime_remaining(Some(at(0)), Some(100), at(500)), 0.0);
+        assert_eq!(lifetime_remaining(Some(at(0)), None, at(500)), 1.0);
+    }
+
+    #[test]
+    fn validation_needs_the_same_action_and_no_fewer_types() {
+        let world = World::new(consolidating(&["on-demand"])).with_node("a", LARGE, "on-demand", &["1"]);
+        let command = world.compute("a").unwrap();
+        assert!(still_valid(&command, &world.compute("a")));
+        assert!(!still_valid(&command, &Err("not all pods would schedule".into())));
+        // A node appeared that holds the pod: the replacement would now be a delete, which is
+        // not what was planned; the next pass decides afresh.
+        let world = world.with_node("b", MEDIUM, "on-demand", &[]);
+        assert!(matches!(world.compute("a").unwrap().action, Action::Delete));
+        assert!(!still_valid(&command, &world.compute("a")));
+    }
+}

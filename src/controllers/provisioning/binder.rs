@@ -1,0 +1,114 @@
+//! The binder: every 500 ms, the pods planned onto a node are bound once the node is ready for
+//! them and `bind::bindable` admits them; everything else is left to kube-scheduler. Plans are
+//! copied out under the lock and the lock is released before any API call, so launches recording
+//! new plans never wait on the binder.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::ListParams;
+use kube::runtime::reflector;
+use kube::{Api, ResourceExt};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::{bind, pods, Context, Stores};
+use crate::scheduling::PodKey;
+
+/// Binds planned pods to their node once it is ready; forgets plans older than 15 minutes.
+/// The plans are copied out under the lock and the lock released before any API call, so
+/// launches recording new plans never wait on the binder.
+pub(super) async fn bind_loop(ctx: Arc<Context>, stores: Stores, shutdown: CancellationToken) {
+    let mut ticker = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        let mut done = Vec::new();
+        let ready: Vec<(Arc<Node>, Vec<PodKey>)> = {
+            let planned = ctx.planned.lock().await;
+            planned
+                .iter()
+                .filter_map(|(node_name, plan)| {
+                    if plan.since.elapsed() > Duration::from_secs(15 * 60) {
+                        done.push(node_name.clone());
+                        return None;
+                    }
+                    let node = stores.nodes.get(&reflector::ObjectRef::new(node_name))?;
+                    bind::is_ready_for_pods(&node, &plan.startup_taints, &plan.requested).then(|| (node, plan.pods.clone()))
+                })
+                .collect()
+        };
+        for (node, pods) in ready {
+            if ctx.config.bind_pods {
+                bind_planned(&ctx, &stores, &node, &pods).await;
+            }
+            done.push(node.name_any());
+        }
+        if !done.is_empty() {
+            let mut planned = ctx.planned.lock().await;
+            for n in done {
+                planned.remove(&n);
+            }
+        }
+    }
+}
+
+/// Binds the still-unbound pods planned for `node` that `bind::bindable` admits.
+async fn bind_planned(ctx: &Context, stores: &Stores, node: &Node, keys: &[PodKey]) {
+    let node_name = node.name_any();
+    let cached = stores.pods.state();
+    let unbound: Vec<&Arc<Pod>> = keys
+        .iter()
+        .filter_map(|key| cached.iter().find(|p| PodKey::of(p) == *key))
+        .filter(|p| {
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_none_or(str::is_empty) && p.metadata.deletion_timestamp.is_none()
+        })
+        .collect();
+    if unbound.is_empty() {
+        return;
+    }
+    // What is on the node now, read from the API server rather than the cache: the scheduler
+    // binds to a node the moment it is ready.
+    let all: Api<Pod> = Api::all(ctx.client.clone());
+    let on_node = match all.list(&ListParams::default().fields(&format!("spec.nodeName={node_name}"))).await {
+        Ok(list) => list.items,
+        Err(e) => {
+            warn!(node = %node_name, error = %e, "listing the pods on a ready node before binding; the scheduler will place them");
+            return;
+        }
+    };
+    let claims = &stores.claims;
+    let claim_bound = |namespace: &str, name: &str| {
+        claims
+            .get(&reflector::ObjectRef::new(name).within(namespace))
+            .is_some_and(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+    };
+    let planned: Vec<&Pod> = unbound.iter().map(|p| p.as_ref()).collect();
+    let (fitting, left) = bind::bindable(node, &on_node, &planned, &claim_bound);
+    for (pod, why) in left {
+        debug!(pod = %pods::pod_key(pod), node = %node_name, reason = %why, "not binding; the scheduler will place the pod");
+    }
+    for pod in fitting {
+        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
+        match bind::bind(&api, &pod.name_any(), &node_name).await {
+            Ok(outcome) => {
+                ctx.metrics.pods_bound.with_label_values(&[bind_label(&outcome)]).inc();
+                if outcome == bind::BindOutcome::Bound {
+                    info!(pod = %pods::pod_key(pod), node = %node_name, "bound pod");
+                }
+            }
+            Err(e) => warn!(pod = %pods::pod_key(pod), node = %node_name, error = %e, "binding pod; the scheduler will place it"),
+        }
+    }
+}
+
+fn bind_label(outcome: &bind::BindOutcome) -> &'static str {
+    match outcome {
+        bind::BindOutcome::Bound => "bound",
+        bind::BindOutcome::AlreadyBound => "already_bound",
+        bind::BindOutcome::Gone => "gone",
+    }
+}

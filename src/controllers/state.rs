@@ -1,0 +1,164 @@
+//! The one view of the cluster every controller reads (Karpenter's `state.Cluster`,
+//! `core@v0.27.0:pkg/controllers/state/cluster.go`): one watch per kind in the process, started
+//! once by the controllers' wiring and handed to provisioning, deprovisioning and termination.
+//! Read-only for its users: they change the cluster through the API server and see the result
+//! here. Besides the caches it keeps what no object records: which nodes a provisioning pass
+//! expects pods on soon (nominations), and a generation that moves with every change to a Node,
+//! a Pod or a Provisioner (what tells consolidation the cluster may have changed).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Resource};
+use tokio_util::sync::CancellationToken;
+
+use crate::apis::v1alpha1::AwsNodeTemplate;
+use crate::apis::v1alpha5::Provisioner;
+
+/// Called with every pod created, changed or deleted.
+type PodHook = Box<dyn Fn(&Pod) + Send + Sync>;
+
+/// The caches and the bookkeeping shared by the controllers.
+pub struct Cluster {
+    /// Nodes.
+    pub nodes: Store<Node>,
+    /// Pods.
+    pub pods: Store<Pod>,
+    /// Provisioners.
+    pub provisioners: Store<Provisioner>,
+    /// AWSNodeTemplates.
+    pub templates: Store<AwsNodeTemplate>,
+    /// DaemonSets.
+    pub daemonsets: Store<DaemonSet>,
+    /// PersistentVolumeClaims.
+    pub claims: Store<PersistentVolumeClaim>,
+    /// PersistentVolumes.
+    pub volumes: Store<PersistentVolume>,
+    /// StorageClasses.
+    pub storage_classes: Store<StorageClass>,
+    /// Namespaces.
+    pub namespaces: Store<Namespace>,
+    /// PodDisruptionBudgets.
+    pub pdbs: Store<PodDisruptionBudget>,
+    generation: Arc<AtomicU64>,
+    on_pod: Arc<OnceLock<PodHook>>,
+    nominations: Mutex<HashMap<String, Instant>>,
+}
+
+impl Cluster {
+    /// Starts one watch per kind, kept up to date until `shutdown`.
+    pub fn start(client: &kube::Client, shutdown: &CancellationToken) -> Arc<Cluster> {
+        let generation = Arc::new(AtomicU64::new(0));
+        let on_pod: Arc<OnceLock<PodHook>> = Arc::new(OnceLock::new());
+        let bump = |generation: &Arc<AtomicU64>| {
+            let generation = generation.clone();
+            move || {
+                generation.fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        let (pod_bump, pod_hook) = (bump(&generation), on_pod.clone());
+        let node_bump = bump(&generation);
+        let provisioner_bump = bump(&generation);
+        Arc::new(Cluster {
+            pods: reflect(Api::all(client.clone()), shutdown, move |pod: &Pod| {
+                pod_bump();
+                if let Some(hook) = pod_hook.get() {
+                    hook(pod);
+                }
+            }),
+            nodes: reflect(Api::all(client.clone()), shutdown, move |_: &Node| node_bump()),
+            provisioners: reflect(Api::all(client.clone()), shutdown, move |_: &Provisioner| provisioner_bump()),
+            templates: reflect(Api::all(client.clone()), shutdown, |_: &AwsNodeTemplate| {}),
+            daemonsets: reflect(Api::all(client.clone()), shutdown, |_: &DaemonSet| {}),
+            claims: reflect(Api::all(client.clone()), shutdown, |_: &PersistentVolumeClaim| {}),
+            volumes: reflect(Api::all(client.clone()), shutdown, |_: &PersistentVolume| {}),
+            storage_classes: reflect(Api::all(client.clone()), shutdown, |_: &StorageClass| {}),
+            namespaces: reflect(Api::all(client.clone()), shutdown, |_: &Namespace| {}),
+            pdbs: reflect(Api::all(client.clone()), shutdown, |_: &PodDisruptionBudget| {}),
+            generation,
+            on_pod,
+            nominations: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Sets what is called with every pod change (provisioning's batcher trigger). Only the
+    /// first call counts.
+    pub fn on_pod_change(&self, hook: impl Fn(&Pod) + Send + Sync + 'static) {
+        let _ = self.on_pod.set(Box::new(hook));
+    }
+
+    /// Waits until every cache has its initial list.
+    pub async fn ready(&self) -> Result<(), reflector::store::WriterDropped> {
+        self.nodes.wait_until_ready().await?;
+        self.pods.wait_until_ready().await?;
+        self.provisioners.wait_until_ready().await?;
+        self.templates.wait_until_ready().await?;
+        self.daemonsets.wait_until_ready().await?;
+        self.claims.wait_until_ready().await?;
+        self.volumes.wait_until_ready().await?;
+        self.storage_classes.wait_until_ready().await?;
+        self.namespaces.wait_until_ready().await?;
+        self.pdbs.wait_until_ready().await
+    }
+
+    /// Moves with every change to a Node, a Pod or a Provisioner.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
+    }
+
+    /// Records that a provisioning pass expects pods to land on `node` within `period`
+    /// (Karpenter's nomination, 20 s): deprovisioning leaves it alone meanwhile.
+    pub fn nominate(&self, node: &str, period: Duration) {
+        let mut nominations = self.nominations.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        nominations.retain(|_, until| *until > now);
+        nominations.insert(node.to_string(), now + period);
+    }
+
+    /// Whether `node` is nominated now.
+    pub fn is_nominated(&self, node: &str) -> bool {
+        let nominations = self.nominations.lock().unwrap_or_else(|e| e.into_inner());
+        nominations.get(node).is_some_and(|until| *until > Instant::now())
+    }
+}
+
+/// A reflector store of every `K`, kept up to date until `shutdown`; `on_change` sees every
+/// object created, changed or deleted. A failing watch is retried with back-off and logged at
+/// warn with the kind: a forbidden list leaves the store unsynced, and the controllers waiting on
+/// it idle, so an operator must see why.
+fn reflect<K>(api: Api<K>, shutdown: &CancellationToken, on_change: impl Fn(&K) + Send + 'static) -> Store<K>
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    let shutdown = shutdown.clone();
+    let kind = K::kind(&K::DynamicType::default()).to_string();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                next = stream.next() => match next {
+                    Some(Ok(object)) => on_change(&object),
+                    Some(Err(e)) => tracing::warn!(kind, error = %e, "watch failed; retrying with back-off"),
+                    None => return,
+                }
+            }
+        }
+    });
+    reader
+}
