@@ -176,19 +176,19 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
     // One watch per kind in the process, shared by every controller.
     let state = karpenter_rs::controllers::state::Cluster::start(&client, &shutdown);
     let termination = termination::Context::new(client.clone(), cloud.clone(), metrics.clone(), Default::default());
-    let termination = tokio::spawn(termination::run(termination, state.clone(), leading_rx.clone(), shutdown.clone()));
     let collector = garbagecollection::Context::new(client.clone(), cloud.clone(), metrics.clone(), args.garbage_collection());
-    let collector = tokio::spawn(garbagecollection::run(collector, leading_rx.clone(), shutdown.clone()));
     let ctx = provisioning::Context::new(client.clone(), cloud, metrics.clone(), args.provisioning(), state.clone());
-    let deprovisioning = deprovisioning::Context::new(client, metrics, args.deprovisioning(), ctx.clone(), state);
-    let deprovisioning = tokio::spawn(deprovisioning::run(deprovisioning, leading_rx.clone(), shutdown.clone()));
+    let deprovisioning = deprovisioning::Context::new(client, metrics, args.deprovisioning(), ctx.clone(), state.clone());
     info!(leader_elect = args.leader_elect, "controllers started");
-    provisioning::run(ctx, leading_rx, shutdown).await;
-    for task in [termination, deprovisioning, collector] {
-        if let Err(e) = task.await {
-            error!(error = %e, "controller task failed");
-        }
-    }
+    // The controllers' loops share one task: a loop spawned as a task of its own could wait
+    // behind a busy worker indefinitely (the runtime's LIFO slot is not stolen by idle workers),
+    // which the end-to-end suites saw as node lifecycle and deprovisioning never ticking.
+    tokio::join!(
+        termination::run(termination, state, leading_rx.clone(), shutdown.clone()),
+        garbagecollection::run(collector, leading_rx.clone(), shutdown.clone()),
+        deprovisioning::run(deprovisioning, leading_rx.clone(), shutdown.clone()),
+        provisioning::run(ctx, leading_rx, shutdown),
+    );
     if let Some(task) = election {
         let _ = task.await;
     }

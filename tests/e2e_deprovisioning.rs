@@ -714,3 +714,301 @@ fn a_pod_every_new_node_evicts_does_not_launch_nodes_in_a_loop() {
         assert!(nodes.len() == 1, "{nodes:?}");
     });
 }
+
+impl Scenario {
+    /// A Provisioner with `consolidation.enabled` (no emptiness TTL) and the given requirements
+    /// in place of the first write-up's.
+    fn consolidating(cluster: &'static Cluster, base: &str, requirements: serde_json::Value) -> Scenario {
+        Self::create_with(cluster, base, None, None, |p| {
+            p["spec"]["requirements"] = requirements;
+            p["spec"]["consolidation"] = json!({"enabled": true});
+        })
+    }
+
+    /// A Deployment `name` of `replicas` pods requesting `cpu` each, for this scenario's nodes;
+    /// `edit` changes the pod template.
+    fn deploy(&self, name: &str, replicas: u32, cpu: &str, edit: impl FnOnce(&mut serde_json::Value)) {
+        let mut template = json!({
+            "metadata": {"labels": {"app": name}},
+            "spec": {
+                "nodeSelector": {"nodeType": self.node_type},
+                "tolerations": [{"key": "service", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+                "containers": [{"name": "c", "image": "nginx", "resources": {"requests": {"cpu": cpu, "memory": "128Mi"}}}]
+            }
+        });
+        edit(&mut template);
+        let deployment = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": self.namespace},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}}, "template": template}
+        });
+        kubectl_ok(self.cluster, &["apply", "-f", "-"], Some(&deployment.to_string()));
+    }
+
+    fn scale(&self, name: &str, replicas: u32) {
+        let replicas = format!("--replicas={replicas}");
+        kubectl_ok(self.cluster, &["scale", "deployment", name, "-n", &self.namespace, &replicas], None);
+    }
+
+    /// The names of this scenario's nodes.
+    fn node_names(&self) -> BTreeSet<String> {
+        self.nodes().iter().map(|n| n.name_any()).collect()
+    }
+}
+
+/// Karpenter v0.31's getting-started Provisioner (spot, `consolidation: {enabled: true}`, no
+/// emptiness TTL): scaled to zero, every node is gone within two minutes.
+#[test]
+fn getting_started_spot_consolidation_removes_every_node_of_a_workload_scaled_to_zero() {
+    let (cluster, controller) = setup();
+    let requirements = json!([{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]);
+    let scenario = Scenario::create_with(cluster, "gs", None, None, |p| {
+        p["spec"]["requirements"] = requirements;
+        p["spec"]["limits"] = json!({"resources": {"cpu": 1000}});
+        p["spec"]["consolidation"] = json!({"enabled": true});
+    });
+    with_scenario(scenario, controller, |s| {
+        let applied = kubectl_ok(cluster, &["get", "provisioner", &s.provisioner, "-o", "json"], None);
+        let applied: serde_json::Value = serde_json::from_str(&applied).unwrap();
+        assert!(
+            applied["spec"].get("ttlSecondsAfterEmpty").is_none(),
+            "no emptiness TTL is defaulted"
+        );
+        s.deploy("inflate", 5, "1", |_| {});
+        s.wait_running(5);
+        let nodes = s.node_names();
+        assert!(!nodes.is_empty());
+        for node in s.nodes() {
+            assert_eq!(node.labels()["karpenter.sh/capacity-type"], "spot");
+        }
+        s.scale("inflate", 0);
+        let scaled = Instant::now();
+        wait_for("every node of the scaled-down workload gone", Duration::from_secs(120), || {
+            s.nodes().is_empty().then_some(())
+        });
+        eprintln!("{} node(s) gone {:?} after scaling to zero", nodes.len(), scaled.elapsed());
+        let metrics = controller.metrics.render();
+        assert!(
+            metrics.contains("karpenter_deprovisioning_actions_performed{action=\"consolidation/delete\"}"),
+            "{metrics}"
+        );
+    });
+}
+
+/// On-demand with consolidation: six 1-CPU pods on one node, scaled down to two (guarded by a
+/// `minAvailable: 1` PodDisruptionBudget) → the node is replaced by one cheaper node, with a
+/// replica Ready throughout.
+#[test]
+fn an_oversized_node_is_replaced_by_a_cheaper_one_with_a_replica_ready_throughout() {
+    let (cluster, controller) = setup();
+    let requirements = json!([
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["t3.large", "t3.xlarge", "t3.2xlarge"]},
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["ap-northeast-2a", "ap-northeast-2c"]},
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+    ]);
+    let scenario = Scenario::consolidating(cluster, "replace", requirements);
+    with_scenario(scenario, controller, |s| {
+        let pdb = json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web", "namespace": s.namespace},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}
+        });
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&pdb.to_string()));
+        s.deploy("web", 6, "1", |_| {});
+        let first = s.wait_running(6);
+        assert_eq!(first.len(), 1, "six 1-CPU pods fit one node: {first:?}");
+        let big = s.nodes().remove(0);
+        assert_eq!(big.labels()["node.kubernetes.io/instance-type"], "t3.2xlarge");
+        s.scale("web", 2);
+
+        let ready_nodes = |pods: &[Pod]| {
+            pods.iter()
+                .filter(|p| {
+                    p.metadata.deletion_timestamp.is_none()
+                        && p.status
+                            .as_ref()
+                            .and_then(|st| st.conditions.as_ref())
+                            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                })
+                .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+                .collect::<Vec<String>>()
+        };
+        let deadline = Instant::now() + Duration::from_secs(240);
+        let mut fewest_ready = usize::MAX;
+        let replacement = loop {
+            assert!(Instant::now() < deadline, "the oversized node was not replaced within 240 s");
+            let pods = s.pods();
+            let on = ready_nodes(&pods);
+            if !on.is_empty() || pods.len() <= 2 {
+                fewest_ready = fewest_ready.min(on.len());
+            }
+            let nodes = s.nodes();
+            if s.node(&big.name_any()).is_none() && on.len() == 2 && nodes.len() == 1 && on.iter().all(|n| *n == nodes[0].name_any()) {
+                break nodes[0].clone();
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        };
+        assert!(
+            fewest_ready >= 1,
+            "fewer than minAvailable=1 replicas were Ready during the replacement"
+        );
+        assert_eq!(
+            replacement.labels()["node.kubernetes.io/instance-type"],
+            "t3.xlarge",
+            "the cheapest type that holds two 1-CPU pods"
+        );
+        let metrics = controller.metrics.render();
+        assert!(
+            metrics.contains("karpenter_deprovisioning_actions_performed{action=\"consolidation/replace\"}"),
+            "{metrics}"
+        );
+        for reason in [
+            "DeprovisioningLaunchingNode",
+            "DeprovisioningWaitingReadiness",
+            "DeprovisioningTerminatingNode",
+        ] {
+            assert!(
+                !node_events(cluster, &big.name_any(), reason).is_empty(),
+                "no {reason} event on the replaced node"
+            );
+        }
+    });
+}
+
+/// Three nodes each left with one 1-CPU pod: one multi-node command deletes two of them, their
+/// pods move to the third, and nothing is launched.
+#[test]
+fn nodes_left_half_empty_are_merged_into_one_without_a_launch() {
+    let (cluster, controller) = setup();
+    let requirements = json!([
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["t3.xlarge"]},
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+    ]);
+    let scenario = Scenario::consolidating(cluster, "merge", requirements);
+    with_scenario(scenario, controller, |s| {
+        // One at a time, so each Deployment gets a node of its own.
+        let mut running = 0;
+        for app in ["a", "b", "c"] {
+            s.deploy(app, 3, "1", |_| {});
+            running += 3;
+            s.wait_running(running);
+        }
+        let nodes = s.node_names();
+        assert_eq!(nodes.len(), 3, "{nodes:?}");
+        let created_before = s.created_count(controller);
+        for app in ["a", "b", "c"] {
+            s.scale(app, 1);
+        }
+        wait_for("two of the three nodes removed", Duration::from_secs(180), || {
+            (s.node_names().len() == 1).then_some(())
+        });
+        let left = s.wait_running(3);
+        assert_eq!(left.len(), 1);
+        assert!(
+            nodes.contains(left.iter().next().unwrap()),
+            "the pods run on one of the original nodes"
+        );
+        assert_eq!(s.created_count(controller), created_before, "no node was launched");
+    });
+}
+
+impl Scenario {
+    /// `karpenter_nodes_created` summed over this scenario's Provisioner.
+    fn created_count(&self, controller: &Controller) -> u64 {
+        let prefix = format!("karpenter_nodes_created{{provisioner=\"{}\"", self.provisioner);
+        controller
+            .metrics
+            .render()
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+}
+
+/// Each opt-out keeps its node and says why in an `Unconsolidatable` event: a node annotated
+/// `karpenter.sh/do-not-consolidate`, a pod annotated `karpenter.sh/do-not-evict`, a pod whose
+/// PodDisruptionBudget allows no disruption, and a node that never initialises.
+#[test]
+fn every_opt_out_blocks_consolidation_with_its_event() {
+    let (cluster, controller) = setup();
+    let requirements = json!([
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["t3.large", "t3.xlarge"]},
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+    ]);
+    let scenario = Scenario::consolidating(cluster, "optout", requirements);
+    with_scenario(scenario, controller, |s| {
+        let pdb = json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "guarded", "namespace": s.namespace},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "guarded"}}}
+        });
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&pdb.to_string()));
+        // Three pods, one per node (required anti-affinity), each with one opt-out.
+        let apart = |template: &mut serde_json::Value| {
+            template["metadata"]["labels"]["group"] = json!("apart");
+            template["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"group": "apart"}}}
+            ]}});
+        };
+        s.deploy("plain", 1, "100m", apart);
+        s.deploy("pinned", 1, "100m", |t| {
+            apart(t);
+            t["metadata"]["annotations"] = json!({"karpenter.sh/do-not-evict": "true"});
+        });
+        s.deploy("guarded", 1, "100m", apart);
+        let nodes = s.wait_running(3);
+        assert_eq!(nodes.len(), 3, "{nodes:?}");
+        let node_of = |app: &str| {
+            s.pods()
+                .into_iter()
+                .find(|p| p.labels().get("app").map(String::as_str) == Some(app))
+                .and_then(|p| p.spec?.node_name)
+                .unwrap()
+        };
+        let (plain, pinned, guarded) = (node_of("plain"), node_of("pinned"), node_of("guarded"));
+        kubectl_ok(cluster, &["annotate", "node", &plain, "karpenter.sh/do-not-consolidate=true"], None);
+        let expect = [
+            (plain.clone(), "karpenter.sh/do-not-consolidate annotation exists".to_string()),
+            (pinned.clone(), format!("pod {}/", s.namespace)),
+            (guarded.clone(), format!("pdb {}/guarded prevents pod evictions", s.namespace)),
+        ];
+        for (node, message) in &expect {
+            wait_for(&format!("Unconsolidatable on {node}: {message}"), Duration::from_secs(90), || {
+                node_events(cluster, node, "Unconsolidatable")
+                    .iter()
+                    .any(|e| e["message"].as_str().is_some_and(|m| m.contains(message.as_str())))
+                    .then_some(())
+            });
+        }
+        assert!(node_events(cluster, &pinned, "Unconsolidatable")
+            .iter()
+            .any(|e| e["message"].as_str().is_some_and(|m| m.ends_with("has do not evict annotation"))));
+        // Still there a validation period later.
+        std::thread::sleep(Duration::from_secs(20));
+        assert_eq!(s.node_names(), nodes);
+
+        // A node that never initialises (its kubelet never starts) is not a candidate either.
+        let fake = json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": format!("never-{}", s.provisioner), "labels": {
+                "karpenter.sh/provisioner-name": s.provisioner,
+                "e2e.karpenter-rs/no-kubelet": "true",
+                SUITE_KEY: SUITE,
+                "node.kubernetes.io/instance-type": "t3.large",
+                "topology.kubernetes.io/zone": "ap-northeast-2a",
+                "karpenter.sh/capacity-type": "on-demand"
+            }}
+        });
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&fake.to_string()));
+        let name = format!("never-{}", s.provisioner);
+        wait_for("Unconsolidatable on the uninitialised node", Duration::from_secs(60), || {
+            node_events(cluster, &name, "Unconsolidatable")
+                .iter()
+                .any(|e| e["message"] == "node is not initialized")
+                .then_some(())
+        });
+        kubectl(cluster, &["delete", "node", &name, "--wait=false"], None);
+        let _ = controller;
+    });
+}

@@ -15,3 +15,44 @@ pub fn preserve_unknown_object(_: &mut SchemaGenerator) -> Schema {
         .insert("x-kubernetes-preserve-unknown-fields".into(), serde_json::Value::Bool(true));
     Schema::Object(schema)
 }
+
+/// The pattern the API server's own resource quantities follow.
+const QUANTITY_PATTERN: &str =
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+
+/// A map of resource quantities, each a string (`"16Gi"`) or a number (`1000`), as Karpenter's
+/// CRD accepts them (`x-kubernetes-int-or-string`): its getting-started Provisioner writes
+/// `limits: {resources: {cpu: 1000}}`.
+pub fn quantity_map(_: &mut SchemaGenerator) -> Schema {
+    let value = serde_json::json!({
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "pattern": QUANTITY_PATTERN,
+        "x-kubernetes-int-or-string": true
+    });
+    let schema = serde_json::json!({"type": "object", "nullable": true, "additionalProperties": value});
+    serde_json::from_value(schema).expect("a valid schema")
+}
+
+/// Reads an optional map of quantities given as strings or numbers (see [`quantity_map`]).
+pub fn deserialize_quantity_map<'de, D>(
+    deserializer: D,
+) -> Result<Option<std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    use serde::de::Error;
+    use serde::Deserialize;
+    let raw: Option<std::collections::BTreeMap<String, serde_json::Value>> = Option::deserialize(deserializer)?;
+    raw.map(|map| {
+        map.into_iter()
+            .map(|(name, value)| match value {
+                serde_json::Value::String(s) => Ok((name, k8s_openapi::apimachinery::pkg::api::resource::Quantity(s))),
+                serde_json::Value::Number(n) => Ok((name, k8s_openapi::apimachinery::pkg::api::resource::Quantity(n.to_string()))),
+                other => Err(D::Error::custom(format!(
+                    "{name}: expected a quantity (a string or a number), got {other}"
+                ))),
+            })
+            .collect()
+    })
+    .transpose()
+}

@@ -347,15 +347,21 @@ impl Controller {
             let (_leading_tx, leading) = tokio::sync::watch::channel(true);
             let state = karpenter_rs::controllers::state::Cluster::start(&kube_client, &token);
             let ctx = provisioning::Context::new(kube_client.clone(), cloud.clone(), m.clone(), config, state.clone());
-            if let Some(loops) = loops {
-                let t = termination::Context::new(kube_client.clone(), cloud.clone(), m.clone(), loops.termination);
-                tokio::spawn(termination::run(t, state.clone(), leading.clone(), token.clone()));
-                let d = deprovisioning::Context::new(kube_client.clone(), m.clone(), loops.deprovisioning, ctx.clone(), state);
-                tokio::spawn(deprovisioning::run(d, leading.clone(), token.clone()));
-                let g = garbagecollection::Context::new(kube_client, cloud, m, loops.garbage_collection);
-                tokio::spawn(garbagecollection::run(g, leading.clone(), token.clone()));
+            // One task for every loop, as in the binary (see its wiring).
+            match loops {
+                Some(loops) => {
+                    let t = termination::Context::new(kube_client.clone(), cloud.clone(), m.clone(), loops.termination);
+                    let d = deprovisioning::Context::new(kube_client.clone(), m.clone(), loops.deprovisioning, ctx.clone(), state.clone());
+                    let g = garbagecollection::Context::new(kube_client, cloud, m, loops.garbage_collection);
+                    tokio::join!(
+                        termination::run(t, state, leading.clone(), token.clone()),
+                        deprovisioning::run(d, leading.clone(), token.clone()),
+                        garbagecollection::run(g, leading.clone(), token.clone()),
+                        provisioning::run(ctx, leading, token),
+                    );
+                }
+                None => provisioning::run(ctx, leading, token).await,
             }
-            provisioning::run(ctx, leading, token).await;
         });
         Controller {
             runtime,

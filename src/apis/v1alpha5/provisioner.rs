@@ -93,8 +93,14 @@ pub struct ProviderRef {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Limits {
-    /// Maximum total of each resource (cpu, memory, nvidia.com/gpu, ...) over this Provisioner's nodes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Maximum total of each resource (cpu, memory, nvidia.com/gpu, ...) over this Provisioner's
+    /// nodes; each a quantity string or a number.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::apis::schema::deserialize_quantity_map"
+    )]
+    #[schemars(schema_with = "crate::apis::schema::quantity_map")]
     pub resources: Option<BTreeMap<String, Quantity>>,
 }
 

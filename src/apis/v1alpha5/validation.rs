@@ -449,6 +449,25 @@ mod tests {
     }
 
     #[test]
+    fn accepts_limits_written_as_numbers_as_in_karpenters_getting_started() {
+        let spec = with(
+            "limits",
+            json!({"resources": {"cpu": 1000, "memory": "1000Gi", "nvidia.com/gpu": 2.5}}),
+        );
+        assert_eq!(errors(spec.clone()), "");
+        let limits = provisioner(spec).spec.limits.unwrap().resources.unwrap();
+        assert_eq!(limits["cpu"].0, "1000");
+        assert_eq!(limits["nvidia.com/gpu"].0, "2.5");
+        let err = serde_json::from_value::<Provisioner>(json!({
+            "apiVersion": "karpenter.sh/v1alpha5", "kind": "Provisioner",
+            "metadata": {"name": "service"}, "spec": {"limits": {"resources": {"cpu": true}}}
+        }))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("cpu: expected a quantity (a string or a number), got true"), "{err}");
+    }
+
+    #[test]
     fn accepts_the_second_write_up_provisioners() {
         let step4 = json!({
             "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}],

@@ -185,6 +185,7 @@ async fn candidates(ctx: &Context, snapshot: &Snapshot, report: bool) -> Vec<Can
 
 /// Publishes `Unconsolidatable` on `node`, at most once per reason every few minutes.
 async fn unconsolidatable(ctx: &Context, node: &Node, why: &str) {
+    debug!(node = %node.name_any(), reason = %why, "node cannot be consolidated");
     let key = (node.name_any(), why.to_string());
     {
         let mut published = ctx.unconsolidatable.lock().unwrap_or_else(|e| e.into_inner());
@@ -195,8 +196,11 @@ async fn unconsolidatable(ctx: &Context, node: &Node, why: &str) {
         }
         published.insert(key, now);
     }
-    debug!(node = %node.name_any(), reason = %why, "node cannot be consolidated");
-    publish(&ctx.recorder, node, EventType::Normal, "Unconsolidatable", "Consolidation", why).await;
+    // The recorder folds events of the same reason and action on an object into one series
+    // (keeping the first note), so the action names the blocker: a node that was first nominated
+    // and is now opted out shows both.
+    let action: String = why.chars().take(128).collect();
+    publish(&ctx.recorder, node, EventType::Normal, "Unconsolidatable", &action, why).await;
 }
 
 /// Waits `consolidationTTL`, checks the command against a fresh snapshot, and executes it if it

@@ -148,6 +148,7 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
     stores.ready().await.map_err(|e| DeprovisioningError::Stores(e.to_string()))?;
     let now = Utc::now();
     let nodes = considered(ctx);
+    debug!(nodes = nodes.len(), "deprovisioning pass");
     let mut pods_by_node: HashMap<String, Vec<Pod>> = HashMap::new();
     for pod in stores.pods.state() {
         if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {

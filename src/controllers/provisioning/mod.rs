@@ -203,41 +203,45 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
     });
     // Provisionable pods may need a later pass (limits, back-off): re-trigger every 10 s while
     // any remain.
-    let (ticker_ctx, token) = (ctx.clone(), shutdown.clone());
-    let retrigger = tokio::spawn(async move {
+    let retrigger = async {
         let mut ticker = tokio::time::interval(Duration::from_secs(10));
         loop {
             tokio::select! {
-                _ = token.cancelled() => return,
+                _ = shutdown.cancelled() => return,
                 _ = ticker.tick() => {
-                    if ticker_ctx.state.pods.state().iter().any(|p| pods::is_provisionable(p)) {
-                        ticker_ctx.batcher.trigger();
+                    if ctx.state.pods.state().iter().any(|p| pods::is_provisionable(p)) {
+                        ctx.batcher.trigger();
                     }
                 }
             }
         }
-    });
-    let binder = tokio::spawn(binder::bind_loop(ctx.clone(), stores.clone(), shutdown.clone()));
-    let status = tokio::spawn(status::status_loop(ctx.clone(), stores.clone(), leading.clone(), shutdown.clone()));
-    let mut leading = leading;
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            window = ctx.batcher.wait(ctx.config.windows) => ctx.metrics.batch_duration.observe(window.as_secs_f64()),
+    };
+    let passes = async {
+        let mut leading = leading.clone();
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                window = ctx.batcher.wait(ctx.config.windows) => ctx.metrics.batch_duration.observe(window.as_secs_f64()),
+            }
+            if !*leading.borrow_and_update() {
+                continue;
+            }
+            let started = Instant::now();
+            if let Err(e) = pass(&ctx, &stores).await {
+                warn!(error = %telemetry::chain(e.as_ref()), "provisioning pass failed; retrying with the next batch");
+                ctx.batcher.trigger();
+            }
+            ctx.metrics.scheduling_duration.observe(started.elapsed().as_secs_f64());
         }
-        if !*leading.borrow_and_update() {
-            continue;
-        }
-        let started = Instant::now();
-        if let Err(e) = pass(&ctx, &stores).await {
-            warn!(error = %telemetry::chain(e.as_ref()), "provisioning pass failed; retrying with the next batch");
-            ctx.batcher.trigger();
-        }
-        ctx.metrics.scheduling_duration.observe(started.elapsed().as_secs_f64());
-    }
-    let _ = binder.await;
-    let _ = status.await;
-    let _ = retrigger.await;
+    };
+    // One task: the binder and the status loop (node lifecycle) run beside the passes, never
+    // behind a scheduler's choice of which spawned task to poll.
+    tokio::join!(
+        passes,
+        retrigger,
+        binder::bind_loop(ctx.clone(), stores.clone(), shutdown.clone()),
+        status::status_loop(ctx.clone(), stores.clone(), leading.clone(), shutdown.clone()),
+    );
 }
 
 /// Why a pass or a replacement failed.

@@ -26,6 +26,7 @@ pub(super) async fn status_loop(ctx: Arc<Context>, stores: Stores, leading: watc
     let mut reported: BTreeSet<(String, String)> = BTreeSet::new();
     let mut pod_series: BTreeSet<[String; 10]> = BTreeSet::new();
     while next_leading_tick(&mut ticker, &leading, &stores, &shutdown).await {
+        tracing::trace!(ticks, "status tick");
         lifecycle::step(&ctx, &stores).await;
         ticks += 1;
         if ticks % 5 != 1 {
