@@ -227,6 +227,20 @@ impl Scenario {
     }
 }
 
+/// The nodes of the Ready pods among `pods` that are not being deleted, one entry per pod.
+fn ready_on(pods: &[Pod]) -> Vec<String> {
+    pods.iter()
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.status
+                    .as_ref()
+                    .and_then(|st| st.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect()
+}
+
 /// Runs `body`, then cleans up, and re-raises a failure of `body`.
 fn with_scenario(scenario: Scenario, controller: &Controller, body: impl FnOnce(&Scenario)) {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&scenario)));
@@ -436,24 +450,12 @@ fn an_expired_node_is_replaced_first_and_drained_within_its_pdb() {
 
         // Watch the workload until the first node is gone and both replicas run elsewhere: at no
         // point may fewer than one replica be Ready (the PDB's minAvailable).
-        let ready = |pods: &[Pod]| {
-            pods.iter()
-                .filter(|p| {
-                    p.metadata.deletion_timestamp.is_none()
-                        && p.status
-                            .as_ref()
-                            .and_then(|st| st.conditions.as_ref())
-                            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-                })
-                .filter_map(|p| p.spec.as_ref()?.node_name.clone())
-                .collect::<Vec<String>>()
-        };
         let deadline = Instant::now() + Duration::from_secs(240);
         let mut fewest_ready = usize::MAX;
         let new_nodes = loop {
             assert!(Instant::now() < deadline, "the expired node was not rolled within 240 s");
             let pods = s.pods();
-            let on = ready(&pods);
+            let on = ready_on(&pods);
             fewest_ready = fewest_ready.min(on.len());
             let moved: BTreeSet<String> = on.iter().cloned().collect();
             let first_gone = first.iter().all(|n| s.node(n).is_none());
@@ -821,27 +823,13 @@ fn an_oversized_node_is_replaced_by_a_cheaper_one_with_a_replica_ready_throughou
         assert_eq!(big.labels()["node.kubernetes.io/instance-type"], "t3.2xlarge");
         s.scale("web", 2);
 
-        let ready_nodes = |pods: &[Pod]| {
-            pods.iter()
-                .filter(|p| {
-                    p.metadata.deletion_timestamp.is_none()
-                        && p.status
-                            .as_ref()
-                            .and_then(|st| st.conditions.as_ref())
-                            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-                })
-                .filter_map(|p| p.spec.as_ref()?.node_name.clone())
-                .collect::<Vec<String>>()
-        };
         let deadline = Instant::now() + Duration::from_secs(240);
         let mut fewest_ready = usize::MAX;
         let replacement = loop {
             assert!(Instant::now() < deadline, "the oversized node was not replaced within 240 s");
             let pods = s.pods();
-            let on = ready_nodes(&pods);
-            if !on.is_empty() || pods.len() <= 2 {
-                fewest_ready = fewest_ready.min(on.len());
-            }
+            let on = ready_on(&pods);
+            fewest_ready = fewest_ready.min(on.len());
             let nodes = s.nodes();
             if s.node(&big.name_any()).is_none() && on.len() == 2 && nodes.len() == 1 && on.iter().all(|n| *n == nodes[0].name_any()) {
                 break nodes[0].clone();
