@@ -22,7 +22,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
 use tracing::{debug, info, warn};
 
-use super::consolidation::{self, Candidate, Command, Ineligible, NodeView};
+use super::consolidation::{self, Candidate, Choice, Command, Ineligible, NodeView};
 use super::{cordon, delete_node, Context, DeprovisioningError};
 use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
 use crate::controllers::events::publish;
@@ -58,54 +58,56 @@ pub(super) async fn consolidate(ctx: &Context) -> Result<bool, DeprovisioningErr
     let snapshot = snapshot(ctx).await?;
     let candidates = candidates(ctx, &snapshot, true).await;
 
-    // Empty-node consolidation: all at once, after the 15 s re-check.
-    let empty = consolidation::empty(&candidates);
-    if !empty.is_empty() {
-        tokio::time::sleep(ctx.config.consolidation_ttl).await;
-        let fresh = candidates_now(ctx).await?;
-        let still: Vec<&Candidate> = fresh.iter().filter(|c| c.pods.is_empty() && empty.contains(&c.name)).collect();
-        if still.is_empty() {
-            debug!(nodes = ?empty, "empty nodes gained pods or stopped being candidates while waiting; evaluating again");
-            return Ok(false);
-        }
-        let command = Command {
-            nodes: still.iter().map(|c| c.name.clone()).collect(),
-            action: consolidation::Action::Delete,
-            price_before: still.iter().map(|c| c.price).sum(),
-            price_after: 0.0,
-            pods: Vec::new(),
-        };
-        execute(ctx, &command, &[]).await?;
-        return Ok(true);
-    }
-
     let started = Instant::now();
-    let (multi, timed_out) =
-        tokio::task::block_in_place(|| consolidation::multi_node(&snapshot.input, &candidates, &|| started.elapsed() > MULTI_NODE_TIMEOUT));
-    if timed_out {
-        warn!(timeout = ?MULTI_NODE_TIMEOUT, "multi-node consolidation evaluation timed out");
-        ctx.metrics.consolidation_timeouts.with_label_values(&["multi-node"]).inc();
-    }
-    if let Some(command) = multi {
-        return validate_and_execute(ctx, &command, &snapshot).await;
-    }
-
-    let started = Instant::now();
-    let (single, refused, timed_out) = tokio::task::block_in_place(|| {
-        consolidation::single_node(&snapshot.input, &candidates, &|| started.elapsed() > SINGLE_NODE_TIMEOUT)
+    let evaluation = tokio::task::block_in_place(|| {
+        consolidation::choose(
+            &snapshot.input,
+            &candidates,
+            &|| started.elapsed() > MULTI_NODE_TIMEOUT,
+            &|| started.elapsed() > MULTI_NODE_TIMEOUT + SINGLE_NODE_TIMEOUT,
+        )
     });
-    if timed_out {
-        warn!(timeout = ?SINGLE_NODE_TIMEOUT, "single-node consolidation evaluation timed out");
-        ctx.metrics.consolidation_timeouts.with_label_values(&["single-node"]).inc();
-    }
-    let nodes: HashMap<String, Arc<Node>> = state.nodes.state().into_iter().map(|n| (n.name_any(), n)).collect();
-    for (name, why) in &refused {
-        if let Some(node) = nodes.get(name) {
-            unconsolidatable(ctx, node, why).await;
+    for (timed_out, kind, timeout) in [
+        (evaluation.multi_timed_out, "multi-node", MULTI_NODE_TIMEOUT),
+        (evaluation.single_timed_out, "single-node", SINGLE_NODE_TIMEOUT),
+    ] {
+        if timed_out {
+            warn!(?timeout, "{kind} consolidation evaluation timed out");
+            ctx.metrics.consolidation_timeouts.with_label_values(&[kind]).inc();
         }
     }
-    if let Some(command) = single {
-        return validate_and_execute(ctx, &command, &snapshot).await;
+    match evaluation.choice {
+        // Empty-node consolidation: all at once, after the 15 s re-check.
+        Choice::Empty(empty) => {
+            tokio::time::sleep(ctx.config.consolidation_ttl).await;
+            let fresh = candidates_now(ctx).await?;
+            let still: Vec<&Candidate> = fresh.iter().filter(|c| c.pods.is_empty() && empty.contains(&c.name)).collect();
+            if still.is_empty() {
+                debug!(nodes = ?empty, "empty nodes gained pods or stopped being candidates while waiting; evaluating again");
+                return Ok(false);
+            }
+            let command = Command {
+                nodes: still.iter().map(|c| c.name.clone()).collect(),
+                action: consolidation::Action::Delete,
+                price_before: still.iter().map(|c| c.price).sum(),
+                price_after: 0.0,
+                pods: Vec::new(),
+            };
+            execute(ctx, &command, &[]).await?;
+            return Ok(true);
+        }
+        Choice::Command { command, multi } => {
+            debug!(multi, command = %command.describe(), "consolidation chose a command");
+            return validate_and_execute(ctx, &command, &snapshot).await;
+        }
+        Choice::Nothing { refused } => {
+            let nodes: HashMap<String, Arc<Node>> = state.nodes.state().into_iter().map(|n| (n.name_any(), n)).collect();
+            for (name, why) in &refused {
+                if let Some(node) = nodes.get(name) {
+                    unconsolidatable(ctx, node, why).await;
+                }
+            }
+        }
     }
     *ctx.consolidated.lock().unwrap_or_else(|e| e.into_inner()) = Some((generation, Instant::now()));
     debug!(candidates = candidates.len(), "nothing to consolidate");

@@ -497,6 +497,70 @@ pub fn single_node(
     (None, refused, false)
 }
 
+/// What a consolidation evaluation chose, trying the methods in their order (§5.1).
+#[derive(Clone, Debug)]
+pub enum Choice {
+    /// Empty candidates, to delete together after the 15 s re-check.
+    Empty(Vec<String>),
+    /// A multi-node (`multi: true`) or single-node command, to validate and execute.
+    Command {
+        /// The command.
+        command: Command,
+        /// Chosen by multi-node consolidation.
+        multi: bool,
+    },
+    /// Nothing to do; why the single-node candidates could not be consolidated.
+    Nothing {
+        /// (node, reason), for the `Unconsolidatable` events.
+        refused: Vec<(String, String)>,
+    },
+}
+
+/// The outcome of [`choose`]: the choice, and which evaluations timed out.
+#[derive(Clone, Debug)]
+pub struct Evaluation {
+    /// What to do.
+    pub choice: Choice,
+    /// The multi-node evaluation was cut off by `multi_expired`.
+    pub multi_timed_out: bool,
+    /// The single-node evaluation was cut off by `single_expired`.
+    pub single_timed_out: bool,
+}
+
+/// One consolidation evaluation (§5.1, §5.6): empty-node, then multi-node, then single-node
+/// consolidation over `candidates` (in disruption-cost order); the first that finds something
+/// wins. `multi_expired` and `single_expired` bound the two searches.
+pub fn choose(
+    cluster: &SimulationInput,
+    candidates: &[Candidate],
+    multi_expired: &dyn Fn() -> bool,
+    single_expired: &dyn Fn() -> bool,
+) -> Evaluation {
+    let mut evaluation = Evaluation {
+        choice: Choice::Nothing { refused: Vec::new() },
+        multi_timed_out: false,
+        single_timed_out: false,
+    };
+    let empty = empty(candidates);
+    if !empty.is_empty() {
+        evaluation.choice = Choice::Empty(empty);
+        return evaluation;
+    }
+    let (multi, timed_out) = multi_node(cluster, candidates, multi_expired);
+    evaluation.multi_timed_out = timed_out;
+    if let Some(command) = multi {
+        evaluation.choice = Choice::Command { command, multi: true };
+        return evaluation;
+    }
+    let (single, refused, timed_out) = single_node(cluster, candidates, single_expired);
+    evaluation.single_timed_out = timed_out;
+    evaluation.choice = match single {
+        Some(command) => Choice::Command { command, multi: false },
+        None => Choice::Nothing { refused },
+    };
+    evaluation
+}
+
 /// Whether `command`, computed again after the wait on a fresh snapshot (`recomputed`), still
 /// holds (§5.6 validation): a delete must still be a delete; a replacement must still need
 /// exactly one node, and one that may be any of the types the command would launch.
@@ -810,6 +874,25 @@ mod tests {
             .with_node("b", MEDIUM, "on-demand", &["1"]);
         let (command, timed_out) = multi_node(&world.cluster(), &world.candidates(), &|| true);
         assert!(command.is_none() && timed_out);
+    }
+
+    #[test]
+    fn an_evaluation_tries_empty_then_multi_node_then_single_node() {
+        let choose_in = |world: &World| choose(&world.cluster(), &world.candidates(), &never(), &never()).choice;
+        let world = World::new(consolidating(&["on-demand"]))
+            .with_node("a", MEDIUM, "on-demand", &[])
+            .with_node("b", MEDIUM, "on-demand", &["1"])
+            .with_node("c", MEDIUM, "on-demand", &["1"]);
+        assert!(matches!(choose_in(&world), Choice::Empty(names) if names == ["a"]));
+        let world = World::new(consolidating(&["on-demand"]))
+            .with_node("b", MEDIUM, "on-demand", &["1"])
+            .with_node("c", MEDIUM, "on-demand", &["1"])
+            .with_node("d", MEDIUM, "on-demand", &["1"]);
+        assert!(matches!(choose_in(&world), Choice::Command { multi: true, command } if command.nodes.len() == 2));
+        let world = World::new(consolidating(&["on-demand"])).with_node("a", LARGE, "on-demand", &["1"]);
+        assert!(matches!(choose_in(&world), Choice::Command { multi: false, command } if command.replacement().is_some()));
+        let world = World::new(consolidating(&["on-demand"])).with_node("a", SMALL, "on-demand", &["1"]);
+        assert!(matches!(choose_in(&world), Choice::Nothing { refused } if refused.len() == 1));
     }
 
     #[test]
