@@ -1,0 +1,372 @@
+//! Benchmark of consolidation's decision (`deprovisioning::consolidation`), pure and in memory,
+//! on a fragmented cluster of 100, 1,000 and 5,000 nodes.
+//!
+//! The cluster: the scheduling bench's catalogue, Provisioner (with `consolidation.enabled`) and
+//! pod shape (tests/benches/fixture.rs). It grows the way clusters do, in bursts: pods arrive in
+//! batches of 8, and each batch is placed by `scheduling::simulate` on a node of its own (the
+//! cheapest type that holds the batch). Then a random 70% of the pods are removed (fixed seed):
+//! what is left is the fragmented cluster a scale-down leaves behind.
+//!
+//! Measured, per size:
+//! - *evaluation*: one full evaluation as a deprovisioning pass runs it: every node's candidacy
+//!   (`consolidation::candidate`), then `consolidation::choose` (empty, multi-node, single-node);
+//!   median of 3 (1 at 5,000 nodes);
+//! - *converged*: the chosen command applied again and again (nodes removed, a replacement added,
+//!   the moved pods placed where the simulation puts them) until the evaluation finds nothing,
+//!   and the cluster's $/h then, beside the scheduling bench's lower bound for the pods left
+//!   (max of Σ cpu × cheapest $/vCPU and Σ memory × cheapest $/GiB): no set of nodes holding them
+//!   costs less. A baseline from the same run: the $/h of `simulate` placing every remaining pod
+//!   afresh onto new nodes (what a cluster rebuilt from scratch would cost).
+//!
+//! Run: `cargo bench --bench consolidation` (about 10 minutes). Results:
+//! tests/benches/results/consolidation.md. Under `cargo test` (no `--bench`) it runs the
+//! 100-node case once and checks that consolidating never raises the cost, so it cannot rot.
+
+mod fixture;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fixture::{allowed, catalogue, lower_bound, provisioner, Rng, Variant};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::chrono::{TimeZone, Utc};
+use karpenter_rs::apis::v1alpha5::{Consolidation, Provisioner};
+use karpenter_rs::controllers::deprovisioning::consolidation::{self, Action, Candidate, Choice, NodeView};
+use karpenter_rs::scheduling::resources::pod_requests;
+use karpenter_rs::scheduling::{simulate, ExistingNode, InstanceType, NodeRequest, PodKey, ProvisionerInput, Resources, SimulationInput};
+use serde_json::json;
+
+const BATCH: usize = 8;
+const REMOVED: f64 = 0.7;
+
+/// The bench Provisioner with consolidation on.
+fn consolidating() -> Provisioner {
+    let mut p = provisioner();
+    p.spec.consolidation = Some(Consolidation { enabled: Some(true) });
+    p
+}
+
+/// A node of the cluster: the Node object, its instance type and price, and its pods.
+struct Member {
+    node: Node,
+    instance_type: Arc<InstanceType>,
+    price: f64,
+    pods: Vec<Pod>,
+}
+
+struct Cluster {
+    provisioner: Provisioner,
+    types: Vec<Arc<InstanceType>>,
+    members: Vec<Member>,
+    next: usize,
+}
+
+fn node_object(name: &str, it: &InstanceType, zone: &str, capacity_type: &str) -> Node {
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "creationTimestamp": Utc.with_ymd_and_hms(2023, 6, 1, 0, 0, 0).unwrap().to_rfc3339(),
+            "labels": {
+                "karpenter.sh/provisioner-name": "default",
+                "karpenter.sh/initialized": "true",
+                "node.kubernetes.io/instance-type": it.name,
+                "topology.kubernetes.io/zone": zone,
+                "karpenter.sh/capacity-type": capacity_type,
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/arch": "amd64",
+                "kubernetes.io/os": "linux",
+            },
+        },
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+    .expect("bench node decodes")
+}
+
+fn bind(mut pod: Pod, node: &str) -> Pod {
+    pod.spec.as_mut().expect("bench pods have a spec").node_name = Some(node.to_string());
+    pod.status = Some(
+        serde_json::from_value(json!({"phase": "Running", "startTime": Utc.with_ymd_and_hms(2023, 6, 1, 0, 0, 0).unwrap().to_rfc3339()}))
+            .expect("status decodes"),
+    );
+    pod
+}
+
+fn unbind(pod: &Pod) -> Pod {
+    let mut pod = pod.clone();
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.node_name = None;
+    }
+    pod.status = None;
+    pod
+}
+
+impl Cluster {
+    /// `nodes` nodes grown from batches of pods, then 70% of the pods removed.
+    fn fragmented(nodes: usize) -> Cluster {
+        let mut cluster = Cluster {
+            provisioner: consolidating(),
+            types: catalogue(),
+            members: Vec::new(),
+            next: 0,
+        };
+        let pods = fixture::pods(nodes * BATCH, Variant::Plain);
+        for batch in pods.chunks(BATCH) {
+            let plan = simulate(&SimulationInput {
+                pods: batch.to_vec(),
+                provisioners: cluster.provisioner_input(),
+                ..Default::default()
+            });
+            for request in &plan.new_nodes {
+                let placed: Vec<Pod> = batch
+                    .iter()
+                    .filter(|p| request.pods.contains(&PodKey::of(p)))
+                    .cloned()
+                    .collect();
+                cluster.launch(request, placed);
+            }
+        }
+        let mut rng = Rng(0xC0_501D);
+        for member in &mut cluster.members {
+            member.pods.retain(|_| (rng.next() % 1000) as f64 >= REMOVED * 1000.0);
+        }
+        cluster
+    }
+
+    fn provisioner_input(&self) -> Vec<ProvisionerInput> {
+        vec![ProvisionerInput {
+            provisioner: self.provisioner.clone(),
+            instance_types: self.types.clone(),
+        }]
+    }
+
+    /// Adds a node for `request` (its cheapest offering) holding `pods`.
+    fn launch(&mut self, request: &NodeRequest, pods: Vec<Pod>) -> String {
+        let (it, offering) = request.cheapest().expect("a planned node has an offering");
+        let it = self
+            .types
+            .iter()
+            .find(|t| t.name == it.name)
+            .cloned()
+            .expect("from the catalogue");
+        self.next += 1;
+        let name = format!("node-{:05}", self.next);
+        let node = node_object(&name, &it, &offering.zone, &offering.capacity_type);
+        let price = offering.price;
+        let pods = pods.into_iter().map(|p| bind(p, &name)).collect();
+        self.members.push(Member {
+            node,
+            instance_type: it,
+            price,
+            pods,
+        });
+        name
+    }
+
+    fn cost(&self) -> f64 {
+        self.members.iter().map(|m| m.price).sum()
+    }
+
+    fn pods(&self) -> Vec<Pod> {
+        self.members.iter().flat_map(|m| m.pods.iter().map(unbind)).collect()
+    }
+
+    /// The simulation's view: every node with its pods, nothing pending.
+    fn input(&self) -> SimulationInput {
+        SimulationInput {
+            pods: Vec::new(),
+            provisioners: self.provisioner_input(),
+            nodes: self
+                .members
+                .iter()
+                .map(|m| {
+                    let mut e = ExistingNode::from_node(&m.node, m.pods.clone());
+                    e.allocatable = m.instance_type.allocatable();
+                    e.capacity = m.instance_type.capacity.clone();
+                    e
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn candidates(&self) -> Vec<Candidate> {
+        let now = Utc.with_ymd_and_hms(2023, 6, 2, 0, 0, 0).unwrap();
+        let mut out: Vec<Candidate> = self
+            .members
+            .iter()
+            .filter_map(|m| {
+                let view = NodeView {
+                    node: &m.node,
+                    pods: &m.pods,
+                    provisioner: Some(&self.provisioner),
+                    instance_types: &self.types,
+                    nominated: false,
+                };
+                consolidation::candidate(view, &[], &unbind, now).ok()
+            })
+            .collect();
+        consolidation::sort_candidates(&mut out);
+        out
+    }
+
+    /// One full evaluation: candidacy, then the three methods.
+    fn evaluate(&self) -> Choice {
+        let input = self.input();
+        let candidates = self.candidates();
+        consolidation::choose(&input, &candidates, &|| false, &|| false).choice
+    }
+
+    /// Applies `choice`; false when there was nothing to do.
+    fn apply(&mut self, choice: Choice) -> bool {
+        let (removed, replacement) = match choice {
+            Choice::Nothing { .. } => return false,
+            Choice::Empty(names) => (names, None),
+            Choice::Command { command, .. } => match command.action {
+                Action::Delete => (command.nodes, None),
+                Action::Replace(request) => (command.nodes, Some(*request)),
+            },
+        };
+        let mut moved = Vec::new();
+        self.members.retain_mut(|m| {
+            let name = m.node.metadata.name.as_deref().unwrap_or_default();
+            if removed.iter().any(|r| r == name) {
+                moved.extend(m.pods.drain(..).map(|p| unbind(&p)));
+                false
+            } else {
+                true
+            }
+        });
+        if let Some(request) = replacement {
+            self.launch(&request, Vec::new());
+        }
+        if moved.is_empty() {
+            return true;
+        }
+        let mut input = self.input();
+        input.pods = moved.clone();
+        let plan = simulate(&input);
+        assert!(
+            plan.new_nodes.is_empty() && plan.unschedulable.is_empty(),
+            "a validated command's pods fit the remaining nodes"
+        );
+        let by_key: HashMap<PodKey, Pod> = moved.into_iter().map(|p| (PodKey::of(&p), p)).collect();
+        for (key, node) in plan.existing_assignments {
+            let member = self
+                .members
+                .iter_mut()
+                .find(|m| m.node.metadata.name.as_deref() == Some(node.as_str()))
+                .expect("assigned to a node of the cluster");
+            member.pods.push(bind(by_key[&key].clone(), &node));
+        }
+        true
+    }
+
+    /// What the remaining pods would cost on nodes planned from scratch.
+    fn from_scratch(&self) -> f64 {
+        let plan = simulate(&SimulationInput {
+            pods: self.pods(),
+            provisioners: self.provisioner_input(),
+            ..Default::default()
+        });
+        plan.new_nodes.iter().map(|n| n.cheapest().map_or(0.0, |(_, o)| o.price)).sum()
+    }
+
+    fn lower_bound(&self) -> f64 {
+        let mut total = Resources::zero();
+        for p in self.members.iter().flat_map(|m| m.pods.iter()) {
+            total.add(&pod_requests(p));
+        }
+        lower_bound(&total, &allowed(&self.types))
+    }
+}
+
+fn describe(choice: &Choice) -> String {
+    match choice {
+        Choice::Empty(names) => format!("empty: delete {}", names.len()),
+        Choice::Command { command, multi } => format!(
+            "{}: {} {} node(s)",
+            if *multi { "multi-node" } else { "single-node" },
+            command.action_name(),
+            command.nodes.len()
+        ),
+        Choice::Nothing { .. } => "nothing".to_string(),
+    }
+}
+
+fn run(nodes: usize, runs: usize, converge: bool) {
+    let start = Instant::now();
+    let mut cluster = Cluster::fragmented(nodes);
+    let built = start.elapsed();
+    let pods = cluster.members.iter().map(|m| m.pods.len()).sum::<usize>();
+    let initial_cost = cluster.cost();
+    let mut times: Vec<Duration> = Vec::new();
+    let mut first = None;
+    for _ in 0..runs {
+        let t = Instant::now();
+        let choice = cluster.evaluate();
+        times.push(t.elapsed());
+        first = Some(choice);
+    }
+    times.sort();
+    let median = times[times.len() / 2];
+    let first = first.expect("ran at least once");
+    let first_label = describe(&first);
+    eprintln!(
+        "{nodes} nodes ({pods} pods left, built in {built:?}): evaluation {:.1} ms → {}",
+        median.as_secs_f64() * 1000.0,
+        first_label
+    );
+    if !converge {
+        println!(
+            "RESULT | {nodes} | {pods} | {:.1} | {} | {initial_cost:.2} | - | - | - | - | - | - |",
+            median.as_secs_f64() * 1000.0,
+            first_label
+        );
+        return;
+    }
+    let t = Instant::now();
+    let mut commands = 0usize;
+    let mut choice = first;
+    let mut slowest = Duration::ZERO;
+    loop {
+        if !cluster.apply(choice) {
+            break;
+        }
+        commands += 1;
+        assert!(commands < 100_000, "consolidation converges");
+        let e = Instant::now();
+        choice = cluster.evaluate();
+        slowest = slowest.max(e.elapsed());
+    }
+    let converged = cluster.cost();
+    let bound = cluster.lower_bound();
+    let scratch = cluster.from_scratch();
+    assert!(converged <= initial_cost + 1e-9, "consolidation never raises the cost");
+    let per_type: BTreeMap<&str, usize> = cluster.members.iter().fold(BTreeMap::new(), |mut m, n| {
+        *m.entry(n.instance_type.name.as_str()).or_default() += 1;
+        m
+    });
+    eprintln!("  converged after {commands} commands in {:?}: {} nodes {per_type:?}", t.elapsed(), cluster.members.len());
+    println!(
+        "RESULT | {nodes} | {pods} | {:.1} | {} | {initial_cost:.2} | {commands} | {:.1} s | {} | {converged:.2} | {bound:.2} | {:.2} | {scratch:.2} |",
+        median.as_secs_f64() * 1000.0,
+        first_label,
+        t.elapsed().as_secs_f64(),
+        cluster.members.len(),
+        converged / bound,
+    );
+    eprintln!("  slowest evaluation while converging: {:.1} ms", slowest.as_secs_f64() * 1000.0);
+}
+
+fn main() {
+    let benchmarking = std::env::args().any(|a| a == "--bench");
+    println!("RESULT | nodes | pods left | evaluation ms | first command | $/h before | commands | converge time | nodes after | $/h after | lower bound $/h | after / bound | from scratch $/h |");
+    if !benchmarking {
+        run(100, 1, true);
+        return;
+    }
+    run(100, 3, true);
+    run(1000, 3, true);
+    run(5000, 1, std::env::var("CONSOLIDATION_BENCH_CONVERGE_5000").is_ok());
+}
