@@ -184,8 +184,8 @@ pub struct RunArgs {
     /// How often empty and expired nodes are looked for (`run` only).
     #[arg(long, env = "DEPROVISIONING_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     pub deprovisioning_interval: Duration,
-    /// How long the replacements of an expired node may take to become Ready before the node is
-    /// put back into service and tried again later (`run` only).
+    /// How long the replacements of an expired or consolidated node may take to become ready
+    /// before the node is put back into service and tried again later (`run` only).
     #[arg(long, env = "REPLACEMENT_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
     pub replacement_timeout: Duration,
     /// How often the garbage collector looks for leaked instances and orphaned Nodes, once past

@@ -113,7 +113,8 @@ impl Command {
                 .unwrap_or_else(|| CAPACITY_TYPE_ON_DEMAND.to_string());
             let names: Vec<&str> = r.instance_type_options.iter().take(5).map(|t| t.name.as_str()).collect();
             let more = r.instance_type_options.len().saturating_sub(names.len());
-            text.push_str(&format!(" and replacing with a {capacity} node from types {}", names.join(", ")));
+            let article = if capacity.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+            text.push_str(&format!(" and replacing with {article} {capacity} node from types {}", names.join(", ")));
             if more > 0 {
                 text.push_str(&format!(" and {more} other(s)"));
             }
@@ -766,7 +767,7 @@ mod tests {
         assert!(
             command
                 .describe()
-                .starts_with("replace, terminating 1 node(s) a and replacing with a on-demand node from types m5.large, m5.xlarge"),
+                .starts_with("replace, terminating 1 node(s) a and replacing with an on-demand node from types m5.large, m5.xlarge"),
             "{}",
             command.describe()
         );
