@@ -5,7 +5,9 @@
 //!
 //! The points: `after-launch` (an instance exists, its Node does not yet), `during-drain` (the node
 //! is cordoned and evictions have been sent), `after-terminate` (the instance is terminated, the
-//! Node still holds its finalizer).
+//! Node still holds its finalizer), `consolidation-after-cordon` (a consolidation command has
+//! cordoned and marked its nodes, nothing is launched yet), `consolidation-before-delete` (its
+//! replacement is initialised, the old nodes are not deleted yet).
 
 use std::sync::OnceLock;
 

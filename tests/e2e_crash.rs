@@ -9,6 +9,9 @@
 //! Every round crashes at each point once; `KARPENTER_RS_CRASH_ROUNDS` (default 20) sets how many
 //! rounds run. The counts are printed and must all be 0.
 //!
+//! Consolidation has crash points of its own (after cordoning, before deleting the replaced node);
+//! a test here crashes at both in every round.
+//!
 //! Also here, as it runs the same processes: two replicas with leader election never launch a
 //! node twice, and when the leader is killed the other one takes over.
 
@@ -146,6 +149,11 @@ struct Scenario {
 
 impl Scenario {
     fn create(cluster: &'static Cluster) -> Scenario {
+        Self::create_with(cluster, |_| {})
+    }
+
+    /// `create`, with `edit` applied to the Provisioner first.
+    fn create_with(cluster: &'static Cluster, edit: impl FnOnce(&mut serde_json::Value)) -> Scenario {
         let suffix = unique("crash");
         let s = Scenario {
             cluster,
@@ -163,6 +171,7 @@ impl Scenario {
         let spec = provisioner["spec"].as_object_mut().unwrap();
         spec.remove("ttlSecondsAfterEmpty");
         spec.remove("ttlSecondsUntilExpired");
+        edit(&mut provisioner);
         let mut deployment = fixture("first-writeup/nginx-deployment.yaml");
         deployment["metadata"]["namespace"] = json!(s.namespace);
         deployment["spec"]["replicas"] = json!(0);
@@ -425,6 +434,119 @@ fn crashes_at_every_point_converge_without_leaks_stuck_nodes_or_double_launches(
             "leaked instances, stuck nodes and double launches after the rounds (logs in {})",
             setup.logs.display()
         );
+    }));
+    s.tear_down(&setup);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// Consolidation's crash points: a node left with one of its two 1.5-CPU pods (a t3.xlarge that a
+/// t3.large can replace) is consolidated by a binary that exits right after cordoning it, then by
+/// one that exits once the replacement has initialised, before deleting the old node. Each round
+/// must end with the pod Running on the one replacement, nothing cordoned, no instance leaked, and
+/// exactly two launches in all (the first node and one replacement): no double replacement.
+/// `KARPENTER_RS_CONSOLIDATION_CRASH_ROUNDS` (default 2) sets the rounds.
+#[test]
+fn consolidation_crashes_converge_without_leaks_cordoned_nodes_or_double_replacements() {
+    let setup = setup("consolidation-crash");
+    let cluster = setup.cluster;
+    let rounds: u32 = std::env::var("KARPENTER_RS_CONSOLIDATION_CRASH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let s = Scenario::create_with(cluster, |p| {
+        p["spec"]["consolidation"] = json!({"enabled": true});
+    });
+    // Launches counted from every run's log ("launched node" lines of this Provisioner): EC2
+    // forgets terminated instances.
+    let launched = |s: &Scenario| -> usize {
+        let needle = format!("provisioner={}", s.provisioner);
+        std::fs::read_dir(&setup.logs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| std::fs::read_to_string(entry.path()).unwrap_or_default())
+            .map(|log| log.lines().filter(|l| l.contains("launched node") && l.contains(&needle)).count())
+            .sum()
+    };
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        kubectl_ok(
+            cluster,
+            &[
+                "set",
+                "resources",
+                "deployment",
+                "nginx-karpenter",
+                "-n",
+                &s.namespace,
+                "--requests=cpu=1500m",
+            ],
+            None,
+        );
+        for round in 1..=rounds {
+            let before = launched(&s);
+            // Two pods on one t3.xlarge.
+            s.scale(2);
+            let mut normal = setup.start(None);
+            let big = normal.wait_for(&s, "two pods Running on one node", Duration::from_secs(120), || {
+                let nodes: std::collections::BTreeSet<String> = s
+                    .pods()
+                    .into_iter()
+                    .filter(|p| p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running"))
+                    .filter_map(|p| p.spec?.node_name)
+                    .collect();
+                (nodes.len() == 1 && s.pods().len() == 2).then(|| nodes.into_iter().next().unwrap())
+            });
+            drop(normal);
+            // One pod left: the t3.xlarge is worth replacing with a t3.large.
+            s.scale(1);
+            wait_for("one pod left", Duration::from_secs(60), || (s.pods().len() == 1).then_some(()));
+            setup
+                .start(Some("consolidation-after-cordon"))
+                .expect_crash("consolidation-after-cordon", Duration::from_secs(120));
+            setup
+                .start(Some("consolidation-before-delete"))
+                .expect_crash("consolidation-before-delete", Duration::from_secs(180));
+            let mut normal = setup.start(None);
+            normal.wait_for(
+                &s,
+                "the old node gone and the pod Running elsewhere",
+                Duration::from_secs(180),
+                || {
+                    let node = s.running_pod_node()?;
+                    (node != big && s.nodes().iter().all(|n| n.name_any() != big)).then_some(())
+                },
+            );
+            let settled = settle(|| s.tally(&setup), |t| t.leaked == 0 && t.stuck == 0 && t.nodes == 1);
+            let nodes = s.nodes();
+            let cordoned = nodes
+                .iter()
+                .filter(|n| n.spec.as_ref().and_then(|sp| sp.unschedulable) == Some(true))
+                .count();
+            let launches = launched(&s) - before;
+            eprintln!("round {round}/{rounds}: {settled:?}, cordoned {cordoned}, launches {launches}");
+            assert_eq!((settled.leaked, settled.stuck, settled.nodes), (0, 0, 1), "{}", s.describe());
+            assert_eq!(cordoned, 0, "no node stays cordoned: {}", s.describe());
+            assert_eq!(
+                nodes[0].labels()["node.kubernetes.io/instance-type"],
+                "t3.large",
+                "the replacement is the cheaper type"
+            );
+            assert_eq!(
+                launches,
+                2,
+                "the first node and one replacement, nothing more (logs in {})",
+                setup.logs.display()
+            );
+            // Clean slate for the next round.
+            s.scale(0);
+            for node in s.nodes() {
+                kubectl(cluster, &["delete", "node", &node.name_any(), "--wait=false"], None);
+            }
+            settle(|| s.tally(&setup), |t| *t == Tally::default());
+            drop(normal);
+        }
     }));
     s.tear_down(&setup);
     if let Err(panic) = result {

@@ -118,11 +118,7 @@ impl Cluster {
                 ..Default::default()
             });
             for request in &plan.new_nodes {
-                let placed: Vec<Pod> = batch
-                    .iter()
-                    .filter(|p| request.pods.contains(&PodKey::of(p)))
-                    .cloned()
-                    .collect();
+                let placed: Vec<Pod> = batch.iter().filter(|p| request.pods.contains(&PodKey::of(p))).cloned().collect();
                 cluster.launch(request, placed);
             }
         }
@@ -143,12 +139,7 @@ impl Cluster {
     /// Adds a node for `request` (its cheapest offering) holding `pods`.
     fn launch(&mut self, request: &NodeRequest, pods: Vec<Pod>) -> String {
         let (it, offering) = request.cheapest().expect("a planned node has an offering");
-        let it = self
-            .types
-            .iter()
-            .find(|t| t.name == it.name)
-            .cloned()
-            .expect("from the catalogue");
+        let it = self.types.iter().find(|t| t.name == it.name).cloned().expect("from the catalogue");
         self.next += 1;
         let name = format!("node-{:05}", self.next);
         let node = node_object(&name, &it, &offering.zone, &offering.capacity_type);
@@ -202,6 +193,7 @@ impl Cluster {
                     provisioner: Some(&self.provisioner),
                     instance_types: &self.types,
                     nominated: false,
+                    resuming: false,
                 };
                 consolidation::candidate(view, &[], &unbind, now).ok()
             })
@@ -347,7 +339,11 @@ fn run(nodes: usize, runs: usize, converge: bool) {
         *m.entry(n.instance_type.name.as_str()).or_default() += 1;
         m
     });
-    eprintln!("  converged after {commands} commands in {:?}: {} nodes {per_type:?}", t.elapsed(), cluster.members.len());
+    eprintln!(
+        "  converged after {commands} commands in {:?}: {} nodes {per_type:?}",
+        t.elapsed(),
+        cluster.members.len()
+    );
     println!(
         "RESULT | {nodes} | {pods} | {:.1} | {} | {initial_cost:.2} | {commands} | {:.1} s | {} | {converged:.2} | {bound:.2} | {:.2} | {scratch:.2} |",
         median.as_secs_f64() * 1000.0,

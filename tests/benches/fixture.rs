@@ -8,7 +8,9 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use karpenter_rs::apis::v1alpha5::Provisioner;
-use karpenter_rs::scheduling::{GpuFacts, InstanceFacts, InstanceType, NodeSettings, Offering, ProvisionerInput, Resources, SimulationInput};
+use karpenter_rs::scheduling::{
+    GpuFacts, InstanceFacts, InstanceType, NodeSettings, Offering, ProvisionerInput, Resources, SimulationInput,
+};
 use serde_json::json;
 
 pub const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
@@ -293,4 +295,3 @@ pub fn lower_bound(total: &Resources, allowed: &[Arc<InstanceType>]) -> f64 {
     let mem = total.memory_bytes as f64 / (1u64 << 30) as f64 * per_gib;
     cpu.max(mem)
 }
-

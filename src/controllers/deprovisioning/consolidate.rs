@@ -55,17 +55,17 @@ pub(super) async fn consolidate(ctx: &Context) -> Result<bool, DeprovisioningErr
     if consolidated.is_some_and(|(g, at)| g == generation && at.elapsed() < CONSOLIDATED_FOR) {
         return Ok(false);
     }
+    if let Some(acted) = resume(ctx).await? {
+        return Ok(acted);
+    }
     let snapshot = snapshot(ctx).await?;
     let candidates = candidates(ctx, &snapshot, true).await;
 
     let started = Instant::now();
     let evaluation = tokio::task::block_in_place(|| {
-        consolidation::choose(
-            &snapshot.input,
-            &candidates,
-            &|| started.elapsed() > MULTI_NODE_TIMEOUT,
-            &|| started.elapsed() > MULTI_NODE_TIMEOUT + SINGLE_NODE_TIMEOUT,
-        )
+        consolidation::choose(&snapshot.input, &candidates, &|| started.elapsed() > MULTI_NODE_TIMEOUT, &|| {
+            started.elapsed() > MULTI_NODE_TIMEOUT + SINGLE_NODE_TIMEOUT
+        })
     });
     for (timed_out, kind, timeout) in [
         (evaluation.multi_timed_out, "multi-node", MULTI_NODE_TIMEOUT),
@@ -114,6 +114,62 @@ pub(super) async fn consolidate(ctx: &Context) -> Result<bool, DeprovisioningErr
     Ok(false)
 }
 
+/// Nodes a consolidation command marked and did not finish (the process stopped midway): the
+/// command is finished as a delete when their pods now fit on the rest of the cluster (its
+/// replacement was launched and has initialised), waited for while a node they could move to
+/// has not initialised yet (the replacement in flight; bounded by the registration TTL), and
+/// otherwise abandoned (the nodes uncordoned, evaluated afresh). `Some(acted)` ends the
+/// evaluation; `None` lets it go on.
+async fn resume(ctx: &Context) -> Result<Option<bool>, DeprovisioningError> {
+    let marked: Vec<Arc<Node>> = super::considered(ctx)
+        .into_iter()
+        .filter(|n| n.metadata.deletion_timestamp.is_none())
+        .filter(|n| n.annotations().get(super::VOLUNTARY_DISRUPTION_ANNOTATION).map(String::as_str) == Some(CONSOLIDATION))
+        .collect();
+    if marked.is_empty() {
+        return Ok(None);
+    }
+    let names: Vec<String> = marked.iter().map(|n| n.name_any()).collect();
+    let snapshot = snapshot(ctx).await?;
+    let resumed: Vec<Candidate> = candidates_of(ctx, &snapshot, true)
+        .await
+        .into_iter()
+        .filter(|c| names.contains(&c.name))
+        .collect();
+    if resumed.len() == marked.len() {
+        let chosen: Vec<&Candidate> = resumed.iter().collect();
+        match tokio::task::block_in_place(|| consolidation::compute(&snapshot.input, &chosen)) {
+            Ok(command) if matches!(command.action, consolidation::Action::Delete) => {
+                info!(nodes = ?names, "resuming an unfinished consolidation: the nodes' pods fit on the rest of the cluster");
+                for node in &marked {
+                    let note = format!("Deprovisioning node via {CONSOLIDATION}/delete (resumed)");
+                    publish(
+                        &ctx.recorder,
+                        node.as_ref(),
+                        EventType::Normal,
+                        "DeprovisioningTerminatingNode",
+                        "Consolidation",
+                        &note,
+                    )
+                    .await;
+                    delete_node(ctx, node, metrics::reason::CONSOLIDATION, "delete").await?;
+                }
+                return Ok(Some(true));
+            }
+            Err(why) if why.contains("non-initialized") => {
+                debug!(nodes = ?names, reason = %why, "an unfinished consolidation waits for a node to initialise");
+                return Ok(Some(false));
+            }
+            _ => {}
+        }
+    }
+    info!(nodes = ?names, "abandoning an unfinished consolidation; the nodes go back into service");
+    for node in &marked {
+        cordon(ctx, node, None).await?;
+    }
+    Ok(None)
+}
+
 async fn snapshot(ctx: &Context) -> Result<Snapshot, DeprovisioningError> {
     ctx.provisioning
         .snapshot()
@@ -130,6 +186,23 @@ async fn candidates_now(ctx: &Context) -> Result<Vec<Candidate>, DeprovisioningE
 /// The nodes consolidation may remove, cheapest to disrupt first. With `report`, nodes blocked
 /// by something the user controls get an `Unconsolidatable` event saying what.
 async fn candidates(ctx: &Context, snapshot: &Snapshot, report: bool) -> Vec<Candidate> {
+    let (candidates, blocked) = candidates_and_blocked(ctx, snapshot, false);
+    if report {
+        for (node, why) in &blocked {
+            unconsolidatable(ctx, node, why).await;
+        }
+    }
+    candidates
+}
+
+/// The candidates among the nodes an unfinished command of ours marked.
+async fn candidates_of(ctx: &Context, snapshot: &Snapshot, resuming: bool) -> Vec<Candidate> {
+    candidates_and_blocked(ctx, snapshot, resuming).0
+}
+
+/// Every node's candidacy: the candidates, cheapest to disrupt first, and the blocked nodes with
+/// why.
+fn candidates_and_blocked(ctx: &Context, snapshot: &Snapshot, resuming: bool) -> (Vec<Candidate>, Vec<(Arc<Node>, String)>) {
     let state = &ctx.state;
     let nodes = super::considered(ctx);
     let mut pods_by_node: HashMap<String, Vec<Pod>> = HashMap::new();
@@ -169,6 +242,7 @@ async fn candidates(ctx: &Context, snapshot: &Snapshot, report: bool) -> Vec<Can
             provisioner: provisioner.map(|p| p.as_ref()),
             instance_types: provisioner.and_then(|p| types.get(&p.name_any()).copied()).unwrap_or_default(),
             nominated: state.is_nominated(&name),
+            resuming,
         };
         match consolidation::candidate(view, &pdbs, &prepare, now) {
             Ok(c) => out.push(c),
@@ -176,13 +250,8 @@ async fn candidates(ctx: &Context, snapshot: &Snapshot, report: bool) -> Vec<Can
             Err(Ineligible::Blocked(why)) => blocked.push((node.clone(), why)),
         }
     }
-    if report {
-        for (node, why) in &blocked {
-            unconsolidatable(ctx, node, why).await;
-        }
-    }
     consolidation::sort_candidates(&mut out);
-    out
+    (out, blocked)
 }
 
 /// Publishes `Unconsolidatable` on `node`, at most once per reason every few minutes.
@@ -252,6 +321,7 @@ async fn execute(ctx: &Context, command: &Command, pods: &[String]) -> Result<()
     for node in &nodes {
         cordon(ctx, node, Some(CONSOLIDATION)).await?;
     }
+    crate::failpoint::hit("consolidation-after-cordon");
     if let Some(request) = command.replacement() {
         let started = Instant::now();
         let launched = match ctx.provisioning.launch_replacement(request).await {
@@ -321,6 +391,7 @@ async fn execute(ctx: &Context, command: &Command, pods: &[String]) -> Result<()
         }
         ctx.metrics.replacement_initialized.observe(started.elapsed().as_secs_f64());
     }
+    crate::failpoint::hit("consolidation-before-delete");
     for node in &nodes {
         let note = format!("Deprovisioning node via {CONSOLIDATION}/{action}");
         publish(

@@ -113,8 +113,15 @@ impl Command {
                 .unwrap_or_else(|| CAPACITY_TYPE_ON_DEMAND.to_string());
             let names: Vec<&str> = r.instance_type_options.iter().take(5).map(|t| t.name.as_str()).collect();
             let more = r.instance_type_options.len().saturating_sub(names.len());
-            let article = if capacity.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
-            text.push_str(&format!(" and replacing with {article} {capacity} node from types {}", names.join(", ")));
+            let article = if capacity.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                "an"
+            } else {
+                "a"
+            };
+            text.push_str(&format!(
+                " and replacing with {article} {capacity} node from types {}",
+                names.join(", ")
+            ));
             if more > 0 {
                 text.push_str(&format!(" and {more} other(s)"));
             }
@@ -153,6 +160,9 @@ pub struct NodeView<'a> {
     pub instance_types: &'a [Arc<InstanceType>],
     /// Whether a provisioning pass expects pods to land on it soon.
     pub nominated: bool,
+    /// Resuming a command of ours that marked the node (`karpenter.sh/voluntary-disruption`)
+    /// and did not finish: the mark does not disqualify it.
+    pub resuming: bool,
 }
 
 /// Whether `provisioner` has `consolidation.enabled: true`.
@@ -179,7 +189,7 @@ pub fn candidate(
     if node.metadata.deletion_timestamp.is_some() {
         return skip("being deleted");
     }
-    if annotations.contains_key(VOLUNTARY_DISRUPTION_ANNOTATION) {
+    if annotations.contains_key(VOLUNTARY_DISRUPTION_ANNOTATION) && !view.resuming {
         return skip("being replaced");
     }
     let Some(provisioner) = view.provisioner else {
@@ -711,6 +721,7 @@ mod tests {
                         provisioner: Some(&self.provisioner),
                         instance_types: &types,
                         nominated: false,
+                        resuming: false,
                     };
                     candidate(view, &[], &unbind, at(600)).ok()
                 })
@@ -918,6 +929,7 @@ mod tests {
                 provisioner: Some(provisioner),
                 instance_types: &types,
                 nominated,
+                resuming: false,
             };
             candidate(view, pdbs, &unbind, at(600)).map(|c| c.name)
         };
@@ -996,6 +1008,7 @@ mod tests {
             provisioner: Some(&p),
             instance_types: &types,
             nominated: false,
+            resuming: false,
         };
         assert!(matches!(candidate(view, &[], &unbind, at(600)), Err(Ineligible::Skip(_))));
         assert!(candidate(view, &[], &unbind, at(606)).is_ok());

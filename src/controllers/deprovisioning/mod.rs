@@ -209,10 +209,12 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
         }
     }
     // A node marked for replacement by an earlier pass that is not being replaced now (it is no
-    // longer expired, or is blocked) goes back into service.
+    // longer expired, or is blocked) goes back into service. (Nodes a consolidation command
+    // marked are resumed or released by consolidation, `consolidate::resume`.)
     for node in nodes
         .iter()
         .filter(|n| is_marked_for_replacement(n) && n.metadata.deletion_timestamp.is_none())
+        .filter(|n| n.annotations().get(VOLUNTARY_DISRUPTION_ANNOTATION).map(String::as_str) != Some(metrics::reason::CONSOLIDATION))
     {
         if expiration.expire.as_deref() != Some(node.name_any().as_str()) {
             cordon(ctx, node, None).await?;
