@@ -183,6 +183,24 @@ impl Scenario {
         s
     }
 
+    /// Sets the workload's CPU request.
+    fn request_cpu(&self, cpu: &str) {
+        let requests = format!("--requests=cpu={cpu}");
+        kubectl_ok(
+            self.cluster,
+            &[
+                "set",
+                "resources",
+                "deployment",
+                "nginx-karpenter",
+                "-n",
+                &self.namespace,
+                &requests,
+            ],
+            None,
+        );
+    }
+
     fn scale(&self, replicas: u32) {
         kubectl_ok(
             self.cluster,
@@ -471,19 +489,7 @@ fn consolidation_crashes_converge_without_leaks_cordoned_nodes_or_double_replace
             .sum()
     };
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        kubectl_ok(
-            cluster,
-            &[
-                "set",
-                "resources",
-                "deployment",
-                "nginx-karpenter",
-                "-n",
-                &s.namespace,
-                "--requests=cpu=1500m",
-            ],
-            None,
-        );
+        s.request_cpu("1500m");
         for round in 1..=rounds {
             let before = launched(&s);
             // Two pods on one t3.xlarge.
@@ -562,19 +568,7 @@ fn two_replicas_never_launch_twice_and_the_survivor_takes_over() {
     let election = ["--leader-elect", "true", "--leader-election-namespace", s.namespace.as_str()];
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // One pod per t3.large: what the simulation packs is then easy to check.
-        kubectl_ok(
-            cluster,
-            &[
-                "set",
-                "resources",
-                "deployment",
-                "nginx-karpenter",
-                "-n",
-                &s.namespace,
-                "--requests=cpu=1500m",
-            ],
-            None,
-        );
+        s.request_cpu("1500m");
         let mut replicas = vec![setup.start_with(None, &election), setup.start_with(None, &election)];
         let holder = || {
             let out = kubectl(

@@ -141,19 +141,7 @@ async fn resume(ctx: &Context) -> Result<Option<bool>, DeprovisioningError> {
         match tokio::task::block_in_place(|| consolidation::compute(&snapshot.input, &chosen)) {
             Ok(command) if matches!(command.action, consolidation::Action::Delete) => {
                 info!(nodes = ?names, "resuming an unfinished consolidation: the nodes' pods fit on the rest of the cluster");
-                for node in &marked {
-                    let note = format!("Deprovisioning node via {CONSOLIDATION}/delete (resumed)");
-                    publish(
-                        &ctx.recorder,
-                        node.as_ref(),
-                        EventType::Normal,
-                        "DeprovisioningTerminatingNode",
-                        "Consolidation",
-                        &note,
-                    )
-                    .await;
-                    delete_node(ctx, node, metrics::reason::CONSOLIDATION, "delete").await?;
-                }
+                terminate(ctx, &marked, "delete").await?;
                 return Ok(Some(true));
             }
             Err(why) if why.contains("non-initialized") => {
@@ -392,7 +380,13 @@ async fn execute(ctx: &Context, command: &Command, pods: &[String]) -> Result<()
         ctx.metrics.replacement_initialized.observe(started.elapsed().as_secs_f64());
     }
     crate::failpoint::hit("consolidation-before-delete");
-    for node in &nodes {
+    terminate(ctx, &nodes, action).await
+}
+
+/// Deletes the nodes of a command (the termination controller drains them), each with a
+/// `DeprovisioningTerminatingNode` event, counted as `consolidation/<action>`.
+async fn terminate(ctx: &Context, nodes: &[Arc<Node>], action: &'static str) -> Result<(), DeprovisioningError> {
+    for node in nodes {
         let note = format!("Deprovisioning node via {CONSOLIDATION}/{action}");
         publish(
             &ctx.recorder,
