@@ -122,6 +122,14 @@ fn narrows_instance_types(merged: &Requirements, base: &Requirements, template: 
 
 /// Places pod `i` on an existing node if it fits there.
 pub(crate) fn add_to_existing(node: &mut ExistingState, i: usize, pod: &PodState, groups: &[GroupRef], topology: &mut Topology) -> bool {
+    // The cheapest test first: in a busy cluster most nodes have no room (consolidation
+    // simulates moving pods across every node).
+    if node.requests.cpu_millis + pod.requests.cpu_millis > node.available.cpu_millis
+        || node.requests.memory_bytes + pod.requests.memory_bytes > node.available.memory_bytes
+        || node.requests.pods + pod.requests.pods > node.available.pods
+    {
+        return false;
+    }
     if first_untolerated(&pod.tolerations, &node.taints).is_some() || ports_conflict(&node.host_ports, &pod.host_ports) {
         return false;
     }
