@@ -17,6 +17,23 @@ use super::taints::{same_taint, NOT_READY_TAINT_KEY, UNREACHABLE_TAINT_KEY, UNSC
 /// taints are gone.
 pub const INITIALIZED_LABEL: &str = "karpenter.sh/initialized";
 
+/// The node's `Ready` condition is `True`.
+pub fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The node is labelled `karpenter.sh/initialized=true`.
+pub fn is_labelled_initialized(node: &Node) -> bool {
+    node.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(INITIALIZED_LABEL))
+        .is_some_and(|v| v == "true")
+}
+
 /// A node pods may be placed on without launching anything.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ExistingNode {
@@ -73,7 +90,7 @@ impl ExistingNode {
         let owned = labels.contains_key(PROVISIONER_NAME_LABEL);
         ExistingNode {
             name: node.metadata.name.clone().unwrap_or_default(),
-            initialized: !owned || labels.get(INITIALIZED_LABEL).map(String::as_str) == Some("true"),
+            initialized: !owned || is_labelled_initialized(node),
             labels,
             taints,
             startup_taints: Vec::new(),

@@ -28,7 +28,7 @@ use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
 use crate::controllers::events::publish;
 use crate::controllers::provisioning::Snapshot;
 use crate::metrics::{self, reason::CONSOLIDATION};
-use crate::scheduling::nodes::INITIALIZED_LABEL;
+use crate::scheduling::nodes::is_labelled_initialized;
 use crate::scheduling::InstanceType;
 use crate::telemetry;
 
@@ -347,35 +347,33 @@ async fn execute(ctx: &Context, command: &Command, pods: &[String]) -> Result<()
             )
             .await;
         }
-        let deadline = started + ctx.config.replacement_timeout;
-        let initialized = |name: &str| {
-            state
-                .nodes
-                .get(&ObjectRef::new(name))
-                .is_some_and(|n| n.labels().get(INITIALIZED_LABEL).is_some_and(|v| v == "true"))
-        };
-        while !initialized(&launched) {
-            if Instant::now() > deadline {
-                warn!(replacement = %launched, nodes = ?command.nodes, timeout = ?ctx.config.replacement_timeout, "replacement did not initialise in time; keeping the nodes");
-                for node in &nodes {
-                    cordon(ctx, node, None).await?;
-                    let note = format!("Replacement node {launched} did not initialize in time; keeping this node");
-                    publish(
-                        &ctx.recorder,
-                        node.as_ref(),
-                        EventType::Warning,
-                        "DeprovisioningWaitingReadiness",
-                        "Consolidation",
-                        &note,
-                    )
-                    .await;
-                }
-                return Err(DeprovisioningError::Replace {
-                    node: command.nodes.join(", "),
-                    reason: format!("replacement {launched} not initialized within {:?}", ctx.config.replacement_timeout),
-                });
+        let replacement = [launched.clone()];
+        if !super::await_nodes(
+            state,
+            &replacement,
+            started + ctx.config.replacement_timeout,
+            is_labelled_initialized,
+        )
+        .await
+        {
+            warn!(replacement = %launched, nodes = ?command.nodes, timeout = ?ctx.config.replacement_timeout, "replacement did not initialise in time; keeping the nodes");
+            for node in &nodes {
+                cordon(ctx, node, None).await?;
+                let note = format!("Replacement node {launched} did not initialize in time; keeping this node");
+                publish(
+                    &ctx.recorder,
+                    node.as_ref(),
+                    EventType::Warning,
+                    "DeprovisioningWaitingReadiness",
+                    "Consolidation",
+                    &note,
+                )
+                .await;
             }
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            return Err(DeprovisioningError::Replace {
+                node: command.nodes.join(", "),
+                reason: format!("replacement {launched} not initialized within {:?}", ctx.config.replacement_timeout),
+            });
         }
         ctx.metrics.replacement_initialized.observe(started.elapsed().as_secs_f64());
     }

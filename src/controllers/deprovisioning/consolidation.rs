@@ -24,7 +24,7 @@ use crate::apis::v1alpha5::labels::{
 };
 use crate::apis::v1alpha5::Provisioner;
 use crate::scheduling::instance_types::offering_allowed;
-use crate::scheduling::nodes::INITIALIZED_LABEL;
+use crate::scheduling::nodes::is_labelled_initialized;
 use crate::scheduling::{simulate, InstanceType, NodeRequest, PodKey, Requirement, Requirements, SimulationInput};
 
 /// How long a command waits before it is validated, and how recently a node may have received a
@@ -203,7 +203,7 @@ pub fn candidate(
     if annotations.get(DO_NOT_CONSOLIDATE_ANNOTATION).map(String::as_str) == Some("true") {
         return Err(Ineligible::Blocked(format!("{DO_NOT_CONSOLIDATE_ANNOTATION} annotation exists")));
     }
-    if labels.get(INITIALIZED_LABEL).map(String::as_str) != Some("true") {
+    if !is_labelled_initialized(node) {
         return Err(Ineligible::Blocked("node is not initialized".to_string()));
     }
     if view.nominated {
@@ -590,6 +590,7 @@ pub fn still_valid(command: &Command, recomputed: &Result<Command, String>) -> b
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scheduling::nodes::INITIALIZED_LABEL;
     use crate::scheduling::testing::{instance_type, pod, provisioner, ZONES};
     use crate::scheduling::{ExistingNode, ProvisionerInput};
     use k8s_openapi::chrono::TimeZone;

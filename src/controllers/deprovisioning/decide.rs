@@ -10,7 +10,7 @@ use k8s_openapi::chrono::{DateTime, Duration, Utc};
 use super::VOLUNTARY_DISRUPTION_ANNOTATION;
 use crate::apis::v1alpha5::labels::{DO_NOT_EVICT_ANNOTATION, EMPTINESS_TIMESTAMP_ANNOTATION, PROVISIONER_NAME_LABEL};
 use crate::controllers::pods::{is_daemonset_pod, is_mirror_pod, is_terminal, is_terminating};
-use crate::scheduling::nodes::INITIALIZED_LABEL;
+use crate::scheduling::nodes::{is_labelled_initialized, is_ready};
 use crate::scheduling::Selector;
 
 /// What to do about one node and `ttlSecondsAfterEmpty`.
@@ -32,14 +32,6 @@ pub enum Emptiness {
     },
     /// Empty for the TTL (or the timestamp cannot be read): delete it.
     Delete,
-}
-
-/// The node's `Ready` condition is `True`.
-pub fn is_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// Whether a pod keeps a node from being empty: anything but terminal, DaemonSet and mirror pods.
@@ -142,13 +134,7 @@ pub fn emptiness(node: &Node, pods: &[Pod], ttl_seconds_after_empty: Option<i64>
     }
     // A node that has not initialised is in flight, never empty (karpenter-behavior.md §5.3):
     // removing it would launch the same capacity again for the pods on their way to it.
-    let initialized = node
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(INITIALIZED_LABEL))
-        .is_some_and(|v| v == "true");
-    if !initialized || !is_ready(node) || created(node).is_none_or(|c| now < c + nomination) {
+    if !is_labelled_initialized(node) || !is_ready(node) || created(node).is_none_or(|c| now < c + nomination) {
         return Emptiness::Ignore;
     }
     if ttl == 0 {
@@ -294,6 +280,7 @@ pub fn expiration(candidates: &[Candidate<'_>], pdbs: &[PodDisruptionBudget], no
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scheduling::nodes::INITIALIZED_LABEL;
     use k8s_openapi::chrono::TimeZone;
     use serde_json::json;
 

@@ -39,6 +39,7 @@ use crate::controllers::events::{publish, recorder};
 use crate::controllers::provisioning;
 use crate::controllers::state::Cluster;
 use crate::metrics::{self, Metrics};
+use crate::scheduling::nodes::is_ready;
 use crate::telemetry;
 use decide::{Candidate, Emptiness};
 
@@ -326,35 +327,22 @@ async fn expire(ctx: &Context, stores: &Cluster, node: &Node, ttl: i64) -> Resul
             &note,
         )
         .await;
-        let deadline = started + ctx.config.replacement_timeout;
-        loop {
-            let ready = launched.iter().all(|n| {
-                stores
-                    .nodes
-                    .get(&kube::runtime::reflector::ObjectRef::new(n))
-                    .is_some_and(|n| decide::is_ready(&n))
+        if !await_nodes(stores, &launched, started + ctx.config.replacement_timeout, is_ready).await {
+            cordon(ctx, node, None).await?;
+            let note = format!("Replacement node(s) {} not Ready in time; keeping this node", launched.join(", "));
+            publish(
+                &ctx.recorder,
+                node,
+                EventType::Warning,
+                "DeprovisioningWaitingReadiness",
+                "Deprovisioning",
+                &note,
+            )
+            .await;
+            return Err(DeprovisioningError::Replace {
+                node: name,
+                reason: format!("replacements {launched:?} not Ready within {:?}", ctx.config.replacement_timeout),
             });
-            if ready {
-                break;
-            }
-            if Instant::now() > deadline {
-                cordon(ctx, node, None).await?;
-                let note = format!("Replacement node(s) {} not Ready in time; keeping this node", launched.join(", "));
-                publish(
-                    &ctx.recorder,
-                    node,
-                    EventType::Warning,
-                    "DeprovisioningWaitingReadiness",
-                    "Deprovisioning",
-                    &note,
-                )
-                .await;
-                return Err(DeprovisioningError::Replace {
-                    node: name,
-                    reason: format!("replacements {launched:?} not Ready within {:?}", ctx.config.replacement_timeout),
-                });
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
         }
         ctx.metrics.replacement_initialized.observe(started.elapsed().as_secs_f64());
     }
@@ -364,6 +352,26 @@ async fn expire(ctx: &Context, stores: &Cluster, node: &Node, ttl: i64) -> Resul
 
 /// The `karpenter.sh/voluntary-disruption` value of an expired node being replaced.
 const EXPIRED: &str = "expired";
+
+/// Waits, checking every second, until every node of `names` is in the shared state and
+/// satisfies `done`; false if `deadline` passes first.
+async fn await_nodes(state: &Cluster, names: &[String], deadline: Instant, done: impl Fn(&Node) -> bool) -> bool {
+    loop {
+        let all = names.iter().all(|n| {
+            state
+                .nodes
+                .get(&kube::runtime::reflector::ObjectRef::new(n))
+                .is_some_and(|n| done(&n))
+        });
+        if all {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
 
 /// Cordons `node` and marks it with the method of the command removing it (`Some`), or
 /// uncordons it and removes the mark (`None`).

@@ -23,11 +23,7 @@ pub const EPHEMERAL_TAINTS: &[&str] = &[
 
 /// Whether pods planned for `node` may be bound to it now.
 pub fn is_ready_for_pods(node: &Node, startup_taints: &[Taint], requested: &BTreeMap<String, f64>) -> bool {
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let ready = crate::scheduling::nodes::is_ready(node);
     let taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
     let blocked = taints
         .iter()

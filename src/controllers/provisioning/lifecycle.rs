@@ -21,7 +21,7 @@ use tracing::{debug, info, warn};
 use super::{bind, publish, Context, Stores};
 use crate::apis::v1alpha5::labels::{INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL};
 use crate::metrics;
-use crate::scheduling::nodes::INITIALIZED_LABEL;
+use crate::scheduling::nodes::{is_labelled_initialized, is_ready, INITIALIZED_LABEL};
 use crate::scheduling::InstanceType;
 
 /// The resources every kubelet reports when it registers.
@@ -56,8 +56,7 @@ pub fn decide(
 ) -> Lifecycle {
     let labels = node.metadata.labels.as_ref();
     let ours = labels.is_some_and(|l| l.contains_key(PROVISIONER_NAME_LABEL));
-    let initialized = labels.and_then(|l| l.get(INITIALIZED_LABEL)).map(String::as_str) == Some("true");
-    if !ours || initialized || node.metadata.deletion_timestamp.is_some() {
+    if !ours || is_labelled_initialized(node) || node.metadata.deletion_timestamp.is_some() {
         return Lifecycle::Ignore;
     }
     // The kubelet reports cpu, memory, pods and ephemeral storage as it registers; extended
@@ -80,13 +79,6 @@ pub fn decide(
     } else {
         Lifecycle::Wait
     }
-}
-
-fn is_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// One look at every node of ours: labels those initialised and deletes those that never
