@@ -10,7 +10,7 @@
 //! rounds run. The counts are printed and must all be 0.
 //!
 //! Consolidation has crash points of its own (after cordoning, before deleting the replaced node);
-//! a test here crashes at both in every round.
+//! a test here crashes at both in every round, and one turns consolidation off after a crash.
 //!
 //! Also here, as it runs the same processes: two replicas with leader election never launch a
 //! node twice, and when the leader is killed the other one takes over.
@@ -553,6 +553,78 @@ fn consolidation_crashes_converge_without_leaks_cordoned_nodes_or_double_replace
             settle(|| s.tally(&setup), |t| *t == Tally::default());
             drop(normal);
         }
+    }));
+    s.tear_down(&setup);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// A consolidation command cut short (the binary exits right after cordoning the node), then the
+/// user turns consolidation off: the next run must put the node back into service (uncordoned,
+/// the mark gone) and replace nothing, rather than leave it cordoned until it expires.
+#[test]
+fn a_cut_short_consolidation_is_released_when_consolidation_is_turned_off() {
+    let setup = setup("consolidation-off");
+    let cluster = setup.cluster;
+    let s = Scenario::create_with(cluster, |p| {
+        p["spec"]["consolidation"] = json!({"enabled": true});
+    });
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        s.request_cpu("1500m");
+        s.scale(2);
+        let mut normal = setup.start(None);
+        let big = normal.wait_for(&s, "two pods Running on one node", Duration::from_secs(120), || {
+            let running: Vec<String> = s
+                .pods()
+                .into_iter()
+                .filter(|p| p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running"))
+                .filter_map(|p| p.spec?.node_name)
+                .collect();
+            (running.len() == 2 && running[0] == running[1]).then(|| running[0].clone())
+        });
+        drop(normal);
+        s.scale(1);
+        wait_for("one pod left", Duration::from_secs(60), || (s.pods().len() == 1).then_some(()));
+        setup
+            .start(Some("consolidation-after-cordon"))
+            .expect_crash("consolidation-after-cordon", Duration::from_secs(120));
+        let node: Node = serde_json::from_str(&kubectl_ok(cluster, &["get", "node", &big, "-o", "json"], None)).unwrap();
+        assert_eq!(
+            node.spec.as_ref().and_then(|sp| sp.unschedulable),
+            Some(true),
+            "the crash point comes after the cordon"
+        );
+
+        kubectl_ok(
+            cluster,
+            &[
+                "patch",
+                "provisioner",
+                &s.provisioner,
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"consolidation":{"enabled":false},"ttlSecondsAfterEmpty":30}}"#,
+            ],
+            None,
+        );
+        let mut normal = setup.start(None);
+        normal.wait_for(&s, "the node uncordoned and unmarked", Duration::from_secs(90), || {
+            let node: Node = serde_json::from_str(&kubectl_ok(cluster, &["get", "node", &big, "-o", "json"], None)).ok()?;
+            let cordoned = node.spec.as_ref().and_then(|sp| sp.unschedulable) == Some(true);
+            let marked = node.annotations().contains_key("karpenter.sh/voluntary-disruption");
+            (!cordoned && !marked).then_some(())
+        });
+        // Nothing was replaced: the pod still runs on the node, which is the only one.
+        std::thread::sleep(Duration::from_secs(20));
+        assert_eq!(s.running_pod_node().as_deref(), Some(big.as_str()), "{}", s.describe());
+        assert_eq!(s.nodes().len(), 1, "no replacement was launched: {}", s.describe());
+        s.scale(0);
+        for node in s.nodes() {
+            kubectl(cluster, &["delete", "node", &node.name_any(), "--wait=false"], None);
+        }
+        settle(|| s.tally(&setup), |t| *t == Tally::default());
+        drop(normal);
     }));
     s.tear_down(&setup);
     if let Err(panic) = result {

@@ -55,9 +55,6 @@ pub(super) async fn consolidate(ctx: &Context) -> Result<bool, DeprovisioningErr
     if consolidated.is_some_and(|(g, at)| g == generation && at.elapsed() < CONSOLIDATED_FOR) {
         return Ok(false);
     }
-    if let Some(acted) = resume(ctx).await? {
-        return Ok(acted);
-    }
     let snapshot = snapshot(ctx).await?;
     let candidates = candidates(ctx, &snapshot, true).await;
 
@@ -118,9 +115,10 @@ pub(super) async fn consolidate(ctx: &Context) -> Result<bool, DeprovisioningErr
 /// command is finished as a delete when their pods now fit on the rest of the cluster (its
 /// replacement was launched and has initialised), waited for while a node they could move to
 /// has not initialised yet (the replacement in flight; bounded by the registration TTL), and
-/// otherwise abandoned (the nodes uncordoned, evaluated afresh). `Some(acted)` ends the
-/// evaluation; `None` lets it go on.
-async fn resume(ctx: &Context) -> Result<Option<bool>, DeprovisioningError> {
+/// otherwise abandoned (the nodes uncordoned, evaluated afresh): also when their Provisioner no
+/// longer consolidates. `Some(acted)` ends the pass; `None` lets it go on. The pass calls this
+/// before anything else, so no other command starts while one is unfinished.
+pub(super) async fn resume(ctx: &Context) -> Result<Option<bool>, DeprovisioningError> {
     let marked: Vec<Arc<Node>> = super::considered(ctx)
         .into_iter()
         .filter(|n| n.metadata.deletion_timestamp.is_none())

@@ -141,8 +141,8 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
     }
 }
 
-/// One pass: read the stores, replace at most one expired node, then mark, unmark and delete
-/// empty ones.
+/// One pass: read the stores, finish or release a consolidation command left unfinished, replace
+/// at most one expired node, mark, unmark and delete empty ones, then consolidate.
 #[instrument(skip_all)]
 async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
     let stores = &ctx.state;
@@ -169,6 +169,12 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
     let waiting = !deletions.awaited.is_empty();
     if waiting {
         debug!(nodes = ?deletions.awaited, "waiting for the deletion of nodes of ours before deprovisioning more");
+    }
+
+    // A consolidation command a stopped process left unfinished is finished or released first,
+    // whatever its Provisioner says now: one command at a time (§5.8), and no node left cordoned.
+    if !waiting && consolidate::resume(ctx).await?.is_some() {
+        return Ok(());
     }
 
     // Expiration first, at most one node (§5.1 order).
