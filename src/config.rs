@@ -166,6 +166,11 @@ pub struct RunArgs {
     /// ENI-limited pod count (`aws.reservedENIs`; `run` only).
     #[arg(long, env = "RESERVED_ENIS", default_value_t = 0, value_parser = settings::parse_reserved_enis)]
     pub reserved_enis: i64,
+    /// SQS queue that EventBridge sends EC2 spot interruptions, rebalance recommendations,
+    /// scheduled changes and state changes to (`aws.interruptionQueueName`, deploy/interruption/);
+    /// empty turns interruption handling off (`run` only).
+    #[arg(long, env = "INTERRUPTION_QUEUE_NAME", default_value = "")]
+    pub interruption_queue_name: String,
     /// Tags put on every instance, volume and launch template, as a JSON object
     /// (`{"team":"a"}`); the template's own tags win (`aws.tags`; `run` only).
     #[arg(long, env = "TAGS", default_value = "{}", value_parser = settings::parse_tags)]
@@ -280,6 +285,9 @@ impl RunArgs {
         if let Some(v) = s.reserved_enis.filter(|_| take("reserved_enis")) {
             self.reserved_enis = v;
         }
+        if let Some(v) = s.interruption_queue_name.clone().filter(|_| take("interruption_queue_name")) {
+            self.interruption_queue_name = v;
+        }
         if s.enable_pod_eni == Some(true) {
             notes.push(format!(
                 "{} key {} is true, but karpenter-rs does not advertise vpc.amazonaws.com/pod-eni (EC2 does not publish \
@@ -351,6 +359,14 @@ impl RunArgs {
         crate::controllers::deprovisioning::DeprovisioningConfig {
             interval: self.deprovisioning_interval,
             replacement_timeout: self.replacement_timeout,
+            ..Default::default()
+        }
+    }
+
+    /// The interruption controller's settings.
+    pub fn interruption(&self) -> crate::controllers::interruption::InterruptionConfig {
+        crate::controllers::interruption::InterruptionConfig {
+            queue_name: self.interruption_queue_name.clone(),
             ..Default::default()
         }
     }
@@ -634,6 +650,7 @@ mod tests {
             vm_memory_overhead_percent: Some(0.1),
             enable_eni_limited_pod_density: Some(false),
             reserved_enis: Some(1),
+            interruption_queue_name: Some("from-configmap".into()),
             enable_pod_eni: Some(true),
             batch_max_duration: Some(Duration::from_secs(90)),
             batch_idle_duration: Some(Duration::from_secs(3)),
@@ -652,6 +669,7 @@ mod tests {
         assert_eq!(args.provisioning().windows.max, Duration::from_secs(90));
         assert_eq!(args.provisioning().windows.idle, Duration::from_secs(3));
         assert_eq!(args.cloud().tags["team"], "a");
+        assert_eq!(args.interruption().queue_name, "from-configmap");
         // --cluster-name is required and wins; the difference is reported.
         assert_eq!(args.cluster_name, "c");
         assert!(notes[0].contains("aws.clusterName") && notes[0].contains("\"other\""), "{notes:?}");
@@ -666,8 +684,11 @@ mod tests {
             "0.05",
             "--tags",
             r#"{"team":"b"}"#,
+            "--interruption-queue-name",
+            "",
         ]);
         args.apply_settings(&configmap);
+        assert_eq!(args.interruption().queue_name, "", "an explicit empty name turns it off");
         assert_eq!(args.batch_max_duration, Duration::from_secs(10));
         assert_eq!(args.batch_idle_duration, Duration::from_secs(3), "not given: the ConfigMap's");
         assert_eq!(args.vm_memory_overhead_percent, 0.05);

@@ -168,7 +168,8 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
         let api = kube::Api::namespaced(client.clone(), &args.leader_election_namespace);
         tokio::spawn(leader::run(api, config, leading_tx, shutdown.clone()))
     });
-    use karpenter_rs::controllers::{deprovisioning, garbagecollection, termination};
+    use karpenter_rs::controllers::{deprovisioning, garbagecollection, interruption, termination};
+    let queue = std::sync::Arc::new(cloud.interruption_queue());
     let cloud: std::sync::Arc<dyn karpenter_rs::cloudprovider::CloudProvider> = std::sync::Arc::new(cloud);
     // Termination runs only on the leader, like every other controller (Karpenter runs them all in
     // its leader-elected manager): two replicas would evict and terminate side by side. Each step
@@ -177,7 +178,16 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
     let state = karpenter_rs::controllers::state::Cluster::start(&client, &shutdown);
     let termination = termination::Context::new(client.clone(), cloud.clone(), metrics.clone(), Default::default());
     let collector = garbagecollection::Context::new(client.clone(), cloud.clone(), metrics.clone(), args.garbage_collection());
-    let ctx = provisioning::Context::new(client.clone(), cloud, metrics.clone(), args.provisioning(), state.clone());
+    let ctx = provisioning::Context::new(client.clone(), cloud.clone(), metrics.clone(), args.provisioning(), state.clone());
+    let interruption = interruption::Context::new(
+        client.clone(),
+        queue,
+        cloud,
+        metrics.clone(),
+        args.interruption(),
+        state.clone(),
+        ctx.clone(),
+    );
     let deprovisioning = deprovisioning::Context::new(client, metrics, args.deprovisioning(), ctx.clone(), state.clone());
     info!(leader_elect = args.leader_elect, "controllers started");
     // The controllers' loops share one task: a loop spawned as a task of its own could wait
@@ -187,6 +197,7 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
         termination::run(termination, state, leading_rx.clone(), shutdown.clone()),
         garbagecollection::run(collector, leading_rx.clone(), shutdown.clone()),
         deprovisioning::run(deprovisioning, leading_rx.clone(), shutdown.clone()),
+        interruption::run(interruption, leading_rx.clone(), shutdown.clone()),
         provisioning::run(ctx, leading_rx, shutdown),
     );
     if let Some(task) = election {

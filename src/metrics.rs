@@ -1,7 +1,7 @@
 //! Every Prometheus metric karpenter-rs exports: names, help texts, labels and label values live
 //! here and nowhere else. `Metrics::new` registers them in a registry of their own.
 
-use prometheus::{GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 /// Latency buckets of admission requests, in seconds (1 ms .. 10 s).
 const WEBHOOK_BUCKETS: &[f64] = &[0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -111,6 +111,17 @@ pub struct Metrics {
     /// `karpenter_pods_state{name, namespace, owner, node, provisioner, zone, arch, capacity_type,
     /// instance_type, phase}`: 1 per pod.
     pub pods_state: GaugeVec,
+    /// `karpenter_interruption_received_messages{message_type}`: interruption queue messages
+    /// received, by kind (`unknown` for one that does not parse).
+    pub interruption_received_messages: IntCounterVec,
+    /// `karpenter_interruption_deleted_messages`: interruption queue messages deleted.
+    pub interruption_deleted_messages: IntCounter,
+    /// `karpenter_interruption_message_latency_time_seconds`: from an interruption event's time
+    /// to its message handled.
+    pub interruption_message_latency: Histogram,
+    /// `karpenter_interruption_actions_performed{action_type}`: `CordonAndDrain` or `NoAction`,
+    /// per node a message named.
+    pub interruption_actions_performed: IntCounterVec,
 }
 
 impl Metrics {
@@ -263,6 +274,35 @@ impl Metrics {
             &POD_STATE_LABELS,
         )
         .expect("metric options are valid");
+        let interruption_received_messages = IntCounterVec::new(
+            Opts::new(
+                "karpenter_interruption_received_messages",
+                "Messages received from the interruption queue, by message type.",
+            ),
+            &["message_type"],
+        )
+        .expect("metric options are valid");
+        let interruption_deleted_messages = IntCounter::new(
+            "karpenter_interruption_deleted_messages",
+            "Messages deleted from the interruption queue.",
+        )
+        .expect("metric options are valid");
+        let interruption_message_latency = Histogram::with_opts(
+            HistogramOpts::new(
+                "karpenter_interruption_message_latency_time_seconds",
+                "Time from an interruption event to its message being handled.",
+            )
+            .buckets(DURATION_BUCKETS.to_vec()),
+        )
+        .expect("metric options are valid");
+        let interruption_actions_performed = IntCounterVec::new(
+            Opts::new(
+                "karpenter_interruption_actions_performed",
+                "Actions taken on the nodes interruption messages named, by action type.",
+            ),
+            &["action_type"],
+        )
+        .expect("metric options are valid");
         for collector in [
             Box::new(webhook_requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(webhook_duration.clone()),
@@ -284,6 +324,10 @@ impl Metrics {
             Box::new(batch_duration.clone()),
             Box::new(deprovisioning_evaluation.clone()),
             Box::new(consolidation_timeouts.clone()),
+            Box::new(interruption_received_messages.clone()),
+            Box::new(interruption_deleted_messages.clone()),
+            Box::new(interruption_message_latency.clone()),
+            Box::new(interruption_actions_performed.clone()),
         ] {
             registry.register(collector).expect("metric names are unique");
         }
@@ -313,6 +357,10 @@ impl Metrics {
             batch_duration,
             deprovisioning_evaluation,
             consolidation_timeouts,
+            interruption_received_messages,
+            interruption_deleted_messages,
+            interruption_message_latency,
+            interruption_actions_performed,
         }
     }
 

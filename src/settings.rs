@@ -37,6 +37,9 @@ pub mod keys {
     pub const RESERVED_ENIS: &str = "aws.reservedENIs";
     /// `aws.enablePodENI`: read only to warn that `vpc.amazonaws.com/pod-eni` is not advertised.
     pub const ENABLE_POD_ENI: &str = "aws.enablePodENI";
+    /// `aws.interruptionQueueName`: the SQS queue of instance events; empty turns interruption
+    /// handling off.
+    pub const INTERRUPTION_QUEUE_NAME: &str = "aws.interruptionQueueName";
     /// `batchMaxDuration`.
     pub const BATCH_MAX_DURATION: &str = "batchMaxDuration";
     /// `batchIdleDuration`.
@@ -60,6 +63,8 @@ pub struct GlobalSettings {
     pub enable_eni_limited_pod_density: Option<bool>,
     /// `aws.reservedENIs`.
     pub reserved_enis: Option<i64>,
+    /// `aws.interruptionQueueName`.
+    pub interruption_queue_name: Option<String>,
     /// `aws.enablePodENI`.
     pub enable_pod_eni: Option<bool>,
     /// `batchMaxDuration`.
@@ -112,6 +117,7 @@ pub fn parse(data: &BTreeMap<String, String>) -> (GlobalSettings, Vec<SettingErr
     let overhead = value(keys::VM_MEMORY_OVERHEAD_PERCENT, &|v| parse_vm_memory_overhead_percent(v).map(drop));
     let eni_density = value(keys::ENABLE_ENI_LIMITED_POD_DENSITY, &|v| parse_bool(v).map(drop));
     let reserved_enis = value(keys::RESERVED_ENIS, &|v| parse_reserved_enis(v).map(drop));
+    let queue = value(keys::INTERRUPTION_QUEUE_NAME, &|_| Ok(()));
     let pod_eni = value(keys::ENABLE_POD_ENI, &|v| parse_bool(v).map(drop));
     let batch_max = value(keys::BATCH_MAX_DURATION, &|v| parse_batch_duration(v).map(drop));
     let batch_idle = value(keys::BATCH_IDLE_DURATION, &|v| parse_batch_duration(v).map(drop));
@@ -123,6 +129,7 @@ pub fn parse(data: &BTreeMap<String, String>) -> (GlobalSettings, Vec<SettingErr
         vm_memory_overhead_percent: overhead.and_then(|v| parse_vm_memory_overhead_percent(v).ok()),
         enable_eni_limited_pod_density: eni_density.and_then(|v| parse_bool(v).ok()),
         reserved_enis: reserved_enis.and_then(|v| parse_reserved_enis(v).ok()),
+        interruption_queue_name: queue.map(str::to_string),
         enable_pod_eni: pod_eni.and_then(|v| parse_bool(v).ok()),
         batch_max_duration: batch_max.and_then(|v| parse_batch_duration(v).ok()),
         batch_idle_duration: batch_idle.and_then(|v| parse_batch_duration(v).ok()),
@@ -270,6 +277,7 @@ mod tests {
             ("aws.vmMemoryOverheadPercent", "0.1"),
             ("aws.enableENILimitedPodDensity", "false"),
             ("aws.reservedENIs", "1"),
+            ("aws.interruptionQueueName", "ssungz-cluster"),
             ("aws.enablePodENI", "true"),
             ("batchMaxDuration", "1m30s"),
             ("batchIdleDuration", "500ms"),
@@ -286,6 +294,7 @@ mod tests {
                 vm_memory_overhead_percent: Some(0.1),
                 enable_eni_limited_pod_density: Some(false),
                 reserved_enis: Some(1),
+                interruption_queue_name: Some("ssungz-cluster".into()),
                 enable_pod_eni: Some(true),
                 batch_max_duration: Some(Duration::from_secs(90)),
                 batch_idle_duration: Some(Duration::from_millis(500)),

@@ -2,7 +2,9 @@
 //! emulator: empty nodes go after `ttlSecondsAfterEmpty`, `kubectl delete node` drains and
 //! terminates, a `karpenter.sh/do-not-evict` pod holds an expired node, a node someone else is
 //! deleting (held up by a PodDisruptionBudget) does not stop another from being removed when empty,
-//! and leaked instances and Nodes whose instance is gone are collected.
+//! and leaked instances and Nodes whose instance is gone are collected. Consolidation, and
+//! interruption (Karpenter's docs count it among the deprovisioning methods): EC2 events sent to
+//! the suite's own queue on moto's SQS, as EventBridge would, drain and replace the nodes they name.
 //!
 //! The in-process controllers deprovision and collect only what these tests create: nodes
 //! labelled `e2e.karpenter-rs/suite=deprovisioning` (from the test Provisioners' labels) and
@@ -20,6 +22,7 @@ use karpenter_rs::cloudprovider::aws::AwsCloudProvider;
 use karpenter_rs::cloudprovider::{instance_id_from_provider_id, CloudProvider, InstanceOption, LaunchRequest, NodeTemplate};
 use karpenter_rs::controllers::deprovisioning::DeprovisioningConfig;
 use karpenter_rs::controllers::garbagecollection::GarbageCollectionConfig;
+use karpenter_rs::controllers::interruption::InterruptionConfig;
 use kube::ResourceExt;
 use serde_json::json;
 use support::{cluster, fixture, items, kubectl, kubectl_ok, unique, wait_for, AdmissionWebhook, Cluster, Controller, Loops, CLUSTER_NAME};
@@ -31,12 +34,24 @@ const EMPTINESS_ANNOTATION: &str = "karpenter.sh/emptiness-timestamp";
 /// within seconds.
 const REGISTRATION_TTL: Duration = Duration::from_secs(45);
 
+/// The suite's interruption queue (on moto's SQS), one per test process.
+fn queue_name() -> &'static str {
+    static NAME: OnceLock<String> = OnceLock::new();
+    NAME.get_or_init(|| format!("e2e-interruption-{}", std::process::id()))
+}
+
 fn setup() -> (&'static Cluster, &'static Controller) {
     static WEBHOOK: OnceLock<AdmissionWebhook> = OnceLock::new();
     static CONTROLLER: OnceLock<Controller> = OnceLock::new();
     let cluster = cluster();
     WEBHOOK.get_or_init(|| AdmissionWebhook::start(cluster));
     let controller = CONTROLLER.get_or_init(|| {
+        // The queue exists before the controller looks it up, as an installation creates it first.
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let cloud = AwsCloudProvider::new(support::cloud_config(cluster)).await.unwrap();
+            cloud.sqs().create_queue().queue_name(queue_name()).send().await.unwrap();
+        });
         let selector = format!("karpenter.sh/provisioner-name,{SUITE_KEY}={SUITE}");
         Controller::start_all(
             cluster,
@@ -53,6 +68,10 @@ fn setup() -> (&'static Cluster, &'static Controller) {
                     grace_period: Duration::from_secs(20),
                     instance_tags: BTreeMap::from([(SUITE_KEY.to_string(), SUITE.to_string())]),
                     node_selector: selector,
+                    ..Default::default()
+                },
+                interruption: InterruptionConfig {
+                    queue_name: queue_name().to_string(),
                     ..Default::default()
                 },
                 registration_ttl: REGISTRATION_TTL,
@@ -998,5 +1017,290 @@ fn every_opt_out_blocks_consolidation_with_its_event() {
         });
         kubectl(cluster, &["delete", "node", &name, "--wait=false"], None);
         let _ = controller;
+    });
+}
+
+/// Consolidation and expiration share one command at a time (§5.1, §5.8): three nodes left with
+/// one pod each (consolidation would merge them) that also expire after a minute (expiration
+/// replaces them one by one). Watched throughout, the nodes being disrupted (cordoned or deleting)
+/// always belong to one command: never an expiring node beside a consolidated one, never two
+/// expiring nodes. Both kinds must be seen, else the test proves nothing.
+#[test]
+fn consolidation_and_expiration_never_disrupt_nodes_at_the_same_time() {
+    let (cluster, controller) = setup();
+    let requirements = json!([
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["t3.xlarge"]},
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+    ]);
+    let scenario = Scenario::create_with(cluster, "both", None, Some(60), |p| {
+        p["spec"]["requirements"] = requirements;
+        p["spec"]["consolidation"] = json!({"enabled": true});
+    });
+    with_scenario(scenario, controller, |s| {
+        let mut running = 0;
+        for app in ["a", "b", "c"] {
+            s.deploy(app, 3, "1", |_| {});
+            running += 3;
+            s.wait_running(running);
+        }
+        for app in ["a", "b", "c"] {
+            s.scale(app, 1);
+        }
+        let mut seen: BTreeSet<String> = BTreeSet::new();
+        let mut violations: Vec<String> = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while Instant::now() < deadline && !(seen.contains("expired") && seen.contains("consolidation")) {
+            let disrupted: Vec<(String, String)> = s
+                .nodes()
+                .iter()
+                .filter(|n| n.metadata.deletion_timestamp.is_some() || n.spec.as_ref().and_then(|sp| sp.unschedulable) == Some(true))
+                .map(|n| {
+                    let why = n.annotations().get("karpenter.sh/voluntary-disruption").cloned();
+                    (n.name_any(), why.unwrap_or_else(|| "unmarked".to_string()))
+                })
+                .collect();
+            let kinds: BTreeSet<&str> = disrupted.iter().map(|(_, why)| why.as_str()).collect();
+            let expiring = disrupted.iter().filter(|(_, why)| why == "expired").count();
+            if kinds.len() > 1 || expiring > 1 {
+                violations.push(format!("{disrupted:?}"));
+            }
+            seen.extend(kinds.iter().map(|k| k.to_string()));
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        // Let the cluster settle: nothing expires any more.
+        let patch = json!({"spec": {"ttlSecondsUntilExpired": 86400}}).to_string();
+        kubectl_ok(
+            cluster,
+            &["patch", "provisioner", &s.provisioner, "--type=merge", "-p", &patch],
+            None,
+        );
+        s.wait_running(3);
+        assert!(violations.is_empty(), "two commands disrupted nodes at once: {violations:#?}");
+        assert!(
+            seen.contains("expired") && seen.contains("consolidation"),
+            "both expiration and consolidation disrupted nodes within 5 minutes (seen: {seen:?})"
+        );
+    });
+}
+
+impl Scenario {
+    /// A Deployment `web` of `replicas` 500m pods, all Running on one node, which is returned.
+    fn web_on_one_node(&self, replicas: u32) -> Node {
+        self.deploy("web", replicas, "500m", |_| {});
+        let nodes = self.wait_running(replicas as usize);
+        assert_eq!(nodes.len(), 1, "{nodes:?}");
+        self.node(nodes.iter().next().unwrap()).unwrap()
+    }
+}
+
+/// An EventBridge event as the interruption queue receives it.
+fn ec2_event(source: &str, detail_type: &str, detail: serde_json::Value) -> String {
+    json!({
+        "version": "0", "id": unique("event"), "detail-type": detail_type, "source": source,
+        "account": "123456789012", "time": k8s_openapi::chrono::Utc::now().to_rfc3339(),
+        "region": "ap-northeast-2", "resources": [], "detail": detail
+    })
+    .to_string()
+}
+
+fn spot_interruption(instance_id: &str) -> String {
+    ec2_event(
+        "aws.ec2",
+        "EC2 Spot Instance Interruption Warning",
+        json!({"instance-id": instance_id, "instance-action": "terminate"}),
+    )
+}
+
+fn state_change(instance_id: &str, state: &str) -> String {
+    ec2_event(
+        "aws.ec2",
+        "EC2 Instance State-change Notification",
+        json!({"instance-id": instance_id, "state": state}),
+    )
+}
+
+fn rebalance_recommendation(instance_id: &str) -> String {
+    ec2_event(
+        "aws.ec2",
+        "EC2 Instance Rebalance Recommendation",
+        json!({"instance-id": instance_id}),
+    )
+}
+
+/// Sends `body` to the suite's interruption queue.
+fn send_to_queue(controller: &Controller, cluster: &Cluster, body: &str) {
+    let cloud = cloud(controller, cluster);
+    controller.block_on(async {
+        let url = cloud.sqs().get_queue_url().queue_name(queue_name()).send().await.unwrap();
+        cloud
+            .sqs()
+            .send_message()
+            .queue_url(url.queue_url.unwrap())
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
+    });
+}
+
+/// Messages on the suite's queue, visible or being handled.
+fn queued(controller: &Controller, cluster: &Cluster) -> u64 {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let cloud = cloud(controller, cluster);
+    controller.block_on(async {
+        let url = cloud.sqs().get_queue_url().queue_name(queue_name()).send().await.unwrap();
+        let attributes = cloud
+            .sqs()
+            .get_queue_attributes()
+            .queue_url(url.queue_url.unwrap())
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            .send()
+            .await
+            .unwrap();
+        attributes
+            .attributes
+            .unwrap_or_default()
+            .values()
+            .filter_map(|v| v.parse::<u64>().ok())
+            .sum()
+    })
+}
+
+/// The value of one series of the controller's metrics (0 when absent).
+fn metric(controller: &Controller, series: &str) -> f64 {
+    controller
+        .metrics
+        .render()
+        .lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The (instance type, zone) a node was launched as.
+fn offering(node: &Node) -> (String, String) {
+    let labels = node.labels();
+    (
+        labels["node.kubernetes.io/instance-type"].clone(),
+        labels["topology.kubernetes.io/zone"].clone(),
+    )
+}
+
+/// A spot node warned of its interruption is drained ahead of time: deleted through the
+/// termination finalizer, its pods Running again on a new node in another offering (the
+/// interrupted one is marked unavailable), its instance terminated, the message gone.
+#[test]
+fn a_spot_interruption_warning_drains_the_node_and_replaces_it_in_another_offering() {
+    let (cluster, controller) = setup();
+    let requirements = json!([
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["t3.large", "t3.xlarge"]},
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["ap-northeast-2a", "ap-northeast-2c"]},
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}
+    ]);
+    let scenario = Scenario::create_with(cluster, "spot-int", None, None, |p| {
+        p["spec"]["requirements"] = requirements;
+    });
+    with_scenario(scenario, controller, |s| {
+        let old = s.web_on_one_node(2);
+        let (old_name, old_id, old_offering) = (old.name_any(), instance_id(&old), offering(&old));
+        assert_eq!(old.labels()["karpenter.sh/capacity-type"], "spot");
+
+        send_to_queue(controller, cluster, &spot_interruption(&old_id));
+        wait_for("the interrupted node gone", Duration::from_secs(120), || {
+            s.node(&old_name).is_none().then_some(())
+        });
+        let now_on = s.wait_running(2);
+        assert!(!now_on.contains(&old_name), "{now_on:?}");
+        for name in &now_on {
+            let node = s.node(name).unwrap();
+            assert_ne!(offering(&node), old_offering, "the replacement avoids the interrupted offering");
+        }
+        let cloud = cloud(controller, cluster);
+        wait_for("the interrupted instance terminated", Duration::from_secs(60), || {
+            instance_terminated(controller, &cloud, &old_id).then_some(())
+        });
+        wait_for("the message deleted", Duration::from_secs(60), || {
+            (queued(controller, cluster) == 0).then_some(())
+        });
+        assert!(!node_events(cluster, &old_name, "SpotInterrupted").is_empty());
+        assert!(
+            metric(
+                controller,
+                "karpenter_interruption_received_messages{message_type=\"SpotInterruptionKind\"}"
+            ) >= 1.0
+        );
+        assert!(
+            metric(
+                controller,
+                "karpenter_interruption_actions_performed{action_type=\"CordonAndDrain\"}"
+            ) >= 1.0
+        );
+    });
+}
+
+/// An on-demand node whose instance was stopped (a state-change event) is removed and its pod
+/// placed on a new node.
+#[test]
+fn a_stopped_instance_has_its_node_removed_and_replaced() {
+    let (cluster, controller) = setup();
+    let scenario = Scenario::create(cluster, "stopped", None, None);
+    with_scenario(scenario, controller, |s| {
+        let old = s.web_on_one_node(1);
+        let old_name = old.name_any();
+        send_to_queue(controller, cluster, &state_change(&instance_id(&old), "stopped"));
+        wait_for("the stopped node gone", Duration::from_secs(120), || {
+            s.node(&old_name).is_none().then_some(())
+        });
+        let now_on = s.wait_running(1);
+        assert!(!now_on.contains(&old_name));
+        assert!(!node_events(cluster, &old_name, "InstanceStopping").is_empty());
+    });
+}
+
+/// A rebalance recommendation is an event on the node and nothing more; events about instances
+/// that are not ours, and messages that do not parse, are deleted and counted, and change nothing.
+#[test]
+fn rebalance_recommendations_foreign_instances_and_garbage_change_nothing() {
+    let (cluster, controller) = setup();
+    let scenario = Scenario::create(cluster, "rebalance", None, None);
+    with_scenario(scenario, controller, |s| {
+        let node = s.web_on_one_node(1);
+        let name = node.name_any();
+        let unknown = "karpenter_interruption_received_messages{message_type=\"unknown\"}";
+        let (unknown_before, deleted_before) = (
+            metric(controller, unknown),
+            metric(controller, "karpenter_interruption_deleted_messages"),
+        );
+        let truncated = spot_interruption(&instance_id(&node));
+        let bodies = [
+            rebalance_recommendation(&instance_id(&node)),
+            state_change("i-0000000000000dead", "terminated"),
+            "garbage".to_string(),
+            truncated[..truncated.len() / 2].to_string(),
+            " ".to_string(),
+            "x".repeat(256 * 1024),
+        ];
+        for body in &bodies {
+            send_to_queue(controller, cluster, body);
+        }
+        wait_for("every message handled and deleted", Duration::from_secs(60), || {
+            (queued(controller, cluster) == 0
+                && metric(controller, "karpenter_interruption_deleted_messages") >= deleted_before + bodies.len() as f64)
+                .then_some(())
+        });
+        wait_for("the rebalance event", Duration::from_secs(30), || {
+            (!node_events(cluster, &name, "SpotRebalanceRecommendation").is_empty()).then_some(())
+        });
+        assert_eq!(
+            metric(controller, unknown) - unknown_before,
+            4.0,
+            "the four bodies that do not parse"
+        );
+        std::thread::sleep(Duration::from_secs(5));
+        let after = s.node(&name).expect("the node stays");
+        assert!(after.metadata.deletion_timestamp.is_none());
+        assert_ne!(after.spec.as_ref().and_then(|sp| sp.unschedulable), Some(true), "not cordoned");
+        assert_eq!(s.wait_running(1), BTreeSet::from([name]), "the pod did not move");
     });
 }

@@ -4,6 +4,7 @@
 //! controllers can use these types and tests can implement the trait.
 
 pub mod aws;
+pub mod queue;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -552,6 +553,9 @@ pub trait CloudProvider: Send + Sync {
     async fn list(&self) -> Result<Vec<Instance>, Error>;
     /// One instance; `Error::NotFound` when it does not exist or is terminated.
     async fn get(&self, instance_id: &str) -> Result<Instance, Error>;
+    /// Marks offerings unavailable for a while (the insufficient-capacity cache, §3.7), e.g. the
+    /// spot offering of an instance EC2 is interrupting: launches go elsewhere meanwhile.
+    fn mark_unavailable(&self, offerings: &[Offering]);
 }
 
 #[cfg(test)]

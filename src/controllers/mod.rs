@@ -11,6 +11,7 @@
 //!   consolidation: nodes whose pods fit elsewhere (or on one cheaper node) → cordon → replacement
 //!   launched and initialised → Node deleted
 //! garbagecollection: instance without a Node → terminated; Node without an instance → deleted
+//! interruption (SQS): spot interruption / scheduled change / stopping → Node deleted, pods placed
 //! Node deleted → termination: cordon → evict pods → terminate instance → finalizer removed
 //! ```
 //!
@@ -22,6 +23,7 @@
 pub mod deprovisioning;
 pub mod events;
 pub mod garbagecollection;
+pub mod interruption;
 pub mod leader;
 pub mod pods;
 pub mod provisioning;

@@ -31,7 +31,7 @@ pub(crate) mod testing;
 pub use capacity::{AmiFamily, GpuFacts, InstanceFacts, NodeSettings, Overhead};
 pub use instance_types::{InstanceType, Offering};
 pub use nodes::{provisioner_usage, ExistingNode};
-pub use plan::{simulate, NodeRequest, Plan, ProvisionerInput, SimulationInput, MAX_INSTANCE_TYPE_OPTIONS};
+pub use plan::{simulate, NodeRequest, Plan, ProvisionerInput, SimulationInput, Simulator, MAX_INSTANCE_TYPE_OPTIONS};
 pub use pods::{validate_pod, PodKey};
 pub use requirements::{Requirement, Requirements};
 pub use resources::Resources;

@@ -3,6 +3,7 @@
 //! before any new node is planned. No I/O here: the controller snapshots nodes and calls in.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 
@@ -55,8 +56,22 @@ pub struct ExistingNode {
     pub allocatable: Resources,
     /// Everything the node has; counts against its Provisioner's limits.
     pub capacity: Resources,
-    /// Pods bound to the node (DaemonSet pods included).
+    /// Pods bound to the node (DaemonSet pods included). Set before the node is first simulated:
+    /// what they request is summed once.
     pub pods: Vec<Pod>,
+    /// `requested()`, summed on first use (consolidation simulates a node many times over).
+    pub(crate) requested_once: Memo,
+}
+
+/// A value computed on first use, left out of comparisons (two nodes are equal whether or not
+/// either has been simulated yet).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Memo(OnceLock<Resources>);
+
+impl PartialEq for Memo {
+    fn eq(&self, _: &Memo) -> bool {
+        true
+    }
 }
 
 impl ExistingNode {
@@ -98,6 +113,7 @@ impl ExistingNode {
             allocatable: resources(status.allocatable),
             capacity: resources(status.capacity),
             pods,
+            requested_once: Memo::default(),
         }
     }
 
@@ -142,11 +158,16 @@ impl ExistingNode {
 
     /// Sum of the requests of the active pods.
     pub fn requested(&self) -> Resources {
-        let mut r = Resources::zero();
-        for p in self.active_pods() {
-            r.add(&pod_requests(p));
-        }
-        r
+        self.requested_once
+            .0
+            .get_or_init(|| {
+                let mut r = Resources::zero();
+                for p in self.active_pods() {
+                    r.add(&pod_requests(p));
+                }
+                r
+            })
+            .clone()
     }
 
     /// allocatable − requested, never below zero.
@@ -162,10 +183,10 @@ impl ExistingNode {
 
 /// What `provisioner` uses: the capacity of its nodes that are not being deleted. This is what
 /// `spec.limits.resources` bounds and `status.resources` reports.
-pub fn provisioner_usage(nodes: &[ExistingNode], provisioner: &str) -> Resources {
+pub fn provisioner_usage<'a>(nodes: impl IntoIterator<Item = &'a ExistingNode>, provisioner: &str) -> Resources {
     let mut usage = Resources::zero();
     for n in nodes
-        .iter()
+        .into_iter()
         .filter(|n| !n.marked_for_deletion && n.provisioner() == Some(provisioner))
     {
         usage.add(&n.capacity);

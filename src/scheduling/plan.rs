@@ -4,7 +4,7 @@
 //! nowhere has one preference relaxed and goes to the back of the queue, until a full pass makes no
 //! progress. Pure and deterministic: the same input gives the same plan. No I/O here.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Taint};
@@ -112,30 +112,65 @@ pub struct Plan {
 
 /// Runs the scheduling simulation. See the module documentation for the algorithm.
 pub fn simulate(input: &SimulationInput) -> Plan {
+    Simulator::new(input).simulate_without(&HashSet::new(), &[])
+}
+
+/// One cluster simulated again and again with different nodes taken away: consolidation's
+/// question (would these nodes' pods fit elsewhere?) for every set of nodes it tries. What does
+/// not depend on the nodes, each Provisioner's template over its instance types, is prepared
+/// once, and the cluster is never copied.
+pub struct Simulator<'a> {
+    input: &'a SimulationInput,
+    /// Templates of the Provisioners not being deleted, by weight then name, without their
+    /// nodes' usage counted against their limits.
+    templates: Vec<NodeTemplate>,
+}
+
+impl<'a> Simulator<'a> {
+    /// Prepares `input` for simulations.
+    pub fn new(input: &'a SimulationInput) -> Self {
+        let mut provisioners: Vec<&ProvisionerInput> = input
+            .provisioners
+            .iter()
+            .filter(|p| p.provisioner.metadata.deletion_timestamp.is_none())
+            .collect();
+        provisioners.sort_by(|a, b| {
+            let weight = |p: &ProvisionerInput| p.provisioner.spec.weight.unwrap_or(0);
+            weight(b)
+                .cmp(&weight(a))
+                .then_with(|| a.provisioner.metadata.name.cmp(&b.provisioner.metadata.name))
+        });
+        let templates = provisioners
+            .iter()
+            .map(|p| NodeTemplate::unlimited(&p.provisioner, &p.instance_types, &input.daemonset_pods))
+            .collect();
+        Simulator { input, templates }
+    }
+
+    /// The cluster simulated.
+    pub fn input(&self) -> &'a SimulationInput {
+        self.input
+    }
+
+    /// `simulate` as if the nodes named in `removed` were gone and the `moved` pods were pending
+    /// too.
+    pub fn simulate_without(&self, removed: &HashSet<&str>, moved: &[&Pod]) -> Plan {
+        solve(self.input, &self.templates, removed, moved)
+    }
+}
+
+fn solve(input: &SimulationInput, templates: &[NodeTemplate], removed: &HashSet<&str>, moved: &[&Pod]) -> Plan {
     let mut plan = Plan::default();
+    let nodes: Vec<&ExistingNode> = input.nodes.iter().filter(|n| !removed.contains(n.name.as_str())).collect();
     let mut pods: Vec<PodState> = Vec::new();
-    for p in &input.pods {
+    for p in input.pods.iter().chain(moved.iter().copied()) {
         match validate_pod(p) {
             Ok(()) => pods.push(PodState::new(p)),
             Err(reason) => plan.ignored.push((PodKey::of(p), reason)),
         }
     }
-    let mut provisioners: Vec<&ProvisionerInput> = input
-        .provisioners
-        .iter()
-        .filter(|p| p.provisioner.metadata.deletion_timestamp.is_none())
-        .collect();
-    provisioners.sort_by(|a, b| {
-        let weight = |p: &ProvisionerInput| p.provisioner.spec.weight.unwrap_or(0);
-        weight(b)
-            .cmp(&weight(a))
-            .then_with(|| a.provisioner.metadata.name.cmp(&b.provisioner.metadata.name))
-    });
-    let daemons: Vec<Pod> = input.daemonset_pods.clone();
-    let templates: Vec<NodeTemplate> = provisioners
-        .iter()
-        .map(|p| NodeTemplate::new(&p.provisioner, &p.instance_types, &input.nodes, &daemons))
-        .collect();
+    let daemons: &[Pod] = &input.daemonset_pods;
+    let templates: Vec<NodeTemplate> = templates.iter().map(|t| t.clone().with_usage(&nodes)).collect();
 
     let mut keys = BTreeSet::new();
     for p in &pods {
@@ -149,11 +184,11 @@ pub fn simulate(input: &SimulationInput) -> Plan {
     }
     keys.remove(HOSTNAME_LABEL);
     let seeds = domain_seeds(&templates, &keys);
-    let mut topology = Topology::new(&input.nodes, &input.namespace_labels, &seeds, pods.len());
+    let mut topology = Topology::new(&nodes, &input.namespace_labels, &seeds, pods.len());
     for (i, p) in pods.iter().enumerate() {
         topology.update(i, p);
     }
-    let existing = existing_states(&input.nodes, &daemons, &mut topology);
+    let existing = existing_states(&nodes, daemons, &mut topology);
     topology.start_placeholders();
 
     let mut s = Solver {
@@ -192,8 +227,8 @@ pub fn simulate(input: &SimulationInput) -> Plan {
 }
 
 /// Existing and in-flight nodes that can take pods, initialised ones first.
-fn existing_states(nodes: &[ExistingNode], daemons: &[Pod], topology: &mut Topology) -> Vec<ExistingState> {
-    let mut usable: Vec<&ExistingNode> = nodes.iter().filter(|n| !n.marked_for_deletion).collect();
+fn existing_states(nodes: &[&ExistingNode], daemons: &[Pod], topology: &mut Topology) -> Vec<ExistingState> {
+    let mut usable: Vec<&ExistingNode> = nodes.iter().copied().filter(|n| !n.marked_for_deletion).collect();
     usable.sort_by_key(|n| !n.initialized);
     usable
         .into_iter()

@@ -39,6 +39,8 @@ pub(crate) struct NodeTemplate {
     pub instance_type_keys: BTreeSet<String>,
     /// Requests of the DaemonSet pods that would run on every node of this template.
     pub daemon_overhead: Resources,
+    /// `spec.limits.resources`, in the units `remaining` counts.
+    pub limits: Option<BTreeMap<String, i64>>,
     /// Per limited resource: limit − capacity of the Provisioner's nodes − what planned nodes may take.
     pub remaining: Option<BTreeMap<String, i64>>,
     /// `spec.provider.spotPrice`: dearer spot offerings count as unavailable.
@@ -49,7 +51,13 @@ impl NodeTemplate {
     /// The template of `provisioner` over `instance_types`, with `nodes` counting against its
     /// limits and `daemonset_pods` making up its overhead. Spot offerings above
     /// `spec.provider.spotPrice` are treated as unavailable.
-    pub fn new(provisioner: &Provisioner, instance_types: &[Arc<InstanceType>], nodes: &[ExistingNode], daemonset_pods: &[Pod]) -> Self {
+    #[cfg(test)]
+    pub fn new(provisioner: &Provisioner, instance_types: &[Arc<InstanceType>], nodes: &[&ExistingNode], daemonset_pods: &[Pod]) -> Self {
+        Self::unlimited(provisioner, instance_types, daemonset_pods).with_usage(nodes)
+    }
+
+    /// The template with its full limits left (`with_usage` counts the nodes against them).
+    pub fn unlimited(provisioner: &Provisioner, instance_types: &[Arc<InstanceType>], daemonset_pods: &[Pod]) -> Self {
         let name = provisioner.metadata.name.clone().unwrap_or_default();
         let spec = &provisioner.spec;
         let mut requirements = Requirements::from_node_selector_requirements(spec.requirements.as_deref().unwrap_or_default());
@@ -87,11 +95,10 @@ impl NodeTemplate {
                 daemon_overhead.add(&pod_requests(d));
             }
         }
-        let remaining = spec.limits.as_ref().and_then(|l| l.resources.as_ref()).map(|limits| {
-            let usage = provisioner_usage(nodes, &name);
+        let limits: Option<BTreeMap<String, i64>> = spec.limits.as_ref().and_then(|l| l.resources.as_ref()).map(|limits| {
             limits
                 .iter()
-                .filter_map(|(res, q)| parse_quantity(&q.0).map(|v| (res.clone(), to_units(res, v) - usage.get(res))))
+                .filter_map(|(res, q)| parse_quantity(&q.0).map(|v| (res.clone(), to_units(res, v))))
                 .collect()
         });
         NodeTemplate {
@@ -102,9 +109,19 @@ impl NodeTemplate {
             candidates,
             instance_type_keys,
             daemon_overhead,
-            remaining,
+            remaining: limits.clone(),
+            limits,
             max_spot_price,
         }
+    }
+
+    /// The template with the capacity of its Provisioner's `nodes` counted against its limits.
+    pub fn with_usage(mut self, nodes: &[&ExistingNode]) -> Self {
+        if let Some(limits) = &self.limits {
+            let usage = provisioner_usage(nodes.iter().copied(), &self.provisioner);
+            self.remaining = Some(limits.iter().map(|(res, limit)| (res.clone(), limit - usage.get(res))).collect());
+        }
+        self
     }
 
     /// Whether a node of this type would stay within the remaining limits.
@@ -232,7 +249,7 @@ mod tests {
         let mut mine = node("n1", "4", "16Gi", 58);
         mine.labels.insert(PROVISIONER_NAME_LABEL.into(), "default".into());
         let theirs = node("n2", "4", "16Gi", 58);
-        let mut t = NodeTemplate::new(&p, &catalogue(), &[mine, theirs], &[]);
+        let mut t = NodeTemplate::new(&p, &catalogue(), &[&mine, &theirs], &[]);
         assert_eq!(t.remaining.as_ref().and_then(|r| r.get("cpu")), Some(&6000));
         let big = t.candidates.iter().position(|c| c.it.name == "m5.2xlarge").expect("in catalogue");
         assert!(!t.within_limits(&t.candidates[big].it));

@@ -181,7 +181,7 @@ pub(crate) struct Unsatisfiable(GroupRef);
 
 /// Every topology group of a simulation run and the domains they count.
 pub(crate) struct Topology<'a> {
-    nodes: &'a [ExistingNode],
+    nodes: &'a [&'a ExistingNode],
     namespace_labels: &'a BTreeMap<String, BTreeMap<String, String>>,
     universes: HashMap<String, Universe>,
     groups: Vec<Group>,
@@ -199,7 +199,7 @@ impl<'a> Topology<'a> {
     /// tracking `pod_count` pending pods. Existing pods' required anti-affinity terms are counted
     /// at once.
     pub fn new(
-        nodes: &'a [ExistingNode],
+        nodes: &'a [&'a ExistingNode],
         namespace_labels: &'a BTreeMap<String, BTreeMap<String, String>>,
         seeds: &BTreeMap<String, BTreeSet<String>>,
         pod_count: usize,
@@ -661,7 +661,7 @@ mod tests {
     #[test]
     fn spread_picks_the_emptiest_allowed_zone_and_refuses_too_much_skew() {
         let seeds: BTreeMap<String, BTreeSet<String>> = [(ZONE.to_string(), ["a", "b", "c"].map(String::from).into())].into();
-        let nodes = [];
+        let nodes: [&ExistingNode; 0] = [];
         let ns = BTreeMap::new();
         let pods: Vec<PodState> = (0..5).map(|i| web(&format!("p{i}"))).collect();
         let mut t = Topology::new(&nodes, &ns, &seeds, pods.len());

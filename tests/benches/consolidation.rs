@@ -20,7 +20,8 @@
 //!   costs less. A baseline from the same run: the $/h of `simulate` placing every remaining pod
 //!   afresh onto new nodes (what a cluster rebuilt from scratch would cost).
 //!
-//! Run: `cargo bench --bench consolidation` (about 10 minutes). Results:
+//! Run: `cargo bench --bench consolidation` (about 10 minutes; `CONSOLIDATION_BENCH_SIZES=1000`
+//! for one size). Results:
 //! tests/benches/results/consolidation.md. Under `cargo test` (no `--bench`) it runs the
 //! 100-node case once and checks that consolidating never raises the cost, so it cannot rot.
 
@@ -380,7 +381,12 @@ fn main() {
         run(100, 1, true);
         return;
     }
-    run(100, 3, true);
-    run(1000, 3, true);
-    run(5000, 1, std::env::var("CONSOLIDATION_BENCH_CONVERGE_5000").is_ok());
+    // `CONSOLIDATION_BENCH_SIZES=1000` runs one size (e.g. under a profiler).
+    let sizes: Vec<usize> = std::env::var("CONSOLIDATION_BENCH_SIZES")
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_else(|_| vec![100, 1000, 5000]);
+    for nodes in sizes {
+        let converge = nodes < 5000 || std::env::var("CONSOLIDATION_BENCH_CONVERGE_5000").is_ok();
+        run(nodes, if nodes < 5000 { 3 } else { 1 }, converge);
+    }
 }

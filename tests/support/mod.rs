@@ -298,13 +298,15 @@ pub struct Loops {
     pub termination: karpenter_rs::controllers::termination::TerminationConfig,
     pub deprovisioning: karpenter_rs::controllers::deprovisioning::DeprovisioningConfig,
     pub garbage_collection: karpenter_rs::controllers::garbagecollection::GarbageCollectionConfig,
+    /// Off unless a queue name is given.
+    pub interruption: karpenter_rs::controllers::interruption::InterruptionConfig,
     /// How long a launched node may take to become Ready before it is replaced.
     pub registration_ttl: std::time::Duration,
 }
 
 impl Controller {
-    /// Starts the provisioning controller plus termination, deprovisioning and garbage
-    /// collection, all leading from the start (one replica), sharing one cloud provider.
+    /// Starts the provisioning controller plus termination, deprovisioning, garbage collection
+    /// and interruption (when `loops` names a queue), all leading from the start (one replica), sharing one cloud provider.
     pub fn start_all(cluster: &Cluster, loops: Loops) -> Controller {
         Self::start_with(cluster, Some(loops))
     }
@@ -318,7 +320,7 @@ impl Controller {
                 .with_test_writer()
                 .try_init();
         }
-        use karpenter_rs::controllers::{deprovisioning, garbagecollection, provisioning, termination};
+        use karpenter_rs::controllers::{deprovisioning, garbagecollection, interruption, provisioning, termination};
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -343,6 +345,7 @@ impl Controller {
             let cloud = karpenter_rs::cloudprovider::aws::AwsCloudProvider::new(cloud_config)
                 .await
                 .expect("cloud provider");
+            let queue = std::sync::Arc::new(cloud.interruption_queue());
             let cloud: std::sync::Arc<dyn karpenter_rs::cloudprovider::CloudProvider> = std::sync::Arc::new(cloud);
             let (_leading_tx, leading) = tokio::sync::watch::channel(true);
             let state = karpenter_rs::controllers::state::Cluster::start(&kube_client, &token);
@@ -352,9 +355,19 @@ impl Controller {
                 Some(loops) => {
                     let t = termination::Context::new(kube_client.clone(), cloud.clone(), m.clone(), loops.termination);
                     let d = deprovisioning::Context::new(kube_client.clone(), m.clone(), loops.deprovisioning, ctx.clone(), state.clone());
+                    let i = interruption::Context::new(
+                        kube_client.clone(),
+                        queue,
+                        cloud.clone(),
+                        m.clone(),
+                        loops.interruption,
+                        state.clone(),
+                        ctx.clone(),
+                    );
                     let g = garbagecollection::Context::new(kube_client, cloud, m, loops.garbage_collection);
                     tokio::join!(
                         termination::run(t, state, leading.clone(), token.clone()),
+                        interruption::run(i, leading.clone(), token.clone()),
                         deprovisioning::run(d, leading.clone(), token.clone()),
                         garbagecollection::run(g, leading.clone(), token.clone()),
                         provisioning::run(ctx, leading, token),

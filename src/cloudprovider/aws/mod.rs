@@ -13,6 +13,7 @@ pub mod instance;
 pub mod instance_types;
 pub mod launch_template;
 pub mod pricing;
+pub mod queue;
 pub mod subnets;
 pub mod unavailable_offerings;
 
@@ -91,6 +92,7 @@ pub struct AwsCloudProvider {
     config: CloudConfig,
     ec2: aws_sdk_ec2::Client,
     ssm: aws_sdk_ssm::Client,
+    sqs: aws_sdk_sqs::Client,
     pricing_api: Option<PricingApi>,
     overrides: Option<pricing::PriceOverrides>,
     api_prices: Mutex<ApiPrices>,
@@ -140,6 +142,7 @@ impl AwsCloudProvider {
         Ok(AwsCloudProvider {
             ec2: aws_sdk_ec2::Client::new(&shared),
             ssm: aws_sdk_ssm::Client::new(&shared),
+            sqs: aws_sdk_sqs::Client::new(&shared),
             pricing_api,
             overrides,
             api_prices: Mutex::new(ApiPrices::default()),
@@ -157,6 +160,16 @@ impl AwsCloudProvider {
     /// The EC2 client (tests read EC2 state through it).
     pub fn ec2(&self) -> &aws_sdk_ec2::Client {
         &self.ec2
+    }
+
+    /// The SQS client (tests send interruption events through it).
+    pub fn sqs(&self) -> &aws_sdk_sqs::Client {
+        &self.sqs
+    }
+
+    /// The interruption queue's API (SQS), with the same endpoint, region and credentials.
+    pub fn interruption_queue(&self) -> queue::SqsQueue {
+        queue::SqsQueue::new(self.sqs.clone())
     }
 
     /// The settings.
@@ -267,7 +280,7 @@ impl AwsCloudProvider {
         state.prices.clone()
     }
 
-    fn mark_unavailable(&self, offerings: &[Offering]) {
+    fn mark_offerings_unavailable(&self, offerings: &[Offering]) {
         let now = Instant::now();
         let mut cache = self.unavailable.lock().expect("cache lock is never poisoned: no panics while held");
         for o in offerings {
@@ -475,7 +488,7 @@ impl AwsCloudProvider {
             },
         )
         .await?;
-        self.mark_unavailable(&instance::capacity_failures(&fleet.errors));
+        self.mark_offerings_unavailable(&instance::capacity_failures(&fleet.errors));
         let Some(id) = fleet.instance_ids.first() else {
             return Err(instance::fleet_failure(&fleet.errors));
         };
@@ -633,5 +646,8 @@ impl CloudProvider for AwsCloudProvider {
             Err(e) if errors::code(&e) == Some("InvalidInstanceID.Malformed") => Err(Error::NotFound(format!("instance {instance_id}"))),
             Err(e) => Err(e),
         }
+    }
+    fn mark_unavailable(&self, offerings: &[Offering]) {
+        self.mark_offerings_unavailable(offerings);
     }
 }

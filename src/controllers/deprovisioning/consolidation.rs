@@ -25,7 +25,7 @@ use crate::apis::v1alpha5::labels::{
 use crate::apis::v1alpha5::Provisioner;
 use crate::scheduling::instance_types::offering_allowed;
 use crate::scheduling::nodes::is_labelled_initialized;
-use crate::scheduling::{simulate, InstanceType, NodeRequest, PodKey, Requirement, Requirements, SimulationInput};
+use crate::scheduling::{InstanceType, NodeRequest, PodKey, Requirement, Requirements, SimulationInput, Simulator};
 
 /// How long a command waits before it is validated, and how recently a node may have received a
 /// pod and still be consolidated (`consolidationTTL`, karpenter-behavior.md §5.6).
@@ -313,27 +313,17 @@ pub fn sort_candidates(candidates: &mut [Candidate]) {
 /// pods, the pending pods and the pods of nodes being deleted): a command, or why not
 /// (Karpenter's `computeConsolidation`, §5.6).
 pub fn compute(cluster: &SimulationInput, candidates: &[&Candidate]) -> Result<Command, String> {
+    compute_on(&Simulator::new(cluster), candidates)
+}
+
+/// `compute` on a prepared cluster.
+fn compute_on(simulator: &Simulator, candidates: &[&Candidate]) -> Result<Command, String> {
+    let cluster = simulator.input();
     let removed: HashSet<&str> = candidates.iter().map(|c| c.name.as_str()).collect();
     let moved: Vec<PodKey> = candidates.iter().flat_map(|c| c.pods.iter().map(PodKey::of)).collect();
     let moved_set: HashSet<&PodKey> = moved.iter().collect();
-    let input = SimulationInput {
-        pods: cluster
-            .pods
-            .iter()
-            .chain(candidates.iter().flat_map(|c| c.pods.iter()))
-            .cloned()
-            .collect(),
-        provisioners: cluster.provisioners.clone(),
-        nodes: cluster
-            .nodes
-            .iter()
-            .filter(|n| !removed.contains(n.name.as_str()))
-            .cloned()
-            .collect(),
-        daemonset_pods: cluster.daemonset_pods.clone(),
-        namespace_labels: cluster.namespace_labels.clone(),
-    };
-    let plan = simulate(&input);
+    let moved_pods: Vec<&Pod> = candidates.iter().flat_map(|c| c.pods.iter()).collect();
+    let plan = simulator.simulate_without(&removed, &moved_pods);
     if plan
         .unschedulable
         .iter()
@@ -343,7 +333,12 @@ pub fn compute(cluster: &SimulationInput, candidates: &[&Candidate]) -> Result<C
         return Err("not all pods would schedule".to_string());
     }
     // Pods cannot move to a node that is not ready for them yet (§5.6).
-    let uninitialized: HashSet<&str> = input.nodes.iter().filter(|n| !n.initialized).map(|n| n.name.as_str()).collect();
+    let uninitialized: HashSet<&str> = cluster
+        .nodes
+        .iter()
+        .filter(|n| !n.initialized && !removed.contains(n.name.as_str()))
+        .map(|n| n.name.as_str())
+        .collect();
     if let Some((_, node)) = plan
         .existing_assignments
         .iter()
@@ -436,7 +431,7 @@ pub fn empty(candidates: &[Candidate]) -> Vec<String> {
 /// prefix of two or more that can be deleted or replaced by one cheaper node. `expired` is
 /// asked between simulations; once it says true the best command so far is returned and the
 /// second value is true (the evaluation timed out).
-pub fn multi_node(cluster: &SimulationInput, candidates: &[Candidate], expired: &dyn Fn() -> bool) -> (Option<Command>, bool) {
+pub fn multi_node(cluster: &Simulator, candidates: &[Candidate], expired: &dyn Fn() -> bool) -> (Option<Command>, bool) {
     let candidates = &candidates[..candidates.len().min(MULTI_NODE_MAX)];
     if candidates.len() < 2 {
         return (None, false);
@@ -449,7 +444,7 @@ pub fn multi_node(cluster: &SimulationInput, candidates: &[Candidate], expired: 
         }
         let mid = (min + max) / 2;
         let prefix: Vec<&Candidate> = candidates[..=mid].iter().collect();
-        let command = compute(cluster, &prefix).ok().and_then(|mut command| {
+        let command = compute_on(cluster, &prefix).ok().and_then(|mut command| {
             if let Action::Replace(request) = &mut command.action {
                 request.instance_type_options = filter_out_same_type(request, &prefix);
                 if request.instance_type_options.is_empty() {
@@ -491,7 +486,7 @@ fn filter_out_same_type(request: &NodeRequest, candidates: &[&Candidate]) -> Vec
 /// deleted or replaced by one cheaper node, with why each candidate before it could not be
 /// (for the `Unconsolidatable` events). `expired` as for [`multi_node`].
 pub fn single_node(
-    cluster: &SimulationInput,
+    cluster: &Simulator,
     candidates: &[Candidate],
     expired: &dyn Fn() -> bool,
 ) -> (Option<Command>, Vec<(String, String)>, bool) {
@@ -500,7 +495,7 @@ pub fn single_node(
         if expired() {
             return (None, refused, true);
         }
-        match compute(cluster, &[c]) {
+        match compute_on(cluster, &[c]) {
             Ok(command) => return (Some(command), refused, false),
             Err(why) => refused.push((c.name.clone(), why)),
         }
@@ -557,13 +552,14 @@ pub fn choose(
         evaluation.choice = Choice::Empty(empty);
         return evaluation;
     }
-    let (multi, timed_out) = multi_node(cluster, candidates, multi_expired);
+    let cluster = Simulator::new(cluster);
+    let (multi, timed_out) = multi_node(&cluster, candidates, multi_expired);
     evaluation.multi_timed_out = timed_out;
     if let Some(command) = multi {
         evaluation.choice = Choice::Command { command, multi: true };
         return evaluation;
     }
-    let (single, refused, timed_out) = single_node(cluster, candidates, single_expired);
+    let (single, refused, timed_out) = single_node(&cluster, candidates, single_expired);
     evaluation.single_timed_out = timed_out;
     evaluation.choice = match single {
         Some(command) => Choice::Command { command, multi: false },
@@ -759,7 +755,7 @@ mod tests {
             .with_node("b", MEDIUM, "on-demand", &["1"]);
         let candidates = world.candidates();
         assert_eq!(candidates[0].name, "b", "fewest pods first");
-        let (command, refused, timed_out) = single_node(&world.cluster(), &candidates, &never());
+        let (command, refused, timed_out) = single_node(&Simulator::new(&world.cluster()), &candidates, &never());
         let command = command.expect("b's pod fits on a");
         assert!(matches!(command.action, Action::Delete));
         assert_eq!(command.nodes, ["b"]);
@@ -772,7 +768,7 @@ mod tests {
     #[test]
     fn an_oversized_node_is_replaced_by_a_strictly_cheaper_one() {
         let world = World::new(consolidating(&["on-demand"])).with_node("a", LARGE, "on-demand", &["1"]);
-        let (command, _, _) = single_node(&world.cluster(), &world.candidates(), &never());
+        let (command, _, _) = single_node(&Simulator::new(&world.cluster()), &world.candidates(), &never());
         let command = command.expect("a 1-cpu pod does not need 8 cpus");
         assert_eq!(option_names(&command), [SMALL, MEDIUM], "only types strictly cheaper than the node");
         assert!((command.price_after - 0.118).abs() < 1e-9);
@@ -788,7 +784,7 @@ mod tests {
     #[test]
     fn the_cheapest_type_that_fits_is_kept() {
         let world = World::new(consolidating(&["on-demand"])).with_node("a", SMALL, "on-demand", &["1"]);
-        let (command, refused, _) = single_node(&world.cluster(), &world.candidates(), &never());
+        let (command, refused, _) = single_node(&Simulator::new(&world.cluster()), &world.candidates(), &never());
         assert!(command.is_none());
         assert_eq!(refused, [("a".to_string(), "can't replace with a cheaper node".to_string())]);
     }
@@ -856,7 +852,7 @@ mod tests {
             .with_node("a", MEDIUM, "on-demand", &["1"])
             .with_node("b", MEDIUM, "on-demand", &["1"])
             .with_node("c", MEDIUM, "on-demand", &["1"]);
-        let (command, timed_out) = multi_node(&world.cluster(), &world.candidates(), &never());
+        let (command, timed_out) = multi_node(&Simulator::new(&world.cluster()), &world.candidates(), &never());
         let command = command.expect("three 1-cpu pods fit on one m5.xlarge");
         assert!(!timed_out);
         // Removing all three would need an m5.xlarge, no cheaper than keeping c (filterOutSameType).
@@ -869,7 +865,7 @@ mod tests {
         let world = World::new(consolidating(&["on-demand"]))
             .with_node("a", LARGE, "on-demand", &["0.5"])
             .with_node("b", LARGE, "on-demand", &["0.5"]);
-        let (command, _) = multi_node(&world.cluster(), &world.candidates(), &never());
+        let (command, _) = multi_node(&Simulator::new(&world.cluster()), &world.candidates(), &never());
         let command = command.expect("one small node holds both pods");
         assert_eq!(command.nodes, ["a", "b"]);
         assert_eq!(
@@ -885,7 +881,7 @@ mod tests {
         let world = World::new(consolidating(&["on-demand"]))
             .with_node("a", MEDIUM, "on-demand", &["1"])
             .with_node("b", MEDIUM, "on-demand", &["1"]);
-        let (command, timed_out) = multi_node(&world.cluster(), &world.candidates(), &|| true);
+        let (command, timed_out) = multi_node(&Simulator::new(&world.cluster()), &world.candidates(), &|| true);
         assert!(command.is_none() && timed_out);
     }
 

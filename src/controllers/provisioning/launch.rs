@@ -235,6 +235,9 @@ mod tests {
         async fn get(&self, _: &str) -> Result<Instance, Error> {
             unreachable!("not used by create_instance")
         }
+        fn mark_unavailable(&self, _: &[Offering]) {
+            unreachable!("not used by create_instance")
+        }
     }
 
     fn ice(zone: &str) -> Error {

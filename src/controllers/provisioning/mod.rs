@@ -176,6 +176,12 @@ impl Context {
         existing
     }
 
+    /// Starts a provisioning pass soon (after the batching window), e.g. for the pods of a node
+    /// that is going away.
+    pub fn trigger(&self) {
+        self.batcher.trigger();
+    }
+
     /// Provisions room for the pods of `node_name`, which is about to be drained (expiration,
     /// karpenter-behavior.md §5.4): the simulation treats its pods as pending and the node as
     /// gone (as every pass does for nodes being deleted, `pods::to_place`), fills existing nodes
