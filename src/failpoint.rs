@@ -7,7 +7,8 @@
 //! is cordoned and evictions have been sent), `after-terminate` (the instance is terminated, the
 //! Node still holds its finalizer), `consolidation-after-cordon` (a consolidation command has
 //! cordoned and marked its nodes, nothing is launched yet), `consolidation-before-delete` (its
-//! replacement is initialised, the old nodes are not deleted yet).
+//! replacement is initialised, the old nodes are not deleted yet), `interruption-before-delete`
+//! (an interruption message was acted on, it is not deleted from the queue yet).
 
 use std::sync::OnceLock;
 

@@ -10,7 +10,8 @@
 //! rounds run. The counts are printed and must all be 0.
 //!
 //! Consolidation has crash points of its own (after cordoning, before deleting the replaced node);
-//! a test here crashes at both in every round, and one turns consolidation off after a crash.
+//! a test here crashes at both in every round, and one turns consolidation off after a crash. So
+//! has interruption handling: a message acted on and not yet deleted is delivered again.
 //!
 //! Also here, as it runs the same processes: two replicas with leader election never launch a
 //! node twice, and when the leader is killed the other one takes over.
@@ -386,6 +387,19 @@ impl Setup {
     fn start_with(&self, crash_at: Option<&str>, extra: &[&str]) -> Binary {
         Binary::spawn(self.cluster, &self.certs, &self.logs, crash_at, extra)
     }
+
+    /// Nodes launched for the scenario's Provisioner, counted from every run's log ("launched
+    /// node" lines): EC2 forgets terminated instances.
+    fn launched(&self, s: &Scenario) -> usize {
+        let needle = format!("provisioner={}", s.provisioner);
+        std::fs::read_dir(&self.logs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| std::fs::read_to_string(entry.path()).unwrap_or_default())
+            .map(|log| log.lines().filter(|l| l.contains("launched node") && l.contains(&needle)).count())
+            .sum()
+    }
 }
 
 #[test]
@@ -476,18 +490,7 @@ fn consolidation_crashes_converge_without_leaks_cordoned_nodes_or_double_replace
     let s = Scenario::create_with(cluster, |p| {
         p["spec"]["consolidation"] = json!({"enabled": true});
     });
-    // Launches counted from every run's log ("launched node" lines of this Provisioner): EC2
-    // forgets terminated instances.
-    let launched = |s: &Scenario| -> usize {
-        let needle = format!("provisioner={}", s.provisioner);
-        std::fs::read_dir(&setup.logs)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|entry| std::fs::read_to_string(entry.path()).unwrap_or_default())
-            .map(|log| log.lines().filter(|l| l.contains("launched node") && l.contains(&needle)).count())
-            .sum()
-    };
+    let launched = |s: &Scenario| setup.launched(s);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         s.request_cpu("1500m");
         for round in 1..=rounds {
@@ -630,6 +633,158 @@ fn a_cut_short_consolidation_is_released_when_consolidation_is_turned_off() {
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
+}
+
+/// An interruption message acted on (the node deleted) by a binary that exits before deleting
+/// the message from the queue: SQS delivers it again to the next run, which must find nothing
+/// more to do. The pod ends up Running on one new node, the old instance terminated, the queue
+/// empty, two launches in all (the first node and its replacement).
+#[test]
+fn a_redelivered_interruption_message_after_a_crash_is_harmless() {
+    let setup = setup("interruption-crash");
+    let cluster = setup.cluster;
+    let queue = unique("interruption");
+    let sqs = setup.cloud.sqs();
+    let url = setup
+        .rt
+        .block_on(sqs.create_queue().queue_name(&queue).send())
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let queued = || -> u64 {
+        use aws_sdk_sqs::types::QueueAttributeName;
+        let out = setup
+            .rt
+            .block_on(
+                sqs.get_queue_attributes()
+                    .queue_url(&url)
+                    .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+                    .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+                    .send(),
+            )
+            .unwrap();
+        out.attributes
+            .unwrap_or_default()
+            .values()
+            .filter_map(|v| v.parse::<u64>().ok())
+            .sum()
+    };
+    let with_queue = ["--leader-elect", "false", "--interruption-queue-name", queue.as_str()];
+    let s = Scenario::create(cluster);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        s.scale(1);
+        let mut normal = setup.start_with(None, &with_queue);
+        let old = normal.wait_for(&s, "the pod Running on a node", Duration::from_secs(90), || s.running_pod_node());
+        drop(normal);
+        let node: Node = serde_json::from_str(&kubectl_ok(cluster, &["get", "node", &old, "-o", "json"], None)).unwrap();
+        let instance = instance_id_from_provider_id(node.spec.as_ref().unwrap().provider_id.as_deref().unwrap())
+            .unwrap()
+            .to_string();
+
+        let crashing = setup.start_with(Some("interruption-before-delete"), &with_queue);
+        let event = json!({
+            "version": "0", "id": unique("event"), "detail-type": "EC2 Instance State-change Notification",
+            "source": "aws.ec2", "account": "123456789012", "time": k8s_openapi::chrono::Utc::now().to_rfc3339(),
+            "region": "ap-northeast-2", "resources": [], "detail": {"instance-id": instance, "state": "shutting-down"}
+        });
+        setup
+            .rt
+            .block_on(sqs.send_message().queue_url(&url).message_body(event.to_string()).send())
+            .unwrap();
+        crashing.expect_crash("interruption-before-delete", Duration::from_secs(90));
+        assert_eq!(queued(), 1, "the message is still on the queue");
+
+        let mut normal = setup.start_with(None, &with_queue);
+        normal.wait_for(
+            &s,
+            "the old node gone, the pod Running on another, the message deleted",
+            Duration::from_secs(180),
+            || {
+                let now = s.running_pod_node()?;
+                (now != old && s.nodes().iter().all(|n| n.name_any() != old) && queued() == 0).then_some(())
+            },
+        );
+        let settled = settle(|| s.tally(&setup), |t| t.leaked == 0 && t.stuck == 0 && t.nodes == 1);
+        assert_eq!((settled.leaked, settled.stuck, settled.nodes), (0, 0, 1), "{}", s.describe());
+        assert_eq!(
+            setup.launched(&s),
+            2,
+            "the first node and one replacement, nothing more (logs in {})",
+            setup.logs.display()
+        );
+        s.scale(0);
+        for node in s.nodes() {
+            kubectl(cluster, &["delete", "node", &node.name_any(), "--wait=false"], None);
+        }
+        settle(|| s.tally(&setup), |t| *t == Tally::default());
+        drop(normal);
+    }));
+    let _ = setup.rt.block_on(sqs.delete_queue().queue_url(&url).send());
+    s.tear_down(&setup);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// A queue name that does not exist (yet) is an error in the log and in
+/// `karpenter_cloudprovider_errors_total`, retried, and stops nothing else: a pod still gets its
+/// node. Once the queue is created, the controller finds it and handles its messages.
+#[test]
+fn a_missing_interruption_queue_is_retried_and_provisioning_goes_on() {
+    let setup = setup("interruption-missing-queue");
+    let cluster = setup.cluster;
+    let queue = unique("missing");
+    let s = Scenario::create(cluster);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut binary = setup.start_with(None, &["--leader-elect", "false", "--interruption-queue-name", queue.as_str()]);
+        let log_path = binary.log.clone();
+        let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+        s.scale(1);
+        binary.wait_for(&s, "the pod Running on a node", Duration::from_secs(90), || s.running_pod_node());
+        binary.wait_for(&s, "the missing queue reported", Duration::from_secs(30), || {
+            let log = log();
+            (log.contains("interruption queue call failed") && log.contains("NonExistentQueue")).then_some(())
+        });
+        let metrics = binary_metrics(&binary);
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with("karpenter_cloudprovider_errors_total{") && l.contains("method=\"sqs:GetQueueUrl\"")),
+            "{metrics}"
+        );
+        setup
+            .rt
+            .block_on(setup.cloud.sqs().create_queue().queue_name(&queue).send())
+            .unwrap();
+        binary.wait_for(&s, "the queue found once it exists", Duration::from_secs(90), || {
+            log().contains("handling interruption events from the queue").then_some(())
+        });
+        s.scale(0);
+        for node in s.nodes() {
+            kubectl(cluster, &["delete", "node", &node.name_any(), "--wait=false"], None);
+        }
+        settle(|| s.tally(&setup), |t| *t == Tally::default());
+        drop(binary);
+    }));
+    if let Ok(url) = setup.rt.block_on(setup.cloud.sqs().get_queue_url().queue_name(&queue).send()) {
+        let _ = setup
+            .rt
+            .block_on(setup.cloud.sqs().delete_queue().queue_url(url.queue_url.unwrap_or_default()).send());
+    }
+    s.tear_down(&setup);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The binary's /metrics, from the address its start line names.
+fn binary_metrics(binary: &Binary) -> String {
+    let log = binary.log();
+    let addresses = log
+        .lines()
+        .find_map(support::process::parse_started)
+        .expect("the start line names the metrics address");
+    support::process::http_get(addresses.metrics, "/metrics").expect("metrics answer").1
 }
 
 #[test]

@@ -10,7 +10,8 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use crate::apis::v1alpha5::labels::{HOSTNAME_LABEL, PROVISIONER_NAME_LABEL};
 
 use super::instance_types::InstanceType;
-use super::pods::{is_terminal_or_terminating, PodKey};
+use super::pods::{host_ports, is_daemonset_pod, is_terminal_or_terminating, HostPort, PodKey};
+use super::requirements::{Requirement, Requirements};
 use super::resources::{pod_requests, Resources};
 use super::taints::{same_taint, NOT_READY_TAINT_KEY, UNREACHABLE_TAINT_KEY, UNSCHEDULABLE_TAINT_KEY};
 
@@ -63,10 +64,27 @@ pub struct ExistingNode {
     pub(crate) requested_once: Memo,
 }
 
-/// A value computed on first use, left out of comparisons (two nodes are equal whether or not
-/// either has been simulated yet).
+/// What a simulation reads from a node, computed on first use (consolidation simulates each
+/// node many times over) and left out of comparisons (two nodes are equal whether or not either
+/// has been simulated yet).
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Memo(OnceLock<Resources>);
+pub(crate) struct Memo {
+    requested: OnceLock<Resources>,
+    basis: OnceLock<Basis>,
+}
+
+/// The node as every simulation starts from it.
+#[derive(Clone, Debug)]
+pub(crate) struct Basis {
+    /// Its labels as requirements, its hostname included.
+    pub requirements: Requirements,
+    /// `effective_taints()`.
+    pub taints: Vec<Taint>,
+    /// Requests of the DaemonSet pods running on it.
+    pub running_daemons: Resources,
+    /// Host ports its active pods hold.
+    pub host_ports: Vec<HostPort>,
+}
 
 impl PartialEq for Memo {
     fn eq(&self, _: &Memo) -> bool {
@@ -159,7 +177,7 @@ impl ExistingNode {
     /// Sum of the requests of the active pods.
     pub fn requested(&self) -> Resources {
         self.requested_once
-            .0
+            .requested
             .get_or_init(|| {
                 let mut r = Resources::zero();
                 for p in self.active_pods() {
@@ -168,6 +186,24 @@ impl ExistingNode {
                 r
             })
             .clone()
+    }
+
+    /// What every simulation starts from for this node.
+    pub(crate) fn basis(&self) -> &Basis {
+        self.requested_once.basis.get_or_init(|| {
+            let mut requirements = Requirements::from_labels(&self.labels);
+            requirements.add(HOSTNAME_LABEL, Requirement::in_values([self.hostname().to_string()]));
+            let mut running_daemons = Resources::zero();
+            for p in self.active_pods().filter(|p| is_daemonset_pod(p)) {
+                running_daemons.add(&pod_requests(p));
+            }
+            Basis {
+                requirements,
+                taints: self.effective_taints(),
+                running_daemons,
+                host_ports: self.active_pods().flat_map(host_ports).collect(),
+            }
+        })
     }
 
     /// allocatable − requested, never below zero.

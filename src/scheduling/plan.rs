@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, Taint};
+use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
 
 use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, HOSTNAME_LABEL, INSTANCE_TYPE_LABEL, ZONE_LABEL};
 use crate::apis::v1alpha5::Provisioner;
@@ -15,7 +15,7 @@ use crate::apis::v1alpha5::Provisioner;
 use super::binpack::{add_to_existing, add_to_planned, new_node, ExistingState, PlannedNode, Refusal};
 use super::instance_types::{InstanceType, Offering};
 use super::nodes::ExistingNode;
-use super::pods::{daemon_requirement_alternatives, host_ports, is_daemonset_pod, validate_pod, PodKey, PodState};
+use super::pods::{daemon_requirement_alternatives, validate_pod, PodKey, PodState};
 use super::preferences::relax;
 use super::requirements::{Requirement, Requirements};
 use super::resources::{pod_requests, Resources};
@@ -124,6 +124,16 @@ pub struct Simulator<'a> {
     /// Templates of the Provisioners not being deleted, by weight then name, without their
     /// nodes' usage counted against their limits.
     templates: Vec<NodeTemplate>,
+    /// The DaemonSet pods, read once.
+    daemons: Vec<Daemon>,
+}
+
+/// A DaemonSet pod as the existing nodes' overhead needs it.
+struct Daemon {
+    tolerations: Vec<Toleration>,
+    /// Node requirements it may run under (one per required node-affinity term).
+    alternatives: Vec<Requirements>,
+    requests: Resources,
 }
 
 impl<'a> Simulator<'a> {
@@ -144,7 +154,16 @@ impl<'a> Simulator<'a> {
             .iter()
             .map(|p| NodeTemplate::unlimited(&p.provisioner, &p.instance_types, &input.daemonset_pods))
             .collect();
-        Simulator { input, templates }
+        let daemons = input
+            .daemonset_pods
+            .iter()
+            .map(|d| Daemon {
+                tolerations: d.spec.as_ref().and_then(|s| s.tolerations.clone()).unwrap_or_default(),
+                alternatives: daemon_requirement_alternatives(d),
+                requests: pod_requests(d),
+            })
+            .collect();
+        Simulator { input, templates, daemons }
     }
 
     /// The cluster simulated.
@@ -155,11 +174,12 @@ impl<'a> Simulator<'a> {
     /// `simulate` as if the nodes named in `removed` were gone and the `moved` pods were pending
     /// too.
     pub fn simulate_without(&self, removed: &HashSet<&str>, moved: &[&Pod]) -> Plan {
-        solve(self.input, &self.templates, removed, moved)
+        solve(self, removed, moved)
     }
 }
 
-fn solve(input: &SimulationInput, templates: &[NodeTemplate], removed: &HashSet<&str>, moved: &[&Pod]) -> Plan {
+fn solve(simulator: &Simulator, removed: &HashSet<&str>, moved: &[&Pod]) -> Plan {
+    let input = simulator.input;
     let mut plan = Plan::default();
     let nodes: Vec<&ExistingNode> = input.nodes.iter().filter(|n| !removed.contains(n.name.as_str())).collect();
     let mut pods: Vec<PodState> = Vec::new();
@@ -169,8 +189,7 @@ fn solve(input: &SimulationInput, templates: &[NodeTemplate], removed: &HashSet<
             Err(reason) => plan.ignored.push((PodKey::of(p), reason)),
         }
     }
-    let daemons: &[Pod] = &input.daemonset_pods;
-    let templates: Vec<NodeTemplate> = templates.iter().map(|t| t.clone().with_usage(&nodes)).collect();
+    let templates: Vec<NodeTemplate> = simulator.templates.iter().map(|t| t.clone().with_usage(&nodes)).collect();
 
     let mut keys = BTreeSet::new();
     for p in &pods {
@@ -188,7 +207,7 @@ fn solve(input: &SimulationInput, templates: &[NodeTemplate], removed: &HashSet<
     for (i, p) in pods.iter().enumerate() {
         topology.update(i, p);
     }
-    let existing = existing_states(&nodes, daemons, &mut topology);
+    let existing = existing_states(&nodes, &simulator.daemons, &mut topology);
     topology.start_placeholders();
 
     let mut s = Solver {
@@ -227,36 +246,29 @@ fn solve(input: &SimulationInput, templates: &[NodeTemplate], removed: &HashSet<
 }
 
 /// Existing and in-flight nodes that can take pods, initialised ones first.
-fn existing_states(nodes: &[&ExistingNode], daemons: &[Pod], topology: &mut Topology) -> Vec<ExistingState> {
+fn existing_states(nodes: &[&ExistingNode], daemons: &[Daemon], topology: &mut Topology) -> Vec<ExistingState> {
     let mut usable: Vec<&ExistingNode> = nodes.iter().copied().filter(|n| !n.marked_for_deletion).collect();
     usable.sort_by_key(|n| !n.initialized);
     usable
         .into_iter()
         .map(|n| {
-            let taints = n.effective_taints();
-            let mut requirements = Requirements::from_labels(&n.labels);
-            requirements.add(HOSTNAME_LABEL, Requirement::in_values([n.hostname().to_string()]));
+            let basis = n.basis();
             let mut expected_daemons = Resources::zero();
             for d in daemons {
-                let tolerations = d.spec.as_ref().and_then(|s| s.tolerations.clone()).unwrap_or_default();
-                if first_untolerated(&tolerations, &taints).is_none()
-                    && daemon_requirement_alternatives(d).iter().any(|r| requirements.is_compatible(r))
+                if first_untolerated(&d.tolerations, &basis.taints).is_none()
+                    && d.alternatives.iter().any(|r| basis.requirements.is_compatible(r))
                 {
-                    expected_daemons.add(&pod_requests(d));
+                    expected_daemons.add(&d.requests);
                 }
-            }
-            let mut running_daemons = Resources::zero();
-            for p in n.active_pods().filter(|p| is_daemonset_pod(p)) {
-                running_daemons.add(&pod_requests(p));
             }
             ExistingState {
                 name: n.name.clone(),
                 host: topology.hostname_id(n.hostname()),
-                requirements,
-                taints,
+                requirements: basis.requirements.clone(),
+                taints: basis.taints.clone(),
                 available: n.available(),
-                requests: expected_daemons.minus(&running_daemons).clamp_non_negative(),
-                host_ports: n.active_pods().flat_map(host_ports).collect(),
+                requests: expected_daemons.minus(&basis.running_daemons).clamp_non_negative(),
+                host_ports: basis.host_ports.clone(),
                 pods: Vec::new(),
             }
         })

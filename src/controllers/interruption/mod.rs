@@ -85,8 +85,9 @@ pub struct Action {
     pub mark_unavailable: bool,
 }
 
-/// What `message` asks for (Karpenter's actions, karpenter-behavior.md §7); `None` for a message
-/// with nothing to do.
+/// What `message` asks for (Karpenter's actions and event reasons, karpenter-behavior.md §7,
+/// `aws@v0.27.0:pkg/controllers/interruption/events/events.go`); `None` for a message with
+/// nothing to do.
 pub fn action(message: &Message) -> Option<Action> {
     let act = |reason, note, delete, mark_unavailable| Action {
         reason,
@@ -176,7 +177,14 @@ pub async fn run(ctx: Arc<Context>, mut leading: watch::Receiver<bool>, shutdown
         if !*leading.borrow() {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = leading.changed() => continue,
+                changed = leading.changed() => {
+                    // No leader election any more: nothing will make this replica lead.
+                    if changed.is_err() {
+                        shutdown.cancelled().await;
+                        return;
+                    }
+                    continue;
+                }
             }
         }
         let failure = match &url {
@@ -242,6 +250,7 @@ async fn handle(ctx: &Context, url: &str, received: Received) {
                         return;
                     }
                 }
+                crate::failpoint::hit("interruption-before-delete");
             } else {
                 debug!(kind = message.kind.as_str(), id = %message.id, "interruption message asks for nothing");
             }
@@ -284,15 +293,9 @@ async fn act(ctx: &Context, message: &Message, instance_id: &str, action: &Actio
         return Ok(());
     };
     let name = node.name_any();
-    publish(
-        &ctx.recorder,
-        node.as_ref(),
-        EventType::Warning,
-        action.reason,
-        "Interruption",
-        action.note,
-    )
-    .await;
+    // Karpenter's event types: a rebalance recommendation is Normal, the rest are warnings.
+    let type_ = if action.delete { EventType::Warning } else { EventType::Normal };
+    publish(&ctx.recorder, node.as_ref(), type_, action.reason, "Interruption", action.note).await;
     if action.mark_unavailable {
         let labels = node.labels();
         if let (Some(instance_type), Some(zone)) = (labels.get(INSTANCE_TYPE_LABEL), labels.get(ZONE_LABEL)) {
@@ -321,7 +324,7 @@ async fn act(ctx: &Context, message: &Message, instance_id: &str, action: &Actio
             &ctx.recorder,
             node.as_ref(),
             EventType::Warning,
-            "NodeTerminatingOnInterruption",
+            "TerminatingOnInterruption",
             "Interruption",
             note,
         )
