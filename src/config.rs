@@ -162,6 +162,11 @@ pub struct RunArgs {
     /// 110 (`aws.enableENILimitedPodDensity`; `run` only).
     #[arg(long, env = "ENABLE_ENI_LIMITED_POD_DENSITY", default_value_t = true, action = clap::ArgAction::Set)]
     pub enable_eni_limited_pod_density: bool,
+    /// Security groups for pods: trunking-compatible instance types offer
+    /// `vpc.amazonaws.com/pod-eni`, one per branch network interface, so pods requesting it get
+    /// such a node (`aws.enablePodENI`; `run` only).
+    #[arg(long, env = "ENABLE_POD_ENI", default_value_t = false, action = clap::ArgAction::Set)]
+    pub enable_pod_eni: bool,
     /// Network interfaces per node kept for something else (e.g. a second CNI), left out of the
     /// ENI-limited pod count (`aws.reservedENIs`; `run` only).
     #[arg(long, env = "RESERVED_ENIS", default_value_t = 0, value_parser = settings::parse_reserved_enis)]
@@ -288,13 +293,8 @@ impl RunArgs {
         if let Some(v) = s.interruption_queue_name.clone().filter(|_| take("interruption_queue_name")) {
             self.interruption_queue_name = v;
         }
-        if s.enable_pod_eni == Some(true) {
-            notes.push(format!(
-                "{} key {} is true, but karpenter-rs does not advertise vpc.amazonaws.com/pod-eni (EC2 does not publish \
-                 which instance types support trunking): pods requesting it are not provisioned",
-                settings::SETTINGS_CONFIGMAP,
-                settings::keys::ENABLE_POD_ENI
-            ));
+        if let Some(v) = s.enable_pod_eni.filter(|_| take("enable_pod_eni")) {
+            self.enable_pod_eni = v;
         }
         if let Some(v) = s.batch_max_duration.filter(|_| take("batch_max_duration")) {
             self.batch_max_duration = v;
@@ -311,6 +311,7 @@ impl RunArgs {
             vm_memory_overhead_percent: self.vm_memory_overhead_percent,
             eni_limited_pod_density: self.enable_eni_limited_pod_density,
             reserved_enis: self.reserved_enis,
+            enable_pod_eni: self.enable_pod_eni,
             ..Default::default()
         }
     }
@@ -673,7 +674,8 @@ mod tests {
         // --cluster-name is required and wins; the difference is reported.
         assert_eq!(args.cluster_name, "c");
         assert!(notes[0].contains("aws.clusterName") && notes[0].contains("\"other\""), "{notes:?}");
-        assert!(notes[1].contains("aws.enablePodENI"), "{notes:?}");
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(node.enable_pod_eni, "aws.enablePodENI is used");
 
         // Explicit flags win, even when they repeat the default; an empty endpoint does not.
         let mut args = run_args(&[

@@ -35,7 +35,7 @@ pub mod keys {
     pub const ENABLE_ENI_LIMITED_POD_DENSITY: &str = "aws.enableENILimitedPodDensity";
     /// `aws.reservedENIs`.
     pub const RESERVED_ENIS: &str = "aws.reservedENIs";
-    /// `aws.enablePodENI`: read only to warn that `vpc.amazonaws.com/pod-eni` is not advertised.
+    /// `aws.enablePodENI`: trunking-compatible types offer `vpc.amazonaws.com/pod-eni`.
     pub const ENABLE_POD_ENI: &str = "aws.enablePodENI";
     /// `aws.interruptionQueueName`: the SQS queue of instance events; empty turns interruption
     /// handling off.

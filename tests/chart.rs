@@ -187,6 +187,7 @@ fn values_reach_the_container() {
     assert_eq!(tags, json!({"team": "platform", "cost-center": "4711"}));
     assert_eq!(env("VM_MEMORY_OVERHEAD_PERCENT")["value"], "0.08");
     assert_eq!(env("RESERVED_ENIS")["value"], "1");
+    assert_eq!(env("ENABLE_POD_ENI")["value"], "true");
     assert_eq!(env("INTERRUPTION_QUEUE_NAME")["value"], "ssungz-cluster");
     assert_eq!(
         env("LEADER_ELECTION_NAMESPACE")["valueFrom"]["fieldRef"]["fieldPath"],
@@ -239,6 +240,7 @@ fn values_reach_the_container() {
         "VM_MEMORY_OVERHEAD_PERCENT",
         "ENABLE_ENI_LIMITED_POD_DENSITY",
         "RESERVED_ENIS",
+        "ENABLE_POD_ENI",
         "INTERRUPTION_QUEUE_NAME",
     ] {
         assert!(!defaults.contains(name), "{name} is set by default");

@@ -217,6 +217,16 @@ impl Scenario {
         );
     }
 
+    /// Scales the workload to zero, deletes the scenario's nodes, and waits until nothing is
+    /// left (no node, no instance).
+    fn scale_to_zero_and_settle(&self, setup: &Setup) {
+        self.scale(0);
+        for node in self.nodes() {
+            kubectl(self.cluster, &["delete", "node", &node.name_any(), "--wait=false"], None);
+        }
+        settle(|| self.tally(setup), |t| *t == Tally::default());
+    }
+
     fn pods(&self) -> Vec<Pod> {
         items(&kubectl_ok(
             self.cluster,
@@ -549,11 +559,7 @@ fn consolidation_crashes_converge_without_leaks_cordoned_nodes_or_double_replace
                 setup.logs.display()
             );
             // Clean slate for the next round.
-            s.scale(0);
-            for node in s.nodes() {
-                kubectl(cluster, &["delete", "node", &node.name_any(), "--wait=false"], None);
-            }
-            settle(|| s.tally(&setup), |t| *t == Tally::default());
+            s.scale_to_zero_and_settle(&setup);
             drop(normal);
         }
     }));
@@ -622,11 +628,7 @@ fn a_cut_short_consolidation_is_released_when_consolidation_is_turned_off() {
         std::thread::sleep(Duration::from_secs(20));
         assert_eq!(s.running_pod_node().as_deref(), Some(big.as_str()), "{}", s.describe());
         assert_eq!(s.nodes().len(), 1, "no replacement was launched: {}", s.describe());
-        s.scale(0);
-        for node in s.nodes() {
-            kubectl(cluster, &["delete", "node", &node.name_any(), "--wait=false"], None);
-        }
-        settle(|| s.tally(&setup), |t| *t == Tally::default());
+        s.scale_to_zero_and_settle(&setup);
         drop(normal);
     }));
     s.tear_down(&setup);
@@ -712,11 +714,7 @@ fn a_redelivered_interruption_message_after_a_crash_is_harmless() {
             "the first node and one replacement, nothing more (logs in {})",
             setup.logs.display()
         );
-        s.scale(0);
-        for node in s.nodes() {
-            kubectl(cluster, &["delete", "node", &node.name_any(), "--wait=false"], None);
-        }
-        settle(|| s.tally(&setup), |t| *t == Tally::default());
+        s.scale_to_zero_and_settle(&setup);
         drop(normal);
     }));
     let _ = setup.rt.block_on(sqs.delete_queue().queue_url(&url).send());
@@ -759,11 +757,7 @@ fn a_missing_interruption_queue_is_retried_and_provisioning_goes_on() {
         binary.wait_for(&s, "the queue found once it exists", Duration::from_secs(90), || {
             log().contains("handling interruption events from the queue").then_some(())
         });
-        s.scale(0);
-        for node in s.nodes() {
-            kubectl(cluster, &["delete", "node", &node.name_any(), "--wait=false"], None);
-        }
-        settle(|| s.tally(&setup), |t| *t == Tally::default());
+        s.scale_to_zero_and_settle(&setup);
         drop(binary);
     }));
     if let Ok(url) = setup.rt.block_on(setup.cloud.sqs().get_queue_url().queue_name(&queue).send()) {

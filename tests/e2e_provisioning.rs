@@ -484,6 +484,34 @@ fn a_gpu_request_gets_a_gpu_instance_type() {
     });
 }
 
+/// A pod requesting `vpc.amazonaws.com/pod-eni` (security groups for pods) gets a
+/// trunking-compatible type: of t3.large (which cannot trunk) and m5.large, the dearer m5.large.
+#[test]
+fn a_pod_eni_request_gets_a_trunking_compatible_instance_type() {
+    let (cluster, controller) = setup();
+    let suffix = unique("podeni");
+    let namespace = format!("ns-{suffix}");
+    let (template, provisioner, node_type) = service_provisioner(cluster, &suffix, |p| {
+        set_requirement(p, "node.kubernetes.io/instance-type", &["t3.large", "m5.large"]);
+    });
+    kubectl_ok(cluster, &["create", "namespace", &namespace], None);
+    with_clean_up(cluster, controller, &namespace, &[(template, provisioner.clone())], || {
+        let d = deployment(&namespace, &node_type, 1, |d| {
+            d["spec"]["template"]["spec"]["containers"][0]["resources"] =
+                json!({"requests": {"vpc.amazonaws.com/pod-eni": "1"}, "limits": {"vpc.amazonaws.com/pod-eni": "1"}});
+        });
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&d.to_string()));
+        wait_for("the pod-eni pod Running", Duration::from_secs(120), || {
+            (running_pods(cluster, &namespace).len() == 1).then_some(())
+        });
+        let nodes = our_nodes(cluster, &provisioner);
+        assert_eq!(nodes.len(), 1);
+        assert_eq!(nodes[0].labels()["node.kubernetes.io/instance-type"], "m5.large");
+        let allocatable = nodes[0].status.as_ref().unwrap().allocatable.clone().unwrap_or_default();
+        assert_eq!(allocatable["vpc.amazonaws.com/pod-eni"].0, "9", "{allocatable:?}");
+    });
+}
+
 #[test]
 fn limits_stop_provisioning_with_an_event_and_status_reports_usage() {
     let (cluster, controller) = setup();

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use crate::apis::quantity::parse_quantity;
 use crate::apis::v1alpha5::KubeletConfiguration;
 
-use super::resources::{to_units, Resources, AMD_GPU, AWS_NEURON, CPU, EPHEMERAL_STORAGE, HABANA_GAUDI, MEMORY, NVIDIA_GPU, PODS};
+use super::resources::{to_units, Resources, AMD_GPU, AWS_NEURON, CPU, EPHEMERAL_STORAGE, HABANA_GAUDI, MEMORY, NVIDIA_GPU, PODS, POD_ENI};
 
 /// Share of an instance's memory the hypervisor and OS take (`aws.vmMemoryOverheadPercent`).
 pub const DEFAULT_VM_MEMORY_OVERHEAD_PERCENT: f64 = 0.075;
@@ -42,6 +42,9 @@ pub struct InstanceFacts {
     pub gpus: Vec<GpuFacts>,
     /// AWS Inferentia/Trainium devices.
     pub neuron_devices: i64,
+    /// Branch network interfaces of a trunking-compatible type (security groups for pods), 0 for
+    /// the others: the VPC resource controller's table, `cloudprovider::aws::branch_interfaces`.
+    pub branch_interfaces: i64,
     /// `nitro`, `xen`, or empty for bare metal.
     pub hypervisor: String,
     /// Whether the type is a bare-metal (`metal`) size.
@@ -147,6 +150,9 @@ pub struct NodeSettings {
     pub eni_limited_pod_density: bool,
     /// `aws.reservedENIs`: network interfaces left out of the ENI-limited pod count.
     pub reserved_enis: i64,
+    /// `aws.enablePodENI`: trunking-compatible types offer `vpc.amazonaws.com/pod-eni`, one per
+    /// branch network interface (security groups for pods).
+    pub enable_pod_eni: bool,
     /// The node template's AMI family.
     pub ami_family: AmiFamily,
     /// Root volume size in bytes, from the block-device mappings (None: 20Gi).
@@ -171,6 +177,7 @@ impl Default for NodeSettings {
             vm_memory_overhead_percent: DEFAULT_VM_MEMORY_OVERHEAD_PERCENT,
             eni_limited_pod_density: true,
             reserved_enis: 0,
+            enable_pod_eni: false,
             ami_family: AmiFamily::Al2,
             ephemeral_storage_bytes: None,
             max_pods: None,
@@ -289,7 +296,9 @@ pub fn capacity(facts: &InstanceFacts, settings: &NodeSettings) -> Resources {
             EPHEMERAL_STORAGE,
             settings.ephemeral_storage_bytes.unwrap_or(DEFAULT_EPHEMERAL_STORAGE_BYTES),
         )
-        .with(AWS_NEURON, facts.neuron_devices);
+        .with(AWS_NEURON, facts.neuron_devices)
+        // `aws@v0.27.0:pkg/providers/instancetype/types.go` `awsPodENI`.
+        .with(POD_ENI, if settings.enable_pod_eni { facts.branch_interfaces } else { 0 });
     for gpu in &facts.gpus {
         let name = match gpu.manufacturer.to_ascii_lowercase().as_str() {
             "nvidia" => NVIDIA_GPU,
@@ -524,5 +533,20 @@ mod tests {
     fn gpus_become_extended_resources() {
         let cap = capacity(&facts("g4dn.xlarge"), &NodeSettings::default());
         assert_eq!(cap.get(NVIDIA_GPU), 1);
+    }
+
+    #[test]
+    fn branch_interfaces_become_pod_eni_only_with_security_groups_for_pods() {
+        let trunking = InstanceFacts {
+            branch_interfaces: 9,
+            ..facts("m5.large")
+        };
+        assert_eq!(capacity(&trunking, &NodeSettings::default()).get(POD_ENI), 0);
+        let on = NodeSettings {
+            enable_pod_eni: true,
+            ..NodeSettings::default()
+        };
+        assert_eq!(capacity(&trunking, &on).get(POD_ENI), 9);
+        assert_eq!(capacity(&facts("m5.large"), &on).get(POD_ENI), 0, "not trunking-compatible");
     }
 }

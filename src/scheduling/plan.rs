@@ -112,7 +112,9 @@ pub struct Plan {
 
 /// Runs the scheduling simulation. See the module documentation for the algorithm.
 pub fn simulate(input: &SimulationInput) -> Plan {
-    Simulator::new(input).simulate_without(&HashSet::new(), &[])
+    // Simulated once: the templates are handed over rather than copied.
+    let Simulator { input, templates, daemons } = Simulator::new(input);
+    solve(input, templates, &daemons, &HashSet::new(), &[])
 }
 
 /// One cluster simulated again and again with different nodes taken away: consolidation's
@@ -174,12 +176,11 @@ impl<'a> Simulator<'a> {
     /// `simulate` as if the nodes named in `removed` were gone and the `moved` pods were pending
     /// too.
     pub fn simulate_without(&self, removed: &HashSet<&str>, moved: &[&Pod]) -> Plan {
-        solve(self, removed, moved)
+        solve(self.input, self.templates.clone(), &self.daemons, removed, moved)
     }
 }
 
-fn solve(simulator: &Simulator, removed: &HashSet<&str>, moved: &[&Pod]) -> Plan {
-    let input = simulator.input;
+fn solve(input: &SimulationInput, templates: Vec<NodeTemplate>, daemons: &[Daemon], removed: &HashSet<&str>, moved: &[&Pod]) -> Plan {
     let mut plan = Plan::default();
     let nodes: Vec<&ExistingNode> = input.nodes.iter().filter(|n| !removed.contains(n.name.as_str())).collect();
     let mut pods: Vec<PodState> = Vec::new();
@@ -189,7 +190,7 @@ fn solve(simulator: &Simulator, removed: &HashSet<&str>, moved: &[&Pod]) -> Plan
             Err(reason) => plan.ignored.push((PodKey::of(p), reason)),
         }
     }
-    let templates: Vec<NodeTemplate> = simulator.templates.iter().map(|t| t.clone().with_usage(&nodes)).collect();
+    let templates: Vec<NodeTemplate> = templates.into_iter().map(|t| t.with_usage(&nodes)).collect();
 
     let mut keys = BTreeSet::new();
     for p in &pods {
@@ -207,7 +208,7 @@ fn solve(simulator: &Simulator, removed: &HashSet<&str>, moved: &[&Pod]) -> Plan
     for (i, p) in pods.iter().enumerate() {
         topology.update(i, p);
     }
-    let existing = existing_states(&nodes, &simulator.daemons, &mut topology);
+    let existing = existing_states(&nodes, daemons, &mut topology);
     topology.start_placeholders();
 
     let mut s = Solver {

@@ -25,6 +25,8 @@ pub const NVIDIA_GPU: &str = "nvidia.com/gpu";
 pub const AMD_GPU: &str = "amd.com/gpu";
 /// AWS Inferentia/Trainium devices.
 pub const AWS_NEURON: &str = "aws.amazon.com/neuron";
+/// Branch network interfaces for pods with their own security groups.
+pub const POD_ENI: &str = "vpc.amazonaws.com/pod-eni";
 /// Habana Gaudi accelerators.
 pub const HABANA_GAUDI: &str = "habana.ai/gaudi";
 

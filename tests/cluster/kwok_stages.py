@@ -27,7 +27,10 @@ pods, no kubelet overrides, 20Gi root volume:
 
   capacity    cpu = vCPUs; memory = MiB - ceil(MiB * 0.075) Mi;
               pods = ENIs * (IPv4 per ENI - 1) + 2; ephemeral-storage = 20Gi;
-              nvidia.com/gpu, amd.com/gpu, habana.ai/gaudi, aws.amazon.com/neuron
+              nvidia.com/gpu, amd.com/gpu, habana.ai/gaudi, aws.amazon.com/neuron;
+              vpc.amazonaws.com/pod-eni = branch interfaces of a trunking-compatible
+              type (src/cloudprovider/aws/branch_interfaces.tsv), as the VPC resource
+              controller advertises it on a cluster with security groups for pods
   allocatable capacity - kube-reserved (cpu by tiers, (11 * pods + 255)Mi, 1Gi)
               - system-reserved (100m, 100Mi, 1Gi) - eviction (memory 100Mi)
 
@@ -60,6 +63,21 @@ DEFAULT_RESOURCES = {"cpu": "2", "memory": "4Gi", "pods": "110", "ephemeral-stor
 CPU, MEMORY, PODS, EPHEMERAL_STORAGE = "cpu", "memory", "pods", "ephemeral-storage"
 GPU_RESOURCES = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "habana": "habana.ai/gaudi"}
 NEURON = "aws.amazon.com/neuron"
+POD_ENI = "vpc.amazonaws.com/pod-eni"
+BRANCH_INTERFACES = Path(__file__).resolve().parents[2] / "src/cloudprovider/aws/branch_interfaces.tsv"
+
+
+def branch_interfaces():
+    """Instance type -> branch network interfaces, from the generated table karpenter-rs embeds."""
+    table = {}
+    for line in BRANCH_INTERFACES.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, count = line.split("\t")
+            table[name] = int(count)
+    return table
+
+
+BRANCHES = branch_interfaces()
 
 
 def log(msg):
@@ -140,6 +158,7 @@ def capacity(f):
         PODS: eni_limited_pods(f),
         EPHEMERAL_STORAGE: EPHEMERAL_STORAGE_BYTES,
         NEURON: f["neuron"],
+        POD_ENI: BRANCHES.get(f["name"], 0),
     }
     for manufacturer, count in f["gpus"]:
         name = GPU_RESOURCES.get(manufacturer)

@@ -336,6 +336,12 @@ impl Controller {
                 .map_or(std::time::Duration::from_secs(15 * 60), |l| l.registration_ttl),
             // The local API server's own version, as on a real cluster.
             kubernetes_version: None,
+            // kwok advertises vpc.amazonaws.com/pod-eni on trunking-compatible types, as the VPC
+            // resource controller does on a cluster with security groups for pods.
+            node_settings: karpenter_rs::scheduling::NodeSettings {
+                enable_pod_eni: true,
+                ..Default::default()
+            },
             ..Default::default()
         };
         let cloud_config = cloud_config(cluster);

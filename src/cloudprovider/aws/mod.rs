@@ -8,6 +8,7 @@
 //! endpoint override and credentials.
 
 pub mod ami;
+pub mod branch_interfaces;
 pub mod errors;
 pub mod instance;
 pub mod instance_types;
