@@ -11,9 +11,9 @@
 //!
 //! Baseline from the same run and queue: a bare loop of the same `ReceiveMessage` (10 messages)
 //! and one `DeleteMessage` per message, 10 at a time, doing nothing else: the most the queue
-//! gives. The queue is filled once; the bare loop takes the first half of the messages and the
-//! controller the second, so both run at about the same depth. The controller's rate is reported
-//! as a ratio of the bare loop's.
+//! gives. Each side drains a queue of its own filled alike; the 10,000-message queue (slow to fill
+//! on moto) is filled once and each side is timed over a window of it, at about the same depth.
+//! The controller's rate is reported as a ratio of the bare loop's.
 //!
 //! moto's SQS slows down with the depth of the queue (each receive and delete looks through all of
 //! it), so each drain is timed over at most 60 s and the rate is what was deleted in that time.
@@ -119,6 +119,8 @@ async fn new_queue(sqs: &aws_sdk_sqs::Client, name: &str) -> String {
 /// Longest a drain is timed: moto's SQS slows down with the queue's depth (each receive and
 /// delete looks through the whole queue), so a 10,000-message queue is measured over this window.
 const WINDOW: Duration = Duration::from_secs(60);
+/// From this many messages on, one queue is shared (see `main`).
+const SHARED_FROM: usize = 5000;
 
 /// The baseline: receive and delete, nothing else, until `n` messages are gone or the window
 /// ends; the messages deleted and the time taken.
@@ -198,12 +200,23 @@ fn main() {
         let metrics = Metrics::new();
         let provisioning = provisioning::Context::new(client.clone(), cloud.clone(), metrics.clone(), Default::default(), state.clone());
         for n in sizes {
-            // One queue per size, filled once (moto's fill slows down with the depth too): the
-            // bare loop takes the first half, the controller the second, at about the same depth.
-            let name = support::unique("bench");
-            let url = new_queue(&sqs, &name).await;
-            fill(&sqs, &url, n).await;
-            let bare = drain_bare(queue.as_ref(), &url, n / 2).await;
+            // Up to SHARED_FROM messages, each side drains a queue of its own, filled alike. A
+            // deeper queue is filled once (moto's fill slows down with the depth too) and each side
+            // gets a window of it, the bare loop first: both then run at about the same depth,
+            // since neither gets through more than a small part of it.
+            let shared = n >= SHARED_FROM;
+            let bare_url = new_queue(&sqs, &support::unique("bench-bare")).await;
+            fill(&sqs, &bare_url, n).await;
+            let bare = drain_bare(queue.as_ref(), &bare_url, if shared { n / 2 } else { n }).await;
+            let (name, url) = if shared {
+                let name = bare_url.rsplit('/').next().unwrap_or_default().to_string();
+                (name, bare_url.clone())
+            } else {
+                let name = support::unique("bench-controller");
+                let url = new_queue(&sqs, &name).await;
+                fill(&sqs, &url, n).await;
+                (name, url)
+            };
             let ctx = interruption::Context::new(
                 client.clone(),
                 queue.clone(),
@@ -216,12 +229,14 @@ fn main() {
                 state.clone(),
                 provisioning.clone(),
             );
-            let handled = drain_controller(ctx, &metrics, n - n / 2).await;
-            let _ = sqs.delete_queue().queue_url(url.as_str()).send().await;
+            let handled = drain_controller(ctx, &metrics, if shared { n - n / 2 } else { n }).await;
+            for u in [&bare_url, &url] {
+                let _ = sqs.delete_queue().queue_url(u.as_str()).send().await;
+            }
             let rate = |(count, took): (u64, Duration)| count as f64 / took.as_secs_f64();
             eprintln!("{n} messages: bare {bare:?}, controller {handled:?} (deleted, time)");
             if !benchmarking {
-                assert_eq!(handled.0, (n - n / 2) as u64, "the controller handled every message left");
+                assert_eq!(handled.0, n as u64, "the controller handled every message");
             }
             println!(
                 "RESULT | {n} | {} | {:.0} | {} | {:.0} | {:.2} |",
