@@ -217,6 +217,31 @@ impl Scenario {
         );
     }
 
+    /// With 1.5-CPU pods: two of them Running on one t3.xlarge, then one left (a t3.large could
+    /// hold it, so the node is worth replacing). Returns the node.
+    fn one_of_two_pods_left_on_their_node(&self, setup: &Setup) -> String {
+        self.scale(2);
+        let mut normal = setup.start(None);
+        let big = normal.wait_for(self, "two pods Running on one node", Duration::from_secs(120), || {
+            let nodes: std::collections::BTreeSet<String> = self
+                .pods()
+                .into_iter()
+                .filter(|p| p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running"))
+                .filter_map(|p| p.spec?.node_name)
+                .collect();
+            (nodes.len() == 1 && self.pods().len() == 2).then(|| nodes.into_iter().next().unwrap())
+        });
+        drop(normal);
+        self.scale(1);
+        wait_for("one pod left", Duration::from_secs(60), || (self.pods().len() == 1).then_some(()));
+        big
+    }
+
+    /// The Node called `name`, if it exists.
+    fn node(&self, name: &str) -> Option<Node> {
+        self.nodes().into_iter().find(|n| n.name_any() == name)
+    }
+
     /// Scales the workload to zero, deletes the scenario's nodes, and waits until nothing is
     /// left (no node, no instance).
     fn scale_to_zero_and_settle(&self, setup: &Setup) {
@@ -505,22 +530,7 @@ fn consolidation_crashes_converge_without_leaks_cordoned_nodes_or_double_replace
         s.request_cpu("1500m");
         for round in 1..=rounds {
             let before = launched(&s);
-            // Two pods on one t3.xlarge.
-            s.scale(2);
-            let mut normal = setup.start(None);
-            let big = normal.wait_for(&s, "two pods Running on one node", Duration::from_secs(120), || {
-                let nodes: std::collections::BTreeSet<String> = s
-                    .pods()
-                    .into_iter()
-                    .filter(|p| p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running"))
-                    .filter_map(|p| p.spec?.node_name)
-                    .collect();
-                (nodes.len() == 1 && s.pods().len() == 2).then(|| nodes.into_iter().next().unwrap())
-            });
-            drop(normal);
-            // One pod left: the t3.xlarge is worth replacing with a t3.large.
-            s.scale(1);
-            wait_for("one pod left", Duration::from_secs(60), || (s.pods().len() == 1).then_some(()));
+            let big = s.one_of_two_pods_left_on_their_node(&setup);
             setup
                 .start(Some("consolidation-after-cordon"))
                 .expect_crash("consolidation-after-cordon", Duration::from_secs(120));
@@ -581,24 +591,11 @@ fn a_cut_short_consolidation_is_released_when_consolidation_is_turned_off() {
     });
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         s.request_cpu("1500m");
-        s.scale(2);
-        let mut normal = setup.start(None);
-        let big = normal.wait_for(&s, "two pods Running on one node", Duration::from_secs(120), || {
-            let running: Vec<String> = s
-                .pods()
-                .into_iter()
-                .filter(|p| p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running"))
-                .filter_map(|p| p.spec?.node_name)
-                .collect();
-            (running.len() == 2 && running[0] == running[1]).then(|| running[0].clone())
-        });
-        drop(normal);
-        s.scale(1);
-        wait_for("one pod left", Duration::from_secs(60), || (s.pods().len() == 1).then_some(()));
+        let big = s.one_of_two_pods_left_on_their_node(&setup);
         setup
             .start(Some("consolidation-after-cordon"))
             .expect_crash("consolidation-after-cordon", Duration::from_secs(120));
-        let node: Node = serde_json::from_str(&kubectl_ok(cluster, &["get", "node", &big, "-o", "json"], None)).unwrap();
+        let node = s.node(&big).expect("the node exists");
         assert_eq!(
             node.spec.as_ref().and_then(|sp| sp.unschedulable),
             Some(true),
@@ -619,7 +616,7 @@ fn a_cut_short_consolidation_is_released_when_consolidation_is_turned_off() {
         );
         let mut normal = setup.start(None);
         normal.wait_for(&s, "the node uncordoned and unmarked", Duration::from_secs(90), || {
-            let node: Node = serde_json::from_str(&kubectl_ok(cluster, &["get", "node", &big, "-o", "json"], None)).ok()?;
+            let node = s.node(&big)?;
             let cordoned = node.spec.as_ref().and_then(|sp| sp.unschedulable) == Some(true);
             let marked = node.annotations().contains_key("karpenter.sh/voluntary-disruption");
             (!cordoned && !marked).then_some(())
@@ -653,24 +650,7 @@ fn a_redelivered_interruption_message_after_a_crash_is_harmless() {
         .unwrap()
         .queue_url
         .unwrap();
-    let queued = || -> u64 {
-        use aws_sdk_sqs::types::QueueAttributeName;
-        let out = setup
-            .rt
-            .block_on(
-                sqs.get_queue_attributes()
-                    .queue_url(&url)
-                    .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-                    .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-                    .send(),
-            )
-            .unwrap();
-        out.attributes
-            .unwrap_or_default()
-            .values()
-            .filter_map(|v| v.parse::<u64>().ok())
-            .sum()
-    };
+    let queued = || setup.rt.block_on(support::queued_messages(sqs, &url));
     let with_queue = ["--leader-elect", "false", "--interruption-queue-name", queue.as_str()];
     let s = Scenario::create(cluster);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -678,20 +658,20 @@ fn a_redelivered_interruption_message_after_a_crash_is_harmless() {
         let mut normal = setup.start_with(None, &with_queue);
         let old = normal.wait_for(&s, "the pod Running on a node", Duration::from_secs(90), || s.running_pod_node());
         drop(normal);
-        let node: Node = serde_json::from_str(&kubectl_ok(cluster, &["get", "node", &old, "-o", "json"], None)).unwrap();
+        let node = s.node(&old).expect("the node exists");
         let instance = instance_id_from_provider_id(node.spec.as_ref().unwrap().provider_id.as_deref().unwrap())
             .unwrap()
             .to_string();
 
         let crashing = setup.start_with(Some("interruption-before-delete"), &with_queue);
-        let event = json!({
-            "version": "0", "id": unique("event"), "detail-type": "EC2 Instance State-change Notification",
-            "source": "aws.ec2", "account": "123456789012", "time": k8s_openapi::chrono::Utc::now().to_rfc3339(),
-            "region": "ap-northeast-2", "resources": [], "detail": {"instance-id": instance, "state": "shutting-down"}
-        });
+        let event = support::ec2_event(
+            "aws.ec2",
+            "EC2 Instance State-change Notification",
+            json!({"instance-id": instance, "state": "shutting-down"}),
+        );
         setup
             .rt
-            .block_on(sqs.send_message().queue_url(&url).message_body(event.to_string()).send())
+            .block_on(sqs.send_message().queue_url(&url).message_body(event).send())
             .unwrap();
         crashing.expect_crash("interruption-before-delete", Duration::from_secs(90));
         assert_eq!(queued(), 1, "the message is still on the queue");

@@ -25,7 +25,9 @@ use karpenter_rs::controllers::garbagecollection::GarbageCollectionConfig;
 use karpenter_rs::controllers::interruption::InterruptionConfig;
 use kube::ResourceExt;
 use serde_json::json;
-use support::{cluster, fixture, items, kubectl, kubectl_ok, unique, wait_for, AdmissionWebhook, Cluster, Controller, Loops, CLUSTER_NAME};
+use support::{
+    cluster, ec2_event, fixture, items, kubectl, kubectl_ok, unique, wait_for, AdmissionWebhook, Cluster, Controller, Loops, CLUSTER_NAME,
+};
 
 const SUITE_KEY: &str = "e2e.karpenter-rs/suite";
 const SUITE: &str = "deprovisioning";
@@ -1093,16 +1095,6 @@ impl Scenario {
     }
 }
 
-/// An EventBridge event as the interruption queue receives it.
-fn ec2_event(source: &str, detail_type: &str, detail: serde_json::Value) -> String {
-    json!({
-        "version": "0", "id": unique("event"), "detail-type": detail_type, "source": source,
-        "account": "123456789012", "time": k8s_openapi::chrono::Utc::now().to_rfc3339(),
-        "region": "ap-northeast-2", "resources": [], "detail": detail
-    })
-    .to_string()
-}
-
 fn spot_interruption(instance_id: &str) -> String {
     ec2_event(
         "aws.ec2",
@@ -1145,25 +1137,10 @@ fn send_to_queue(controller: &Controller, cluster: &Cluster, body: &str) {
 
 /// Messages on the suite's queue, visible or being handled.
 fn queued(controller: &Controller, cluster: &Cluster) -> u64 {
-    use aws_sdk_sqs::types::QueueAttributeName;
     let cloud = cloud(controller, cluster);
     controller.block_on(async {
         let url = cloud.sqs().get_queue_url().queue_name(queue_name()).send().await.unwrap();
-        let attributes = cloud
-            .sqs()
-            .get_queue_attributes()
-            .queue_url(url.queue_url.unwrap())
-            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-            .send()
-            .await
-            .unwrap();
-        attributes
-            .attributes
-            .unwrap_or_default()
-            .values()
-            .filter_map(|v| v.parse::<u64>().ok())
-            .sum()
+        support::queued_messages(cloud.sqs(), &url.queue_url.unwrap()).await
     })
 }
 

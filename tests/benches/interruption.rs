@@ -47,12 +47,7 @@ const OUR_NODES: usize = 20;
 const BENCH_LABEL: &str = "e2e.karpenter-rs/bench";
 
 fn event(detail_type: &str, source: &str, detail: serde_json::Value) -> String {
-    json!({
-        "version": "0", "id": support::unique("event"), "detail-type": detail_type, "source": source,
-        "account": "123456789012", "time": k8s_openapi::chrono::Utc::now().to_rfc3339(),
-        "region": "ap-northeast-2", "resources": [], "detail": detail
-    })
-    .to_string()
+    support::ec2_event(source, detail_type, detail)
 }
 
 /// The i-th message of the mix.

@@ -419,3 +419,31 @@ impl AdmissionWebhook {
         })
     }
 }
+
+/// An EC2 event as EventBridge puts it on an interruption queue.
+pub fn ec2_event(source: &str, detail_type: &str, detail: serde_json::Value) -> String {
+    serde_json::json!({
+        "version": "0", "id": unique("event"), "detail-type": detail_type, "source": source,
+        "account": "123456789012", "time": k8s_openapi::chrono::Utc::now().to_rfc3339(),
+        "region": "ap-northeast-2", "resources": [], "detail": detail
+    })
+    .to_string()
+}
+
+/// Messages on the queue at `url`, visible or being handled.
+pub async fn queued_messages(sqs: &aws_sdk_sqs::Client, url: &str) -> u64 {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let out = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .unwrap();
+    out.attributes
+        .unwrap_or_default()
+        .values()
+        .filter_map(|v| v.parse::<u64>().ok())
+        .sum()
+}
