@@ -61,7 +61,7 @@ pub struct ExistingNode {
     /// what they request is summed once.
     pub pods: Vec<Pod>,
     /// `requested()`, summed on first use (consolidation simulates a node many times over).
-    pub(crate) requested_once: Memo,
+    pub(crate) memo: Memo,
 }
 
 /// What a simulation reads from a node, computed on first use (consolidation simulates each
@@ -131,7 +131,7 @@ impl ExistingNode {
             allocatable: resources(status.allocatable),
             capacity: resources(status.capacity),
             pods,
-            requested_once: Memo::default(),
+            memo: Memo::default(),
         }
     }
 
@@ -176,7 +176,7 @@ impl ExistingNode {
 
     /// Sum of the requests of the active pods.
     pub fn requested(&self) -> Resources {
-        self.requested_once
+        self.memo
             .requested
             .get_or_init(|| {
                 let mut r = Resources::zero();
@@ -190,7 +190,7 @@ impl ExistingNode {
 
     /// What every simulation starts from for this node.
     pub(crate) fn basis(&self) -> &Basis {
-        self.requested_once.basis.get_or_init(|| {
+        self.memo.basis.get_or_init(|| {
             let mut requirements = Requirements::from_labels(&self.labels);
             requirements.add(HOSTNAME_LABEL, Requirement::in_values([self.hostname().to_string()]));
             let mut running_daemons = Resources::zero();
