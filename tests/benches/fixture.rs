@@ -295,3 +295,169 @@ pub fn lower_bound(total: &Resources, allowed: &[Arc<InstanceType>]) -> f64 {
     let mem = total.memory_bytes as f64 / (1u64 << 30) as f64 * per_gib;
     cpu.max(mem)
 }
+
+/// Karpenter's `fake.InstanceTypes(total)` (sigs.k8s.io/karpenter `pkg/cloudprovider/fake`) as our
+/// instance types: `fake-it-<i>` with i+1 vCPUs, 2(i+1) GiB and 10(i+1) pods; amd64; linux,
+/// windows and darwin; offerings spot in test-zone-1/2 and on-demand in test-zone-1/2/3, all at
+/// 0.1 × vCPUs + 0.1 × memory bytes / 1e9; kube-reserved 100m cpu and 10Mi memory; and fake's
+/// labels `size` (large above 4 vCPUs and 8Gi, else small), `special` (optional on large types,
+/// else DoesNotExist) and `integer` (the vCPU count).
+pub fn fake_instance_types(total: usize) -> Vec<Arc<InstanceType>> {
+    use karpenter_rs::scheduling::{Overhead, Requirement, Requirements};
+    (0..total as i64)
+        .map(|i| {
+            let cpus = i + 1;
+            let memory_bytes = (2 * cpus) << 30;
+            let name = format!("fake-it-{i}");
+            let price = 0.1 * cpus as f64 + 0.1 * memory_bytes as f64 / 1e9;
+            let offerings = [
+                ("spot", "test-zone-1"),
+                ("spot", "test-zone-2"),
+                ("on-demand", "test-zone-1"),
+                ("on-demand", "test-zone-2"),
+                ("on-demand", "test-zone-3"),
+            ]
+            .map(|(ct, zone)| Offering {
+                zone: zone.to_string(),
+                capacity_type: ct.to_string(),
+                price,
+                available: true,
+            })
+            .to_vec();
+            let large = cpus > 4 && memory_bytes > 8 << 30;
+            let requirements = Requirements::new()
+                .with("node.kubernetes.io/instance-type", Requirement::in_values([name.clone()]))
+                .with("kubernetes.io/arch", Requirement::in_values(["amd64"]))
+                .with("kubernetes.io/os", Requirement::in_values(["darwin", "linux", "windows"]))
+                .with(
+                    "topology.kubernetes.io/zone",
+                    Requirement::in_values(["test-zone-1", "test-zone-2", "test-zone-3"]),
+                )
+                .with("karpenter.sh/capacity-type", Requirement::in_values(["on-demand", "spot"]))
+                .with("size", Requirement::in_values([if large { "large" } else { "small" }]))
+                .with(
+                    "special",
+                    if large {
+                        Requirement::in_values(["optional"])
+                    } else {
+                        Requirement::does_not_exist()
+                    },
+                )
+                .with("integer", Requirement::in_values([cpus.to_string()]));
+            Arc::new(InstanceType {
+                name,
+                requirements,
+                capacity: Resources {
+                    cpu_millis: cpus * 1000,
+                    memory_bytes,
+                    pods: cpus * 10,
+                    ..Resources::zero()
+                },
+                overhead: Overhead {
+                    kube_reserved: Resources {
+                        cpu_millis: 100,
+                        memory_bytes: 10 << 20,
+                        ..Resources::zero()
+                    },
+                    system_reserved: Resources::zero(),
+                    eviction_threshold: Resources::zero(),
+                },
+                offerings,
+            })
+        })
+        .collect()
+}
+
+/// The NodePool of Karpenter's scheduling benchmark (`test.NodePool` with only limits set), as a
+/// Provisioner: no requirements, limits cpu 10000000 and memory 10000000Gi.
+pub fn karpenter_bench_provisioner() -> Provisioner {
+    serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1alpha5", "kind": "Provisioner",
+        "metadata": {"name": "default"},
+        "spec": {"limits": {"resources": {"cpu": "10000000", "memory": "10000000Gi"}}}
+    }))
+    .expect("karpenter bench provisioner decodes")
+}
+
+/// Karpenter's `makeDiversePods(count)` (scheduling_benchmark_test.go): count/5 each of generic
+/// pods, zonal topology spread, hostname topology spread, zonal self-affinity and hostname
+/// anti-affinity, the remainder generic. Spread pods get a random `my-label` and, drawn
+/// separately, a random `my-label` selector (maxSkew 1, DoNotSchedule); affinity pods select
+/// their own random `my-affininity` label (sic, as in Karpenter); anti-affinity pods are all
+/// `app: nginx` and repel each other. Values are drawn in Karpenter's order (labels, selector,
+/// cpu, memory) from the same sets, with our seeded generator instead of Go's `math/rand`.
+pub fn diverse_pods(count: usize, rng: &mut Rng) -> Vec<Pod> {
+    const VALUES: [&str; 7] = ["a", "b", "c", "d", "e", "f", "g"];
+    const CPUS_M: [&str; 5] = ["100m", "250m", "500m", "1000m", "1500m"];
+    const MEMORY_MI: [&str; 6] = ["100Mi", "256Mi", "512Mi", "1024Mi", "2048Mi", "4096Mi"];
+    let each = count / 5;
+    let kinds = [
+        ("generic", each),
+        ("zonal-spread", each),
+        ("hostname-spread", each),
+        ("zonal-affinity", each),
+        ("hostname-anti-affinity", each),
+        ("generic", count - 5 * each),
+    ];
+    let mut out = Vec::with_capacity(count);
+    for (kind, n) in kinds {
+        for _ in 0..n {
+            let i = out.len();
+            let mut labels = serde_json::Map::new();
+            labels.insert("testing/cluster".into(), json!("unspecified"));
+            let mut spec = json!({});
+            match kind {
+                "generic" => {
+                    labels.insert("my-label".into(), json!(rng.pick(&VALUES)));
+                }
+                "zonal-spread" | "hostname-spread" => {
+                    labels.insert("my-label".into(), json!(rng.pick(&VALUES)));
+                    let key = if kind == "zonal-spread" {
+                        "topology.kubernetes.io/zone"
+                    } else {
+                        "kubernetes.io/hostname"
+                    };
+                    spec["topologySpreadConstraints"] = json!([{"maxSkew": 1, "topologyKey": key,
+                        "whenUnsatisfiable": "DoNotSchedule",
+                        "labelSelector": {"matchLabels": {"my-label": rng.pick(&VALUES)}}}]);
+                }
+                "zonal-affinity" => {
+                    let value = rng.pick(&VALUES);
+                    labels.insert("my-affininity".into(), json!(value));
+                    spec["affinity"] = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"my-affininity": value}}}]}});
+                }
+                _ => {
+                    labels.insert("app".into(), json!("nginx"));
+                    spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "nginx"}}}]}});
+                }
+            }
+            let cpu = rng.pick(&CPUS_M);
+            let memory = rng.pick(&MEMORY_MI);
+            spec["containers"] = json!([{"name": "app", "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.2",
+                "resources": {"requests": {"cpu": cpu, "memory": memory}}}]);
+            out.push(
+                serde_json::from_value(json!({
+                    "metadata": {"name": format!("{kind}-{i:05}"), "namespace": "default", "uid": format!("uid-{i:05}"),
+                                 "labels": labels},
+                    "spec": spec
+                }))
+                .expect("diverse pod decodes"),
+            );
+        }
+    }
+    out
+}
+
+/// The simulation input of Karpenter's scheduling benchmark for `count` pods.
+pub fn karpenter_bench_input(count: usize, types: &[Arc<InstanceType>]) -> SimulationInput {
+    SimulationInput {
+        pods: diverse_pods(count, &mut Rng(42)),
+        provisioners: vec![ProvisionerInput {
+            provisioner: karpenter_bench_provisioner(),
+            instance_types: types.to_vec(),
+        }],
+        ..Default::default()
+    }
+}

@@ -31,6 +31,19 @@ proc_has_arg() {
   return 1
 }
 
+# wait_exec PID ARG: waits (at most 10 s) until PID has exec'd a command with ARG, or is gone.
+# A just-forked background shell still has its parent script's command line, so an identity
+# check (component_pid) made before the exec takes a process that is still starting for one
+# that exited, and it then runs on unrecorded and unstopped.
+wait_exec() {
+  local pid="$1" want="$2" i
+  for ((i = 0; i < 200; i++)); do
+    proc_has_arg "$pid" "$want" && return 0
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.05
+  done
+}
+
 # component_pid NAME: prints the recorded pid of NAME and returns 0 if that
 # process is alive and still the one we started; returns 1 otherwise.
 component_pid() {

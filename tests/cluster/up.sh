@@ -24,6 +24,10 @@ AWS_REGION_NAME=ap-northeast-2
 SERVICE_CIDR=10.96.0.0/16 # the apiserver's service range; AL2023 nodes' NodeConfig names it
 APISERVER_TIMEOUT=90 # s; /readyz takes 10-35 s on 2 busy cores
 COMPONENT_TIMEOUT=45 # s; everything else
+# Requests per second kube-controller-manager and kube-scheduler may send (burst: twice that);
+# LOCAL_CLUSTER_QPS raises it for load benchmarks, where 100 would make creating and scheduling
+# thousands of pods the slowest part.
+CLIENT_QPS="${LOCAL_CLUSTER_QPS:-100}"
 PKI="$STATE/pki"
 KUBECONFIG_FILE="$STATE/kubeconfig"
 ENV_FILE="$STATE/env"
@@ -43,7 +47,11 @@ log() { printf '[up.sh] %s\n' "$*" >&2; }
 # through our webhook exactly as in a user's cluster. Ports: target/local-cluster/karpenter.env.
 KARPENTER_ENV="$STATE/karpenter.env"
 KARPENTER_CERTS="$STATE/karpenter-certs"
-karpenter_bin() { echo "${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug/karpenter-rs"; }
+# KARPENTER_RS_PROFILE=release builds and runs the optimised binary (the scale benchmark's);
+# KARPENTER_RS_BIN=FILE runs that binary as it is, without building.
+# KARPENTER_RS_ARGS="--flag value ..." adds flags to `karpenter-rs run` (split on whitespace).
+KARPENTER_RS_PROFILE="${KARPENTER_RS_PROFILE:-debug}"
+karpenter_bin() { echo "${KARPENTER_RS_BIN:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/$KARPENTER_RS_PROFILE/karpenter-rs}"; }
 check_karpenter() { [[ "$(curl -fsS --max-time 5 "http://127.0.0.1:$KARPENTER_HEALTH_PORT/readyz")" == ok ]]; }
 
 karpenter_up() {
@@ -60,8 +68,12 @@ start_karpenter() {
   fi
   stop_components karpenter
   UP_DONE=0 # a failure from here on stops what this run started, karpenter-rs included
-  log "building karpenter-rs"
-  (cd "$REPO_ROOT" && cargo build --quiet --bin karpenter-rs) || fail karpenter "cargo build failed"
+  if [[ -z "${KARPENTER_RS_BIN:-}" ]]; then
+    log "building karpenter-rs"
+    local profile=()
+    [[ "$KARPENTER_RS_PROFILE" == release ]] && profile=(--release)
+    (cd "$REPO_ROOT" && cargo build --quiet "${profile[@]}" --bin karpenter-rs) || fail karpenter "cargo build failed"
+  fi
   local bin ports
   bin="$(karpenter_bin)"
   rm -rf "$KARPENTER_CERTS"
@@ -79,7 +91,7 @@ EOF
     --cluster-name "$CLUSTER_NAME" --bind-address 127.0.0.1 \
     --webhook-port "$KARPENTER_WEBHOOK_PORT" --metrics-port "$KARPENTER_METRICS_PORT" \
     --health-probe-port "$KARPENTER_HEALTH_PORT" --cert-dir "$KARPENTER_CERTS" \
-    --default-instance-profile KarpenterNodeInstanceProfile
+    --default-instance-profile KarpenterNodeInstanceProfile ${KARPENTER_RS_ARGS:-}
   wait_ready karpenter "$COMPONENT_TIMEOUT" check_karpenter
   local setup="$LOGS/karpenter-setup.log"
   kubectl apply --server-side --force-conflicts -f "$REPO_ROOT/deploy/crds/" >>"$setup" 2>&1 ||
@@ -138,6 +150,7 @@ start_proc() {
   printf '%s\n' "$ident" >"$PIDS/$name.exe"
   printf '%s\n' "$pid" >"$PIDS/$name.pid"
   STARTED+=("$name")
+  wait_exec "$pid" "$ident"
   log "started $name (pid $pid)"
 }
 
@@ -354,6 +367,21 @@ start_etcd() {
 }
 
 start_apiserver() {
+  # LOCAL_CLUSTER_AUDIT=1: an audit log of every request's metadata (user agent, verb, resource)
+  #   in logs/audit.log, for benchmarks that count a controller's API requests.
+  local audit=()
+  if [[ "${LOCAL_CLUSTER_AUDIT:-0}" == 1 ]]; then
+    cat >"$STATE/audit-policy.yaml" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+EOF
+    : >"$LOGS/audit.log"
+    audit=(--audit-policy-file="$STATE/audit-policy.yaml" --audit-log-path="$LOGS/audit.log"
+      --audit-log-format=json --audit-log-mode=batch)
+  fi
   # --disable-admission-plugins=ServiceAccount: like envtest; pods can be created
   #   in a new namespace before KCM made its default ServiceAccount.
   # --endpoint-reconciler-type=none: a loopback advertise address is not a valid
@@ -384,6 +412,7 @@ start_apiserver() {
     --disable-admission-plugins=ServiceAccount \
     --endpoint-reconciler-type=none \
     --profiling=false \
+    "${audit[@]}" \
     --v=1
 }
 
@@ -406,7 +435,7 @@ start_kcm() {
     --use-service-account-credentials=false \
     --node-monitor-period=5s \
     --node-monitor-grace-period=40s \
-    --kube-api-qps=100 --kube-api-burst=200 \
+    --kube-api-qps="$CLIENT_QPS" --kube-api-burst="$((CLIENT_QPS * 2))" \
     --profiling=false \
     --v=1
 }
@@ -420,8 +449,8 @@ apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection:
   kubeconfig: $KUBECONFIG_FILE
-  qps: 100
-  burst: 200
+  qps: $CLIENT_QPS
+  burst: $((CLIENT_QPS * 2))
 leaderElection:
   leaderElect: false
 EOF
