@@ -1,8 +1,10 @@
 //! The Helm chart (deploy/chart/karpenter-rs) with the helm CLI built from its Go module
 //! (tests/helm/build.sh): it lints, renders what the binary expects (its settings, its webhook
 //! configurations, the hardening the issue asks for), the committed plain manifests are what it
-//! renders, every value is in README.md, and the rendered objects pass the real API server's
-//! validation (`kubectl apply --dry-run=server`) with default and with non-default values.
+//! renders, every value is in README.md, values.schema.json refuses unknown keys and wrong types
+//! naming them, Karpenter's keys do what README.md's "Karpenter's values" says (same, alias or
+//! refused), and the rendered objects pass the real API server's validation
+//! (`kubectl apply --dry-run=server`) with default and with non-default values.
 
 mod support;
 
@@ -178,6 +180,20 @@ fn values_reach_the_container() {
     assert_eq!(env("DEFAULT_TTL_SECONDS_AFTER_EMPTY")["value"], "none");
     assert_eq!(env("BIND_PODS")["value"], "false");
     assert_eq!(env("LEADER_ELECT")["value"], "false");
+    assert_eq!(c["imagePullPolicy"], "Always");
+    assert_eq!(
+        c["envFrom"],
+        json!([{"configMapRef": {"name": "autoscaler-proxy", "optional": true}}])
+    );
+    let deployment = find(&docs, "Deployment", "autoscaler");
+    assert_eq!(
+        deployment["spec"]["strategy"],
+        json!({"rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}})
+    );
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["dnsConfig"],
+        json!({"options": [{"name": "ndots", "value": "2"}]})
+    );
     assert_eq!(env("WEBHOOK_PORT")["value"], "9443");
     assert_eq!(env("CERT_SECRET")["value"], "autoscaler-webhook-cert");
     assert_eq!(env("CERT_EXTRA_SAN")["value"], "karpenter.example.com,10.0.0.10");
@@ -264,6 +280,8 @@ fn deployment_is_highly_available_and_hardened() {
     let pod = &deployment["spec"]["template"]["spec"];
     let c = &pod["containers"][0];
     assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(deployment["spec"]["strategy"], json!({"rollingUpdate": {"maxUnavailable": 1}}));
+    assert_eq!(c["imagePullPolicy"], "IfNotPresent");
     assert_eq!(find(&docs, "PodDisruptionBudget", "karpenter-rs")["spec"]["maxUnavailable"], 1);
     assert_eq!(pod["priorityClassName"], "system-cluster-critical");
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
@@ -395,6 +413,389 @@ fn every_value_is_documented_and_in_the_readme_table() {
     assert!(
         readme.contains(&table),
         "README.md's table of Helm values is stale; replace it with:\n\n{table}"
+    );
+}
+
+/// `helm template` of the chart with the cluster name and `args`: (success, stderr).
+fn template_with(args: &[&str]) -> (bool, String) {
+    let chart = helm::chart_dir();
+    let mut all = vec!["template", "karpenter-rs", chart.to_str().unwrap(), "--set", CLUSTER];
+    all.extend_from_slice(args);
+    let (ok, _, stderr) = helm::run(&all);
+    (ok, stderr)
+}
+
+/// `helm lint --strict` of the chart with the cluster name and `args`: (success, its output).
+fn lint_with(args: &[&str]) -> (bool, String) {
+    let chart = helm::chart_dir();
+    let mut all = vec!["lint", "--strict", chart.to_str().unwrap(), "--set", CLUSTER];
+    all.extend_from_slice(args);
+    let (ok, stdout, stderr) = helm::run(&all);
+    (ok, format!("{stdout}{stderr}"))
+}
+
+/// What helm prints for a key the schema does not know, e.g. `controller.resources`:
+/// `at '/controller': additional properties 'resources' not allowed`.
+fn refusal(key: &str) -> String {
+    let (parent, name) = key.rsplit_once('.').unwrap_or(("", key));
+    let pointer = if parent.is_empty() {
+        String::new()
+    } else {
+        format!("/{}", parent.replace('.', "/"))
+    };
+    format!("at '{pointer}': additional properties '{name}' not allowed")
+}
+
+/// Sets `key` and expects `helm template` and `helm lint` to fail, naming it.
+fn assert_refused(key: &str) {
+    let set = format!("{key}=x");
+    let expected = refusal(key);
+    let (ok, stderr) = template_with(&["--set", &set]);
+    assert!(!ok, "helm template accepted {key}");
+    assert!(stderr.contains(&expected), "helm template: expected {expected:?}, got:\n{stderr}");
+    let (ok, output) = lint_with(&["--set", &set]);
+    assert!(!ok, "helm lint accepted {key}");
+    assert!(output.contains(&expected), "helm lint: expected {expected:?}, got:\n{output}");
+}
+
+#[test]
+fn mistyped_keys_fail_template_and_lint_naming_the_key() {
+    for key in [
+        "contoller",
+        "settings.aws.clustrName",
+        "image.pullPolcy",
+        "webhook.certExtraSan",
+        "serviceMonitor.enable",
+    ] {
+        assert_refused(key);
+    }
+}
+
+#[test]
+fn values_of_the_wrong_type_or_range_fail_naming_the_value() {
+    for (args, expected) in [
+        (["--set", "replicas=-1"], "at '/replicas': minimum: got -1, want 0"),
+        (
+            ["--set", "logFormat=console"],
+            "at '/logFormat': value must be one of 'plain', 'json'",
+        ),
+        (["--set", "logLevel=fatal"], "at '/logLevel'"),
+        (["--set", "imagePullPolicy=Sometimes"], "at '/imagePullPolicy'"),
+        (["--set", "webhook.port=70000"], "at '/webhook/port': maximum"),
+        (["--set", "settings.batchMaxDuration=0s"], "at '/settings/batchMaxDuration'"),
+        (["--set", "settings.gcInterval=2 minutes"], "at '/settings/gcInterval'"),
+        (["--set", "webhook.certValidity=3x"], "at '/webhook/certValidity'"),
+        (
+            ["--set", "settings.defaultTtlSecondsAfterEmpty=never"],
+            "at '/settings/defaultTtlSecondsAfterEmpty'",
+        ),
+        (
+            ["--set", "settings.maxNodeLaunchesPerMinute=-1"],
+            "at '/settings/maxNodeLaunchesPerMinute'",
+        ),
+        (["--set", "settings.aws.enablePodENI=yes"], "at '/settings/aws/enablePodENI'"),
+        (["--set", "settings.aws.reservedENIs=-1"], "at '/settings/aws/reservedENIs'"),
+        (
+            ["--set", "settings.aws.vmMemoryOverheadPercent=1.5"],
+            "at '/settings/aws/vmMemoryOverheadPercent'",
+        ),
+        (["--set", "settings.aws.clusterCIDR=10.100.0.0"], "at '/settings/aws/clusterCIDR'"),
+        (
+            ["--set", "podAnnotations.example\\.com/scrape=true"],
+            "at '/podAnnotations/example.com~1scrape': got boolean, want string",
+        ),
+        // Unquoted in YAML, 1.30 is the number 1.3.
+        (
+            ["--set-json", "settings.kubernetesVersion=1.3"],
+            "at '/settings/kubernetesVersion': got number, want string",
+        ),
+        (
+            ["--set-json", r#"settings.aws.tags={"cost-center":4711}"#],
+            "at '/settings/aws/tags/cost-center': got number, want string",
+        ),
+        (
+            ["--set", "settings.aws.tags.karpenter\\.sh/managed-by=me"],
+            "at '/settings/aws/tags/karpenter.sh~1managed-by': false schema",
+        ),
+        (
+            ["--set", "settings.priceOverrides.t3\\.large=0"],
+            "at '/settings/priceOverrides/t3.large'",
+        ),
+    ] {
+        let (ok, stderr) = template_with(&args);
+        assert!(!ok, "helm template accepted {args:?}");
+        assert!(stderr.contains(expected), "{args:?}: expected {expected:?}, got:\n{stderr}");
+    }
+    // Each form the binary reads passes, as `--set` (numbers and booleans) and `--set-string` give it.
+    for args in [
+        ["--set", "settings.defaultTtlSecondsAfterEmpty=60"],
+        ["--set", "settings.defaultTtlSecondsUntilExpired=NONE"],
+        ["--set", "podDisruptionBudget.maxUnavailable=50%"],
+        ["--set", "settings.aws.enablePodENI=true"],
+        ["--set-string", "settings.aws.enablePodENI=true"],
+        ["--set", "settings.aws.reservedENIs=2"],
+        ["--set-string", "settings.aws.reservedENIs=2"],
+        ["--set-json", "settings.aws.vmMemoryOverheadPercent=0.1"],
+        ["--set-string", "settings.aws.vmMemoryOverheadPercent=0.1"],
+        ["--set", "settings.batchMaxDuration=1m30s"],
+        ["--set-string", "settings.replacementTimeout=0"],
+        ["--set", "logLevel=info\\,karpenter_rs::webhook=warn"],
+        ["--set-json", r#"settings.priceOverrides={"t3.large":{"onDemand":0.1,"spot":0.03}}"#],
+    ] {
+        let (ok, stderr) = template_with(&args);
+        assert!(ok, "{args:?} refused:\n{stderr}");
+    }
+}
+
+/// What README.md's "Karpenter's values" table says of a key of Karpenter's chart.
+#[derive(Clone, Debug, PartialEq)]
+enum KarpenterValue {
+    /// The same key, with the same meaning, in our chart.
+    Same,
+    /// Another name of our key (which wins when both are set).
+    Alias(String),
+    /// Refused by the schema.
+    Refused,
+}
+
+/// The code spans (`...`) of a Markdown cell.
+fn code_spans(cell: &str) -> Vec<String> {
+    cell.split('`').skip(1).step_by(2).map(str::to_string).collect()
+}
+
+/// README.md's "Karpenter's values" table: each Karpenter key and what the chart does with it.
+fn karpenter_values_table() -> Vec<(String, KarpenterValue)> {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let section = readme
+        .split("### Karpenter's values")
+        .nth(1)
+        .expect("README.md has a section \"Karpenter's values\"");
+    let mut rows = Vec::new();
+    for line in section.lines().skip_while(|l| !l.starts_with("| Karpenter value |")).skip(2) {
+        let Some(row) = line.strip_prefix("| ") else { break };
+        let (keys, behaviour) = row.split_once(" | ").unwrap_or_else(|| panic!("malformed row {line:?}"));
+        let behaviour = behaviour.trim_end_matches(" |");
+        let value = if behaviour.starts_with("same") {
+            KarpenterValue::Same
+        } else if behaviour.starts_with("alias of `") {
+            KarpenterValue::Alias(code_spans(behaviour).remove(0))
+        } else if behaviour.starts_with("refused") {
+            KarpenterValue::Refused
+        } else {
+            panic!("row {line:?}: expected same, alias of `...` or refused");
+        };
+        for key in code_spans(keys) {
+            rows.push((key, value.clone()));
+        }
+    }
+    assert!(rows.len() > 40, "README.md's table of Karpenter's values is missing or cut short");
+    rows
+}
+
+/// Every key of Karpenter's chart from v0.27 to v0.31 (`aws@v0.27.0` ... `aws@v0.31.5`:
+/// charts/karpenter/values.yaml), down to the values users set as a whole.
+const KARPENTER_VALUES: &[&str] = &[
+    "nameOverride",
+    "fullnameOverride",
+    "additionalLabels",
+    "additionalAnnotations",
+    "imagePullPolicy",
+    "imagePullSecrets",
+    "serviceAccount.create",
+    "serviceAccount.name",
+    "serviceAccount.annotations",
+    "additionalClusterRoleRules",
+    "serviceMonitor.enabled",
+    "serviceMonitor.additionalLabels",
+    "serviceMonitor.endpointConfig",
+    "replicas",
+    "revisionHistoryLimit",
+    "strategy",
+    "podLabels",
+    "podAnnotations",
+    "podDisruptionBudget.name",
+    "podDisruptionBudget.maxUnavailable",
+    "priorityClassName",
+    "terminationGracePeriodSeconds",
+    "hostNetwork",
+    "dnsPolicy",
+    "dnsConfig",
+    "nodeSelector",
+    "affinity",
+    "topologySpreadConstraints",
+    "tolerations",
+    "extraVolumes",
+    "extraObjects",
+    "podSecurityContext",
+    "controller.image.repository",
+    "controller.image.tag",
+    "controller.image.digest",
+    "controller.env",
+    "controller.envFrom",
+    "controller.resources",
+    "controller.securityContext",
+    "controller.outputPaths",
+    "controller.errorOutputPaths",
+    "controller.logLevel",
+    "controller.logEncoding",
+    "controller.extraVolumeMounts",
+    "controller.sidecarContainer",
+    "controller.sidecarVolumeMounts",
+    "controller.metrics.port",
+    "controller.healthProbe.port",
+    "webhook.logLevel",
+    "webhook.port",
+    "logLevel",
+    "logEncoding",
+    "settings.batchMaxDuration",
+    "settings.batchIdleDuration",
+    "settings.aws.assumeRoleARN",
+    "settings.aws.assumeRoleDuration",
+    "settings.aws.clusterCABundle",
+    "settings.aws.clusterName",
+    "settings.aws.clusterEndpoint",
+    "settings.aws.defaultInstanceProfile",
+    "settings.aws.enablePodENI",
+    "settings.aws.enableENILimitedPodDensity",
+    "settings.aws.isolatedVPC",
+    "settings.aws.nodeNameConvention",
+    "settings.aws.vmMemoryOverheadPercent",
+    "settings.aws.interruptionQueueName",
+    "settings.aws.tags",
+    "settings.featureGates.driftEnabled",
+];
+
+#[test]
+fn every_karpenter_value_has_a_row_in_the_readme() {
+    let table = karpenter_values_table();
+    let missing: Vec<_> = KARPENTER_VALUES
+        .iter()
+        .filter(|key| !table.iter().any(|(k, _)| *key == k || key.starts_with(&format!("{k}."))))
+        .collect();
+    assert!(missing.is_empty(), "README.md's \"Karpenter's values\" says nothing of {missing:?}");
+}
+
+#[test]
+fn karpenter_values_of_the_same_name_are_values_of_the_chart() {
+    let documented: Vec<String> = documented_values().into_iter().map(|(k, _)| k).collect();
+    for (key, value) in karpenter_values_table() {
+        let ours = match &value {
+            KarpenterValue::Same => &key,
+            KarpenterValue::Alias(ours) => ours,
+            KarpenterValue::Refused => continue,
+        };
+        assert!(documented.contains(ours), "{key} ({value:?}): {ours} is no value of values.yaml");
+    }
+}
+
+#[test]
+fn karpenter_values_without_meaning_here_fail_naming_the_key() {
+    let refused: Vec<String> = karpenter_values_table()
+        .into_iter()
+        .filter(|(_, v)| *v == KarpenterValue::Refused)
+        .map(|(k, _)| k)
+        .collect();
+    assert!(refused.iter().any(|k| k == "controller.resources") && refused.iter().any(|k| k == "logEncoding"));
+    for key in &refused {
+        assert_refused(key);
+    }
+}
+
+/// Karpenter's alias, our key, a value for them and another value.
+const ALIASES: &[(&str, &str, &str, &str)] = &[
+    ("imagePullPolicy", "image.pullPolicy", r#""Always""#, r#""Never""#),
+    (
+        "controller.env",
+        "extraEnv",
+        r#"[{"name":"HTTPS_PROXY","value":"http://proxy.example.com:3128"}]"#,
+        r#"[{"name":"NO_PROXY","value":"169.254.169.254"}]"#,
+    ),
+    (
+        "controller.envFrom",
+        "extraEnvFrom",
+        r#"[{"secretRef":{"name":"proxy"}}]"#,
+        r#"[{"configMapRef":{"name":"proxy"}}]"#,
+    ),
+    (
+        "controller.extraVolumeMounts",
+        "extraVolumeMounts",
+        r#"[{"name":"scratch","mountPath":"/scratch"}]"#,
+        r#"[{"name":"cache","mountPath":"/cache"}]"#,
+    ),
+];
+
+#[test]
+fn karpenter_aliases_render_what_our_keys_render() {
+    let table: Vec<(String, String)> = karpenter_values_table()
+        .into_iter()
+        .filter_map(|(k, v)| match v {
+            KarpenterValue::Alias(ours) => Some((k, ours)),
+            _ => None,
+        })
+        .collect();
+    let tested: Vec<(String, String)> = ALIASES.iter().map(|(k, o, _, _)| (k.to_string(), o.to_string())).collect();
+    assert_eq!(table, tested, "README.md's aliases and the ones tested here differ");
+    // `--set-json key=<JSON>` for each value, after the cluster name.
+    let render = |values: &[String]| {
+        let mut args = vec!["--set", CLUSTER];
+        for value in values {
+            args.extend(["--set-json", value.as_str()]);
+        }
+        documents(&helm::template("karpenter-rs", "karpenter", &args))
+    };
+    let defaults = default_render("karpenter");
+    for (karpenter, ours, value, other) in ALIASES {
+        let with_ours = render(&[format!("{ours}={value}")]);
+        assert_ne!(with_ours, defaults, "{ours}={value} changes nothing");
+        let with_alias = render(&[format!("{karpenter}={value}")]);
+        assert!(with_alias == with_ours, "{karpenter} renders otherwise than {ours}");
+        let with_both = render(&[format!("{karpenter}={other}"), format!("{ours}={value}")]);
+        assert!(with_both == with_ours, "with both set, {karpenter} wins over {ours}");
+    }
+}
+
+/// The dotted paths of the properties values.schema.json declares; fails on an object that lists
+/// properties yet accepts others.
+fn schema_paths(schema: &Value, prefix: &str, out: &mut Vec<String>) {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    let at = if prefix.is_empty() { "the root" } else { prefix };
+    assert_eq!(
+        schema["additionalProperties"], false,
+        "values.schema.json: {at} accepts keys it does not list"
+    );
+    for (key, child) in properties {
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        schema_paths(child, &path, out);
+        out.push(path);
+    }
+}
+
+#[test]
+fn schema_declares_every_value_and_only_values_and_aliases() {
+    let text = std::fs::read_to_string(helm::chart_dir().join("values.schema.json")).unwrap();
+    let schema: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(schema["$schema"], "http://json-schema.org/draft-07/schema#");
+    let mut declared = Vec::new();
+    schema_paths(&schema, "", &mut declared);
+    let documented: Vec<String> = documented_values().into_iter().map(|(k, _)| k).collect();
+    let undeclared: Vec<_> = documented.iter().filter(|k| !declared.contains(k)).collect();
+    assert!(undeclared.is_empty(), "values.schema.json lacks {undeclared:?}");
+    let aliases: Vec<&str> = ALIASES.iter().map(|(k, _, _, _)| *k).collect();
+    let unknown: Vec<_> = declared
+        .iter()
+        .filter(|p| {
+            !documented.contains(p) && !aliases.contains(&p.as_str()) && !documented.iter().any(|d| d.starts_with(&format!("{p}.")))
+        })
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "values.schema.json declares {unknown:?}, which are neither values nor aliases"
     );
 }
 
