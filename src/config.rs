@@ -37,6 +37,52 @@ pub enum Command {
     Certs(CertsArgs),
     /// Print the Mutating and Validating webhook configurations that route both kinds to the webhook.
     WebhookConfig(WebhookConfigArgs),
+    /// Show what karpenter-rs would launch for these manifests, offline: nodes, prices, where each pod goes.
+    Simulate(crate::simulate::args::SimulateArgs),
+    /// Convert Provisioners and AWSNodeTemplates into Karpenter v1 NodePools and EC2NodeClasses (YAML on stdout).
+    Convert(ConvertArgs),
+}
+
+/// Settings of `convert`: the inputs, and what karpenter-rs ran with (its defaults depend on it).
+#[derive(Args, Debug, Clone)]
+pub struct ConvertArgs {
+    /// YAML or JSON file of Provisioners and AWSNodeTemplates (several documents, or a List);
+    /// repeatable; `-` reads stdin.
+    #[arg(short = 'f', long = "filename", env = "CONVERT_FILENAMES", value_delimiter = ',', required = true)]
+    pub filenames: Vec<String>,
+    /// Name of the cluster the objects ran on: the default subnet and security-group selectors
+    /// use `karpenter.sh/discovery: <name>`, the node role placeholder `KarpenterNodeRole-<name>`.
+    #[arg(long, env = "CLUSTER_NAME")]
+    pub cluster_name: String,
+    /// Kubernetes `major.minor` of the cluster: templates without amiFamily ran AL2 up to 1.32 and
+    /// AL2023 from 1.33; Ubuntu's AMIs are looked up for it. Empty: AL2 is assumed (and noted).
+    #[arg(long, env = "KUBERNETES_VERSION", default_value_t = VersionOverride(None), value_parser = parse_version_override)]
+    pub kubernetes_version: VersionOverride,
+    /// The instance profile karpenter-rs gave nodes whose template names none; without it such
+    /// classes get a `role` placeholder to replace.
+    #[arg(long, env = "DEFAULT_INSTANCE_PROFILE")]
+    pub default_instance_profile: Option<String>,
+    /// The ttlSecondsAfterEmpty default karpenter-rs ran with; `none` if it was off.
+    #[arg(long, env = "DEFAULT_TTL_SECONDS_AFTER_EMPTY", default_value_t = TtlDefault(Some(DEFAULT_TTL_SECONDS_AFTER_EMPTY)), value_parser = parse_ttl_default)]
+    pub default_ttl_seconds_after_empty: TtlDefault,
+    /// The ttlSecondsUntilExpired default karpenter-rs ran with; `none` if it was off.
+    #[arg(long, env = "DEFAULT_TTL_SECONDS_UNTIL_EXPIRED", default_value_t = TtlDefault(Some(DEFAULT_TTL_SECONDS_UNTIL_EXPIRED)), value_parser = parse_ttl_default)]
+    pub default_ttl_seconds_until_expired: TtlDefault,
+}
+
+impl ConvertArgs {
+    /// The conversion's settings.
+    pub fn settings(&self) -> crate::convert::Settings {
+        crate::convert::Settings {
+            api: ApiSettings {
+                cluster_name: self.cluster_name.clone(),
+                default_ttl_seconds_after_empty: self.default_ttl_seconds_after_empty.0,
+                default_ttl_seconds_until_expired: self.default_ttl_seconds_until_expired.0,
+            },
+            kubernetes_version: self.kubernetes_version.0,
+            default_instance_profile: self.default_instance_profile.clone().filter(|p| !p.is_empty()),
+        }
+    }
 }
 
 /// Settings of `webhook-config`.
@@ -191,6 +237,13 @@ pub struct RunArgs {
     /// (`run` only).
     #[arg(long, env = "MAX_NODE_LAUNCHES_PER_MINUTE", default_value_t = 100)]
     pub max_node_launches_per_minute: u32,
+    /// Requests per second karpenter-rs sends the API server on average (client-side, as
+    /// client-go's); 0 turns the limit off (`run` only).
+    #[arg(long, env = "KUBE_CLIENT_QPS", default_value_t = 200.0)]
+    pub kube_client_qps: f64,
+    /// Requests karpenter-rs may send the API server at once above that rate (`run` only).
+    #[arg(long, env = "KUBE_CLIENT_BURST", default_value_t = 300)]
+    pub kube_client_burst: u32,
     /// How often empty and expired nodes are looked for (`run` only).
     #[arg(long, env = "DEPROVISIONING_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     pub deprovisioning_interval: Duration,

@@ -1,7 +1,15 @@
 //! Every Prometheus metric karpenter-rs exports: names, help texts, labels and label values live
 //! here and nowhere else. `Metrics::new` registers them in a registry of their own.
 
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{LabelPair, Metric, MetricFamily, MetricType, Quantile, Summary};
 use prometheus::{GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+
+use crate::apis::v1alpha5::labels::WELL_KNOWN_LABELS;
 
 /// Latency buckets of admission requests, in seconds (1 ms .. 10 s).
 const WEBHOOK_BUCKETS: &[f64] = &[0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -53,6 +61,28 @@ pub const POD_STATE_LABELS: [&str; 10] = [
     "phase",
 ];
 
+/// The label names of the `karpenter_nodes_*` resource gauges (`allocatable`,
+/// `total_pod_requests`, ...), in order: `resource_type`, `node_name`, `provisioner`, `phase`, then
+/// one per well-known node label, named after the key's last path segment in snake case
+/// (`topology.kubernetes.io/zone` → `zone`), as Karpenter names them
+/// (`core@v0.31.0:pkg/controllers/metrics/node/controller.go`).
+pub fn node_label_names() -> Vec<String> {
+    let mut names: Vec<String> = ["resource_type", "node_name", "provisioner", "phase"].map(String::from).to_vec();
+    names.extend(WELL_KNOWN_LABELS.iter().map(|key| node_label_name(key)));
+    names
+}
+
+/// `karpenter.k8s.aws/instance-gpu-count` → `instance_gpu_count`.
+pub fn node_label_name(key: &str) -> String {
+    key.rsplit('/').next().unwrap_or(key).to_lowercase().replace('-', "_")
+}
+
+/// The label names of `karpenter_rs_node_price_per_hour`: the node gauges' without
+/// `resource_type`.
+pub fn node_price_label_names() -> Vec<String> {
+    node_label_names().into_iter().skip(1).collect()
+}
+
 /// What a failed call is, as `karpenter_cloudprovider_errors_total{error}` names it.
 pub trait ErrorKind {
     /// The label value.
@@ -85,8 +115,41 @@ pub struct Metrics {
     /// `karpenter_deprovisioning_actions_performed{action}` (`<method>/delete`, `<method>/replace`).
     pub deprovisioning_actions: IntCounterVec,
     /// `karpenter_nodes_termination_time_seconds{provisioner}`: from the Node's deletion
-    /// timestamp to its finalizer removed (Karpenter's is a summary; a histogram aggregates).
-    pub termination_time: HistogramVec,
+    /// timestamp to its finalizer removed; a summary as Karpenter's.
+    pub termination_time: SummaryVec,
+    /// `karpenter_pods_startup_time_seconds`: from a pod's creation to its Ready condition, for
+    /// pods seen pending (a summary as Karpenter's).
+    pub pod_startup_time: SummaryVec,
+    /// `karpenter_nodes_allocatable{node labels}`: the Node's `status.allocatable`.
+    pub nodes_allocatable: GaugeVec,
+    /// `karpenter_nodes_total_pod_requests{node labels}`: requests of its non-DaemonSet pods.
+    pub nodes_pod_requests: GaugeVec,
+    /// `karpenter_nodes_total_pod_limits{node labels}`: limits of its non-DaemonSet pods.
+    pub nodes_pod_limits: GaugeVec,
+    /// `karpenter_nodes_total_daemon_requests{node labels}`: requests of its DaemonSet pods.
+    pub nodes_daemon_requests: GaugeVec,
+    /// `karpenter_nodes_total_daemon_limits{node labels}`: limits of its DaemonSet pods.
+    pub nodes_daemon_limits: GaugeVec,
+    /// `karpenter_nodes_system_overhead{node labels}`: capacity minus allocatable.
+    pub nodes_system_overhead: GaugeVec,
+    /// `karpenter_rs_node_price_per_hour{node labels but resource_type}`: what the node's
+    /// offering cost per hour at launch (its price annotation), else the catalogue's price now.
+    pub node_price: GaugeVec,
+    /// `karpenter_cloudprovider_instance_type_cpu_cores{instance_type}`.
+    pub instance_type_cpu: GaugeVec,
+    /// `karpenter_cloudprovider_instance_type_memory_bytes{instance_type}`.
+    pub instance_type_memory: GaugeVec,
+    /// `karpenter_cloudprovider_instance_type_price_estimate{instance_type, capacity_type, region,
+    /// zone}`: on-demand prices with `zone=""` (they are the region's), spot prices per zone.
+    pub instance_type_price: GaugeVec,
+    /// `karpenter_provisioner_scheduling_simulation_duration_seconds`: one scheduling simulation.
+    pub simulation_duration: Histogram,
+    /// `controller_runtime_reconcile_total{controller, result}` (`success`, `error`).
+    pub reconcile_total: IntCounterVec,
+    /// `controller_runtime_reconcile_errors_total{controller}`.
+    pub reconcile_errors: IntCounterVec,
+    /// `controller_runtime_reconcile_time_seconds{controller}`: one pass of a controller.
+    pub reconcile_time: HistogramVec,
     /// `karpenter_deprovisioning_replacement_node_initialized_seconds`: from launching the
     /// replacements of an expired node to all of them Ready.
     pub replacement_initialized: Histogram,
@@ -207,13 +270,99 @@ impl Metrics {
             &["action"],
         )
         .expect("metric options are valid");
-        let termination_time = HistogramVec::new(
+        let termination_time = SummaryVec::new(
+            "karpenter_nodes_termination_time_seconds",
+            "Time from a Node's deletion to its finalizer removed (drained, instance terminated), by provisioner.",
+            &["provisioner"],
+        );
+        let pod_startup_time = SummaryVec::new(
+            "karpenter_pods_startup_time_seconds",
+            "Time from a pod's creation to its Ready condition, for pods seen pending.",
+            &[],
+        );
+        let node_labels = node_label_names();
+        let node_labels: Vec<&str> = node_labels.iter().map(String::as_str).collect();
+        let node_gauge = |name: &str, help: &str| GaugeVec::new(Opts::new(name, help), &node_labels).expect("metric options are valid");
+        let nodes_allocatable = node_gauge(
+            "karpenter_nodes_allocatable",
+            "Resources the node can give pods (status.allocatable; CPU in cores, others in base units).",
+        );
+        let nodes_pod_requests = node_gauge(
+            "karpenter_nodes_total_pod_requests",
+            "Resources requested by the non-DaemonSet pods bound to the node.",
+        );
+        let nodes_pod_limits = node_gauge(
+            "karpenter_nodes_total_pod_limits",
+            "Resource limits of the non-DaemonSet pods bound to the node.",
+        );
+        let nodes_daemon_requests = node_gauge(
+            "karpenter_nodes_total_daemon_requests",
+            "Resources requested by the DaemonSet pods bound to the node.",
+        );
+        let nodes_daemon_limits = node_gauge(
+            "karpenter_nodes_total_daemon_limits",
+            "Resource limits of the DaemonSet pods bound to the node.",
+        );
+        let nodes_system_overhead = node_gauge(
+            "karpenter_nodes_system_overhead",
+            "Resources reserved for the system: the node's capacity minus its allocatable.",
+        );
+        let price_labels = node_price_label_names();
+        let price_labels: Vec<&str> = price_labels.iter().map(String::as_str).collect();
+        let node_price = GaugeVec::new(
+            Opts::new(
+                "karpenter_rs_node_price_per_hour",
+                "USD per hour of the node's offering: its price at launch, else the catalogue's price now.",
+            ),
+            &price_labels,
+        )
+        .expect("metric options are valid");
+        let instance_type_cpu = GaugeVec::new(
+            Opts::new("karpenter_cloudprovider_instance_type_cpu_cores", "vCPUs of an instance type."),
+            &["instance_type"],
+        )
+        .expect("metric options are valid");
+        let instance_type_memory = GaugeVec::new(
+            Opts::new(
+                "karpenter_cloudprovider_instance_type_memory_bytes",
+                "Memory of an instance type, in bytes.",
+            ),
+            &["instance_type"],
+        )
+        .expect("metric options are valid");
+        let instance_type_price = GaugeVec::new(
+            Opts::new(
+                "karpenter_cloudprovider_instance_type_price_estimate",
+                "USD per hour used to rank an offering: on-demand per region (zone empty), spot per zone.",
+            ),
+            &["instance_type", "capacity_type", "region", "zone"],
+        )
+        .expect("metric options are valid");
+        let simulation_duration = Histogram::with_opts(
             HistogramOpts::new(
-                "karpenter_nodes_termination_time_seconds",
-                "Time from a Node's deletion to its finalizer removed (drained, instance terminated), by provisioner.",
+                "karpenter_provisioner_scheduling_simulation_duration_seconds",
+                "Duration of one scheduling simulation of a provisioning pass.",
             )
             .buckets(DURATION_BUCKETS.to_vec()),
-            &["provisioner"],
+        )
+        .expect("metric options are valid");
+        let reconcile_total = IntCounterVec::new(
+            Opts::new("controller_runtime_reconcile_total", "Passes of each controller, by result."),
+            &["controller", "result"],
+        )
+        .expect("metric options are valid");
+        let reconcile_errors = IntCounterVec::new(
+            Opts::new("controller_runtime_reconcile_errors_total", "Failed passes of each controller."),
+            &["controller"],
+        )
+        .expect("metric options are valid");
+        let reconcile_time = HistogramVec::new(
+            HistogramOpts::new(
+                "controller_runtime_reconcile_time_seconds",
+                "Duration of one pass of each controller.",
+            )
+            .buckets(DURATION_BUCKETS.to_vec()),
+            &["controller"],
         )
         .expect("metric options are valid");
         let replacement_initialized = Histogram::with_opts(
@@ -328,6 +477,21 @@ impl Metrics {
             Box::new(interruption_deleted_messages.clone()),
             Box::new(interruption_message_latency.clone()),
             Box::new(interruption_actions_performed.clone()),
+            Box::new(pod_startup_time.clone()),
+            Box::new(nodes_allocatable.clone()),
+            Box::new(nodes_pod_requests.clone()),
+            Box::new(nodes_pod_limits.clone()),
+            Box::new(nodes_daemon_requests.clone()),
+            Box::new(nodes_daemon_limits.clone()),
+            Box::new(nodes_system_overhead.clone()),
+            Box::new(node_price.clone()),
+            Box::new(instance_type_cpu.clone()),
+            Box::new(instance_type_memory.clone()),
+            Box::new(instance_type_price.clone()),
+            Box::new(simulation_duration.clone()),
+            Box::new(reconcile_total.clone()),
+            Box::new(reconcile_errors.clone()),
+            Box::new(reconcile_time.clone()),
         ] {
             registry.register(collector).expect("metric names are unique");
         }
@@ -361,6 +525,67 @@ impl Metrics {
             interruption_deleted_messages,
             interruption_message_latency,
             interruption_actions_performed,
+            pod_startup_time,
+            nodes_allocatable,
+            nodes_pod_requests,
+            nodes_pod_limits,
+            nodes_daemon_requests,
+            nodes_daemon_limits,
+            nodes_system_overhead,
+            node_price,
+            instance_type_cpu,
+            instance_type_memory,
+            instance_type_price,
+            simulation_duration,
+            reconcile_total,
+            reconcile_errors,
+            reconcile_time,
+        }
+    }
+
+    /// Sets the `karpenter_cloudprovider_instance_type_*` gauges to `catalogue` (types no longer
+    /// in it are removed): vCPUs and memory per type, and each priced offering's price, on-demand
+    /// once per type with `zone=""` (the region's price) and spot per zone, as Karpenter reports
+    /// them (`aws@v0.31.0:pkg/providers/pricing/pricing.go`).
+    pub fn set_instance_types(&self, catalogue: &[crate::cloudprovider::InstanceTypeInfo], region: &str) {
+        for gauge in [&self.instance_type_cpu, &self.instance_type_memory, &self.instance_type_price] {
+            gauge.reset();
+        }
+        for t in catalogue {
+            let name = t.facts.name.as_str();
+            self.instance_type_cpu.with_label_values(&[name]).set(t.facts.vcpus as f64);
+            self.instance_type_memory
+                .with_label_values(&[name])
+                .set(t.facts.memory_mib as f64 * 1024.0 * 1024.0);
+            for o in t.offerings.iter().filter(|o| o.price.is_finite() && o.price > 0.0) {
+                let zone = if o.capacity_type == "spot" { o.zone.as_str() } else { "" };
+                self.instance_type_price
+                    .with_label_values(&[name, &o.capacity_type, region, zone])
+                    .set(o.price);
+            }
+        }
+    }
+
+    /// Creates `controller`'s reconcile series at zero, when it starts: a rate over them then
+    /// shows its first passes too (a series born at its first pass never rises).
+    pub fn controller_started(&self, controller: &str) {
+        self.reconcile_time.with_label_values(&[controller]);
+        self.reconcile_errors.with_label_values(&[controller]);
+        for result in ["success", "error"] {
+            self.reconcile_total.with_label_values(&[controller, result]);
+        }
+    }
+
+    /// Counts and times one pass of `controller` (`controller_runtime_reconcile_*`, the names
+    /// Karpenter's dashboards read for every controller).
+    pub fn reconciled(&self, controller: &str, started: Instant, ok: bool) {
+        self.reconcile_time
+            .with_label_values(&[controller])
+            .observe(started.elapsed().as_secs_f64());
+        let result = if ok { "success" } else { "error" };
+        self.reconcile_total.with_label_values(&[controller, result]).inc();
+        if !ok {
+            self.reconcile_errors.with_label_values(&[controller]).inc();
         }
     }
 
@@ -386,6 +611,203 @@ impl Metrics {
     }
 }
 
+/// The quantiles of every summary, as Karpenter's (`core@v0.31.0:pkg/metrics/constants.go`).
+pub const SUMMARY_QUANTILES: [f64; 5] = [0.0, 0.5, 0.9, 0.99, 1.0];
+
+/// How long an observation counts towards a summary's quantiles (Go's default `MaxAge`).
+const SUMMARY_MAX_AGE: Duration = Duration::from_secs(10 * 60);
+
+/// The most observations a summary series keeps for its quantiles (the oldest go first), so
+/// that a burst cannot grow it without bound.
+const SUMMARY_MAX_KEPT: usize = 4096;
+
+/// A Prometheus summary with labels (the `prometheus` crate has none): `_count` and `_sum` over
+/// the process's life, and `SUMMARY_QUANTILES` over the observations of the last 10 minutes
+/// (exact ranks of at most the last 4,096; NaN when there were none, as Go reports them).
+#[derive(Clone)]
+pub struct SummaryVec {
+    desc: Desc,
+    series: Arc<Mutex<HashMap<Vec<String>, SummarySeries>>>,
+}
+
+#[derive(Default)]
+struct SummarySeries {
+    count: u64,
+    sum: f64,
+    recent: VecDeque<(Instant, f64)>,
+}
+
+impl SummaryVec {
+    /// A summary family named `name` with the given label names.
+    pub fn new(name: &str, help: &str, labels: &[&str]) -> Self {
+        let summary = SummaryVec {
+            desc: Desc::new(
+                name.into(),
+                help.into(),
+                labels.iter().map(|l| l.to_string()).collect(),
+                HashMap::new(),
+            )
+            .expect("metric options are valid"),
+            series: Arc::default(),
+        };
+        // An unlabelled summary is exposed from the start (count 0, quantiles NaN), as Go's are.
+        if labels.is_empty() {
+            summary
+                .series
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(vec![], SummarySeries::default());
+        }
+        summary
+    }
+
+    /// Records `value` for the series of `labels` (one value per label name, in order).
+    pub fn observe(&self, labels: &[&str], value: f64) {
+        self.observe_at(labels, value, Instant::now());
+    }
+
+    /// `observe` at `now`.
+    pub fn observe_at(&self, labels: &[&str], value: f64, now: Instant) {
+        let mut series = self.series.lock().unwrap_or_else(|e| e.into_inner());
+        let s = series.entry(labels.iter().map(|l| l.to_string()).collect()).or_default();
+        s.count += 1;
+        s.sum += value;
+        s.recent.push_back((now, value));
+        while s.recent.len() > SUMMARY_MAX_KEPT {
+            s.recent.pop_front();
+        }
+    }
+
+    /// Forgets the series of `labels`.
+    pub fn remove(&self, labels: &[&str]) {
+        let key: Vec<String> = labels.iter().map(|l| l.to_string()).collect();
+        self.series.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+    }
+
+    /// Observations of the series of `labels` so far.
+    pub fn sample_count(&self, labels: &[&str]) -> u64 {
+        let key: Vec<String> = labels.iter().map(|l| l.to_string()).collect();
+        self.series
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .map_or(0, |s| s.count)
+    }
+
+    /// The family as of `now`.
+    pub fn collect_at(&self, now: Instant) -> MetricFamily {
+        let mut series = self.series.lock().unwrap_or_else(|e| e.into_inner());
+        let mut metrics = Vec::with_capacity(series.len());
+        for (values, s) in series.iter_mut() {
+            while s
+                .recent
+                .front()
+                .is_some_and(|(at, _)| now.saturating_duration_since(*at) > SUMMARY_MAX_AGE)
+            {
+                s.recent.pop_front();
+            }
+            let mut recent: Vec<f64> = s.recent.iter().map(|(_, v)| *v).collect();
+            recent.sort_by(f64::total_cmp);
+            let quantiles = SUMMARY_QUANTILES
+                .iter()
+                .map(|&q| {
+                    let mut quantile = Quantile::default();
+                    quantile.set_quantile(q);
+                    quantile.set_value(rank_quantile(&recent, q));
+                    quantile
+                })
+                .collect();
+            let mut summary = Summary::default();
+            summary.set_sample_count(s.count);
+            summary.set_sample_sum(s.sum);
+            summary.set_quantile(quantiles);
+            let mut metric = Metric::default();
+            metric.set_label(
+                self.desc
+                    .variable_labels
+                    .iter()
+                    .zip(values)
+                    .map(|(name, value)| {
+                        let mut pair = LabelPair::default();
+                        pair.set_name(name.clone());
+                        pair.set_value(value.clone());
+                        pair
+                    })
+                    .collect(),
+            );
+            metric.set_summary(summary);
+            metrics.push(metric);
+        }
+        // A stable order for the text format (labels sort like Prometheus's own output).
+        metrics.sort_by(|a, b| {
+            let key = |m: &Metric| m.get_label().iter().map(|l| l.value().to_string()).collect::<Vec<_>>();
+            key(a).cmp(&key(b))
+        });
+        let mut family = MetricFamily::default();
+        family.set_name(self.desc.fq_name.clone());
+        family.set_help(self.desc.help.clone());
+        family.set_field_type(MetricType::SUMMARY);
+        family.set_metric(metrics);
+        family
+    }
+}
+
+/// The value of rank ⌈q·n⌉ of `sorted` (the smallest for q = 0); NaN when it is empty.
+fn rank_quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+impl Collector for SummaryVec {
+    fn desc(&self) -> Vec<&Desc> {
+        vec![&self.desc]
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let family = self.collect_at(Instant::now());
+        if family.get_metric().is_empty() {
+            return vec![];
+        }
+        vec![family]
+    }
+}
+
+/// One gauge family set as a whole each time: `replace_all` sets the series given and removes
+/// every series the previous call set that is not among them (a deleted node's or pod's series
+/// go with it). Karpenter's `metrics.Store` `ReplaceAll`.
+pub struct GaugeSeries {
+    gauge: GaugeVec,
+    reported: BTreeSet<Vec<String>>,
+}
+
+impl GaugeSeries {
+    /// Tracks the series of `gauge`.
+    pub fn new(gauge: GaugeVec) -> Self {
+        GaugeSeries {
+            gauge,
+            reported: BTreeSet::new(),
+        }
+    }
+
+    /// Sets exactly `series` (label values in the gauge's label order, value).
+    pub fn replace_all(&mut self, series: impl IntoIterator<Item = (Vec<String>, f64)>) {
+        let mut now = BTreeSet::new();
+        for (labels, value) in series {
+            let values: Vec<&str> = labels.iter().map(String::as_str).collect();
+            self.gauge.with_label_values(&values).set(value);
+            now.insert(labels);
+        }
+        for gone in self.reported.difference(&now) {
+            let values: Vec<&str> = gone.iter().map(String::as_str).collect();
+            let _ = self.gauge.remove_label_values(&values);
+        }
+        self.reported = now;
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -405,6 +827,94 @@ mod tests {
         fn kind(&self) -> &'static str {
             "not_found"
         }
+    }
+
+    #[test]
+    fn a_summary_reports_karpenters_quantiles_of_the_last_ten_minutes_and_counts_everything() {
+        let summary = SummaryVec::new("test_seconds", "help", &["provisioner"]);
+        let start = Instant::now();
+        for v in 1..=100 {
+            summary.observe_at(&["a"], v as f64, start);
+        }
+        summary.observe_at(&["b"], 7.0, start);
+        let family = summary.collect_at(start + Duration::from_secs(1));
+        assert_eq!(family.get_field_type(), MetricType::SUMMARY);
+        let a = &family.get_metric()[0];
+        assert_eq!(a.get_label()[0].value(), "a");
+        let s = a.get_summary();
+        assert_eq!((s.sample_count(), s.sample_sum()), (100, 5050.0));
+        let quantiles: Vec<(f64, f64)> = s.get_quantile().iter().map(|q| (q.quantile(), q.value())).collect();
+        assert_eq!(quantiles, [(0.0, 1.0), (0.5, 50.0), (0.9, 90.0), (0.99, 99.0), (1.0, 100.0)]);
+
+        // Eleven minutes on: the quantiles forget, the count and sum do not.
+        summary.observe_at(&["a"], 500.0, start + Duration::from_secs(11 * 60));
+        let later = summary.collect_at(start + Duration::from_secs(11 * 60));
+        let s = later.get_metric()[0].get_summary();
+        assert_eq!(s.sample_count(), 101);
+        assert!(s.get_quantile().iter().all(|q| q.value() == 500.0));
+        let b = later.get_metric()[1].get_summary();
+        assert!(b.get_quantile().iter().all(|q| q.value().is_nan()), "no recent observation: NaN");
+
+        summary.remove(&["b"]);
+        assert_eq!(summary.sample_count(&["b"]), 0);
+        assert_eq!(summary.collect_at(start).get_metric().len(), 1);
+    }
+
+    #[test]
+    fn summaries_render_in_the_text_format_and_an_unlabelled_one_from_the_start() {
+        let metrics = Metrics::new();
+        let text = metrics.render();
+        assert!(text.contains("# TYPE karpenter_pods_startup_time_seconds summary"), "{text}");
+        assert!(text.contains("karpenter_pods_startup_time_seconds_count 0"), "{text}");
+        metrics.termination_time.observe(&["service"], 12.5);
+        let text = metrics.render();
+        assert!(
+            text.contains("karpenter_nodes_termination_time_seconds{provisioner=\"service\",quantile=\"0.5\"} 12.5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("karpenter_nodes_termination_time_seconds_count{provisioner=\"service\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_gauge_family_replaced_as_a_whole_loses_the_series_not_given_again() {
+        let gauge = GaugeVec::new(Opts::new("test_gauge", "help"), &["node"]).unwrap();
+        let mut series = GaugeSeries::new(gauge.clone());
+        series.replace_all([(vec!["a".to_string()], 1.0), (vec!["b".to_string()], 2.0)]);
+        series.replace_all([(vec!["b".to_string()], 3.0)]);
+        let left: Vec<(String, f64)> = gauge
+            .collect()
+            .iter()
+            .flat_map(|f| {
+                f.get_metric()
+                    .iter()
+                    .map(|m| (m.get_label()[0].value().to_string(), m.get_gauge().value()))
+            })
+            .collect();
+        assert_eq!(left, [("b".to_string(), 3.0)]);
+    }
+
+    #[test]
+    fn node_gauges_are_labelled_as_karpenters() {
+        let names = node_label_names();
+        for wanted in [
+            "resource_type",
+            "node_name",
+            "provisioner",
+            "phase",
+            "zone",
+            "arch",
+            "capacity_type",
+            "instance_type",
+        ] {
+            assert!(names.iter().any(|n| n == wanted), "{wanted} in {names:?}");
+        }
+        assert!(names.iter().any(|n| n == "provisioner_name"));
+        assert!(names.iter().any(|n| n == "instance_gpu_count"));
+        let unique: BTreeSet<&String> = names.iter().collect();
+        assert_eq!(unique.len(), names.len(), "no label twice");
     }
 
     #[tokio::test]

@@ -210,3 +210,65 @@ fn the_started_line_is_read_in_both_log_formats() {
     assert_eq!(process::parse_started(json), Some(expected));
     assert_eq!(process::parse_started("INFO webhook serving HTTPS address=127.0.0.1:43957"), None);
 }
+
+/// Runs `karpenter-rs convert` with `args`, feeding `stdin`.
+fn convert(args: &[&str], stdin: &str) -> std::process::Output {
+    process::output_with_stdin(Command::new(BIN).arg("convert").args(args).env_remove("CLUSTER_NAME"), stdin)
+}
+
+#[test]
+fn convert_subcommand_writes_v1_objects_from_files_and_stdin() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/first-writeup");
+    let template = std::fs::read_to_string(format!("{fixtures}/awsnodetemplate.yaml")).unwrap();
+    let provisioner = format!("{fixtures}/provisioner.yaml");
+    let deployment = format!("{fixtures}/nginx-deployment.yaml");
+    let out = convert(
+        &["--cluster-name", "ssungz-cluster", "-f", &provisioner, "-f", "-", "-f", &deployment],
+        &template,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("skipped apps/v1 Deployment \"nginx-karpenter\""), "{stderr}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["NodePool", "EC2NodeClass"], "{text}");
+    assert_eq!(
+        docs[0]["spec"]["template"]["spec"]["nodeClassRef"]["name"].as_str(),
+        Some("service-lt")
+    );
+    assert!(text.contains("# REPLACE: instanceProfile was not set"), "{text}");
+}
+
+#[test]
+fn convert_subcommand_fails_naming_field_and_value_without_a_panic() {
+    let invalid = "apiVersion: karpenter.sh/v1alpha5\nkind: Provisioner\nmetadata: {name: service}\nspec:\n  providerRef: {name: service-lt}\n  ttlSecondsAfterEmpty: -1\n";
+    let out = convert(&["--cluster-name", "ssungz-cluster", "-f", "-"], invalid);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr.contains(
+            "-: document 1: Provisioner \"service\" is invalid: spec.ttlSecondsAfterEmpty: invalid value -1: must be 0 or greater"
+        ),
+        "{stderr}"
+    );
+    for input in [
+        "{not yaml",
+        "apiVersion: karpenter.sh/v1alpha5\nkind: Provisioner\nspec: 5\n",
+        "- a\n- b\n",
+    ] {
+        let out = convert(&["--cluster-name", "c", "-f", "-"], input);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{input}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    let out = convert(&["--cluster-name", "c", "-f", "/nonexistent/provisioner.yaml"], "");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("reading /nonexistent/provisioner.yaml"));
+    let out = convert(&["--cluster-name", "c"], "");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--filename"));
+}

@@ -161,6 +161,77 @@ fn first_write_up_launches_one_node_and_runs_nginx_on_it() {
                 .any(|l| l.starts_with(pod_state) && l.contains(&format!("namespace=\"{namespace}\"")) && l.contains("phase=\"Running\""))
                 .then_some(())
         });
+
+        // The price the offering was chosen at is on the Node, for the viewer and the metrics.
+        let annotations = node.annotations();
+        let price: f64 = annotations
+            .get("karpenter-rs.io/price-per-hour")
+            .unwrap_or_else(|| panic!("no price: {annotations:?}"))
+            .parse()
+            .unwrap();
+        assert!(price > 0.0, "{annotations:?}");
+        assert_eq!(annotations["karpenter-rs.io/priced-capacity-type"], "on-demand");
+        assert_eq!(annotations["karpenter-rs.io/priced-zone"], labels["topology.kubernetes.io/zone"]);
+
+        // Karpenter's node gauges, with its label names, for this node and its two pods.
+        let node_name = node_names[0].as_str();
+        let this_node = [("node_name", node_name), ("provisioner", provisioner_name.as_str())];
+        let with = |extra: &[(&'static str, &'static str)]| this_node.iter().chain(extra).copied().collect::<Vec<_>>();
+        wait_for("the node's gauges", Duration::from_secs(30), || {
+            let m = controller.metrics.render();
+            let pods = sample(&m, "karpenter_nodes_total_pod_requests", &with(&[("resource_type", "pods")]))?;
+            (pods == 2.0).then_some(())
+        });
+        let m = controller.metrics.render();
+        let cpu = sample(
+            &m,
+            "karpenter_nodes_allocatable",
+            &with(&[("resource_type", "cpu"), ("arch", "amd64"), ("capacity_type", "on-demand")]),
+        );
+        assert!(cpu.is_some_and(|c| c > 1.0), "{m}");
+        for gauge in [
+            "karpenter_nodes_total_pod_limits",
+            "karpenter_nodes_total_daemon_requests",
+            "karpenter_nodes_total_daemon_limits",
+            "karpenter_nodes_system_overhead",
+        ] {
+            assert!(sample(&m, gauge, &with(&[("resource_type", "memory")])).is_some(), "{gauge}: {m}");
+        }
+        let zone = labels["topology.kubernetes.io/zone"].as_str();
+        assert_eq!(
+            sample(&m, "karpenter_rs_node_price_per_hour", &[("node_name", node_name), ("zone", zone)]),
+            Some(price),
+            "{m}"
+        );
+        let estimate = sample(
+            &m,
+            "karpenter_cloudprovider_instance_type_price_estimate",
+            &[
+                ("instance_type", instance.instance_type.as_str()),
+                ("capacity_type", "on-demand"),
+                ("zone", ""),
+            ],
+        );
+        assert_eq!(estimate, Some(price), "the price it launched at is the catalogue's: {m}");
+        assert!(
+            sample(
+                &m,
+                "karpenter_cloudprovider_instance_type_cpu_cores",
+                &[("instance_type", "t3.large")]
+            ) == Some(2.0),
+            "{m}"
+        );
+        assert!(sample(&m, "karpenter_provisioner_scheduling_simulation_duration_seconds_count", &[]).is_some_and(|c| c >= 1.0));
+        assert!(sample(
+            &m,
+            "controller_runtime_reconcile_total",
+            &[("controller", "provisioner"), ("result", "success")]
+        )
+        .is_some());
+        wait_for("both pods' startup times", Duration::from_secs(30), || {
+            let m = controller.metrics.render();
+            (sample(&m, "karpenter_pods_startup_time_seconds_count", &[])? >= 2.0).then_some(())
+        });
     }));
 
     kubectl_ok(cluster, &["delete", "namespace", &namespace, "--wait=false"], None);
@@ -170,6 +241,37 @@ fn first_write_up_launches_one_node_and_runs_nginx_on_it() {
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
+    // A deleted node's series go with it.
+    let provisioner_label = format!("provisioner=\"{provisioner_name}\"");
+    wait_for("the deleted node's series gone", Duration::from_secs(60), || {
+        let m = controller.metrics.render();
+        let node_series = |l: &&str| {
+            [
+                "karpenter_nodes_allocatable{",
+                "karpenter_nodes_total_",
+                "karpenter_nodes_system_overhead{",
+                "karpenter_rs_node_price_per_hour{",
+            ]
+            .iter()
+            .any(|g| l.starts_with(g))
+        };
+        (!m.lines().filter(node_series).any(|l| l.contains(&provisioner_label))).then_some(())
+    });
+}
+
+/// The value of the first sample of `name` whose labels include every `(label, value)` pair.
+fn sample(metrics: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let rest = line.strip_prefix(name)?;
+        let (label_text, value) = match rest.strip_prefix('{') {
+            Some(r) => r.split_once("} ")?,
+            None => ("", rest.strip_prefix(' ')?),
+        };
+        labels
+            .iter()
+            .all(|(k, v)| label_text.split(',').any(|pair| pair == format!("{k}=\"{v}\"")))
+            .then(|| value.trim().parse().ok())?
+    })
 }
 
 #[test]

@@ -24,5 +24,18 @@ cargo test --locked --all-targets 2>&1 | tee "$log" || status=$?
 passed=$(grep -o '^test result: [a-zA-Z]*\. [0-9]* passed' "$log" | awk '{s+=$4} END {print s+0}')
 failed=$(grep -o '; [0-9]* failed' "$log" | awk '{s+=$2} END {print s+0}')
 rm -f "$log"
-echo "cargo: ${passed} passed, ${failed} failed"
+# Karpenter's dashboards and ours against a real Prometheus that scraped karpenter-rs through the
+# first write-up's scenario (tests/dashboards/check.sh).
+dashboards=passed
+bash tests/dashboards/check.sh || { dashboards=failed; status=1; }
+# The scale benchmark at 30 pods (karpenter-rs, Karpenter and the floor, each from start to every
+# node gone), so that it cannot rot; it restarts the local cluster with an audit log and stops it.
+scale=passed
+bash tests/benches/scale.sh --quick || { scale=failed; status=1; }
+# Karpenter's scheduling benchmark and ours at 1 and 100 pods (debug build), likewise.
+scheduling=passed
+quick_out=$(mktemp)
+bash tests/benches/scheduling_vs_karpenter.sh --quick --out "$quick_out" || { scheduling=failed; status=1; }
+rm -f "$quick_out"
+echo "cargo: ${passed} passed, ${failed} failed; dashboards: ${dashboards}; scale --quick: ${scale}; scheduling_vs_karpenter --quick: ${scheduling}"
 exit "$status"

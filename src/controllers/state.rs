@@ -131,6 +131,18 @@ impl Cluster {
     }
 }
 
+/// Drops what no controller reads but every object carries: the field managers' records
+/// (`managedFields`, often the larger part of a Pod) and `kubectl apply`'s copy of the last applied
+/// object. The caches hold every Pod of the cluster, so this is most of their memory.
+fn slim<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+    if let Some(annotations) = object.meta_mut().annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+}
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// A reflector store of every `K`, kept up to date until `shutdown`; `on_change` sees every
 /// object created, changed or deleted. A failing watch is retried with back-off and logged at
 /// warn with the kind: a forbidden list leaves the store unsynced, and the controllers waiting on
@@ -143,6 +155,7 @@ where
     let (reader, writer) = reflector::store();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
+        .modify(slim)
         .reflect(writer)
         .touched_objects();
     let shutdown = shutdown.clone();
@@ -161,4 +174,29 @@ where
         }
     });
     reader
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cached_objects_drop_managed_fields_and_the_last_applied_copy_only() {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "web",
+                "annotations": {LAST_APPLIED: "{\"big\": true}", "team": "a"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]
+            },
+            "spec": {"containers": [{"name": "app"}], "nodeName": "n1"}
+        }))
+        .unwrap();
+        slim(&mut pod);
+        assert_eq!(pod.metadata.managed_fields, None);
+        assert_eq!(
+            pod.metadata.annotations,
+            Some(std::collections::BTreeMap::from([("team".to_string(), "a".to_string())]))
+        );
+        assert_eq!(pod.spec.unwrap().node_name.as_deref(), Some("n1"));
+    }
 }

@@ -1,6 +1,7 @@
 //! `simulate`: pending pods × Provisioners × instance types × existing nodes → `Plan`. The solve
 //! loop takes pods largest first, tries existing and in-flight nodes, then nodes planned in this
-//! run (fewest pods first), then a new node from each Provisioner in weight order; a pod that fits
+//! run (fewest pods first, skipping those whose zone, or other topology domain, the pod's
+//! constraints rule out), then a new node from each Provisioner in weight order; a pod that fits
 //! nowhere has one preference relaxed and goes to the back of the queue, until a full pass makes no
 //! progress. Pure and deterministic: the same input gives the same plan. No I/O here.
 
@@ -17,7 +18,7 @@ use super::instance_types::{InstanceType, Offering};
 use super::nodes::ExistingNode;
 use super::pods::{daemon_requirement_alternatives, validate_pod, PodKey, PodState};
 use super::preferences::relax;
-use super::requirements::{Requirement, Requirements};
+use super::requirements::{normalize_key, Requirement, Requirements};
 use super::resources::{pod_requests, Resources};
 use super::taints::first_untolerated;
 use super::template::{domain_seeds, NodeTemplate};
@@ -218,7 +219,11 @@ fn solve(input: &SimulationInput, templates: Vec<NodeTemplate>, daemons: &[Daemo
         topology,
         existing,
         planned: Vec::new(),
-        order: Vec::new(),
+        // A key spelled other than normalised is left out: nodes store requirements under the
+        // normalised key, so their bucket could not answer for it.
+        domain_keys: keys.into_iter().filter(|k| normalize_key(k) == k).collect(),
+        buckets: Vec::new(),
+        bucket_of: Vec::new(),
         price_orders: HashMap::new(),
         limited: BTreeSet::new(),
         unfit: HashMap::new(),
@@ -276,6 +281,16 @@ fn existing_states(nodes: &[&ExistingNode], daemons: &[Daemon], topology: &mut T
         .collect()
 }
 
+/// Planned nodes that agree on every `Solver::domain_keys` requirement.
+struct Bucket {
+    /// The requirement on each domain key, in `domain_keys` order (None: unconstrained).
+    on_keys: Vec<Option<Requirement>>,
+    /// The same, as requirements to test pods against.
+    requirements: Requirements,
+    /// (pods placed, index into `planned`).
+    nodes: BTreeSet<(usize, usize)>,
+}
+
 struct Solver<'a> {
     tolerate_prefer_no_schedule: bool,
     pods: Vec<PodState>,
@@ -283,8 +298,14 @@ struct Solver<'a> {
     topology: Topology<'a>,
     existing: Vec<ExistingState>,
     planned: Vec<PlannedNode>,
-    /// Indices into `planned`, fewest pods first (ties: planned earlier first).
-    order: Vec<usize>,
+    /// Topology keys other than the hostname: planned nodes are bucketed by their requirements
+    /// on these, so a pod whose zone (say) rules a bucket out skips its nodes without trying each.
+    domain_keys: Vec<String>,
+    /// Planned nodes by their requirements on `domain_keys`; each bucket orders its nodes by
+    /// (pods, index): fewest pods first, ties planned earlier first.
+    buckets: Vec<Bucket>,
+    /// Per planned node, its bucket.
+    bucket_of: Vec<usize>,
     /// Per (template, zone requirement, capacity-type requirement): candidate indices with an
     /// allowed offering, cheapest first.
     price_orders: HashMap<(usize, Option<Requirement>, Option<Requirement>), Vec<usize>>,
@@ -348,11 +369,35 @@ impl Solver<'_> {
             }
         }
         let skip_planned = self.topology.excludes_all_planned(&groups, self.planned.len());
-        for pos in (0..self.order.len()).filter(|_| !skip_planned) {
-            let n = self.order[pos];
-            let node = &mut self.planned[n];
-            if add_to_planned(node, &self.templates[node.template], i, pod, &groups, &mut self.topology) {
-                self.resort(pos);
+        if !skip_planned {
+            // Planned nodes fewest pods first: the buckets' orders merged, leaving out buckets
+            // whose domains the pod's topology rules out (each of their nodes would refuse it).
+            let test_domains = !groups.is_empty() && pod.requirements.is_empty();
+            let mut open: Vec<std::iter::Peekable<std::collections::btree_set::Iter<'_, (usize, usize)>>> = self
+                .buckets
+                .iter()
+                .filter(|b| !b.nodes.is_empty())
+                .filter(|b| !test_domains || !self.topology.rejects_domains(&groups, pod, &b.requirements, &self.domain_keys))
+                .map(|b| b.nodes.iter().peekable())
+                .collect();
+            let mut placed = None;
+            loop {
+                let next = open.iter_mut().enumerate().filter_map(|(k, it)| it.peek().map(|e| (**e, k))).min();
+                let Some(((_, n), k)) = next else {
+                    break;
+                };
+                open[k].next();
+                let node = &mut self.planned[n];
+                if add_to_planned(node, &self.templates[node.template], i, pod, &groups, &mut self.topology) {
+                    placed = Some(n);
+                    break;
+                }
+            }
+            drop(open);
+            if let Some(n) = placed {
+                let b = self.bucket_of[n];
+                self.buckets[b].nodes.remove(&(self.planned[n].pods.len() - 1, n));
+                self.file(n);
                 return Ok(());
             }
         }
@@ -367,10 +412,9 @@ impl Solver<'_> {
             match new_node(&self.templates[t], t, i, pod, &groups, &mut self.topology, &hostname, host) {
                 Ok(node) => {
                     self.templates[t].reserve(node.options.iter().copied());
-                    let index = self.planned.len();
                     self.planned.push(node);
-                    let at = self.order.partition_point(|n| self.planned[*n].pods.len() <= 1);
-                    self.order.insert(at, index);
+                    self.bucket_of.push(0);
+                    self.file(self.planned.len() - 1);
                     return Ok(());
                 }
                 Err(e) => {
@@ -400,13 +444,36 @@ impl Solver<'_> {
             .join("; "))
     }
 
-    /// Moves the planned node at `order[pos]`, which just gained a pod, behind nodes with fewer pods.
-    fn resort(&mut self, mut pos: usize) {
-        let key = |n: usize| (self.planned[n].pods.len(), n);
-        while pos + 1 < self.order.len() && key(self.order[pos + 1]) < key(self.order[pos]) {
-            self.order.swap(pos, pos + 1);
-            pos += 1;
-        }
+    /// Files planned node `n` (new, or just taken out of its bucket after gaining a pod) in the
+    /// bucket of its current requirements on the domain keys, by its pod count.
+    fn file(&mut self, n: usize) {
+        let node = &self.planned[n];
+        let on_keys = |b: &Bucket| {
+            self.domain_keys
+                .iter()
+                .zip(&b.on_keys)
+                .all(|(k, r)| node.requirements.get(k) == r.as_ref())
+        };
+        let b = match self.buckets.iter().position(on_keys) {
+            Some(b) => b,
+            None => {
+                let on_keys: Vec<Option<Requirement>> = self.domain_keys.iter().map(|k| node.requirements.get(k).cloned()).collect();
+                let mut requirements = Requirements::new();
+                for (k, r) in self.domain_keys.iter().zip(&on_keys) {
+                    if let Some(r) = r {
+                        requirements.add(k, r.clone());
+                    }
+                }
+                self.buckets.push(Bucket {
+                    on_keys,
+                    requirements,
+                    nodes: BTreeSet::new(),
+                });
+                self.buckets.len() - 1
+            }
+        };
+        self.buckets[b].nodes.insert((node.pods.len(), n));
+        self.bucket_of[n] = b;
     }
 
     /// The launch request for a planned node: placeholder hostname dropped, options ordered by

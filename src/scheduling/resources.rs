@@ -266,7 +266,7 @@ fn container_requests(c: &Container) -> Resources {
 
 /// A resource list whose unparsable entries count as zero (the API server already rejected
 /// malformed quantities, so this only guards against hand-made objects).
-fn resource_list_lenient(list: &BTreeMap<String, Quantity>) -> Resources {
+pub fn resource_list_lenient(list: &BTreeMap<String, Quantity>) -> Resources {
     let mut out = Resources::zero();
     for (name, q) in list {
         if let Some(v) = parse_quantity(&q.0) {
@@ -283,17 +283,37 @@ fn resource_list_lenient(list: &BTreeMap<String, Quantity>) -> Resources {
 /// started before it; a sidecar together with itself and those before it); plus `spec.overhead`,
 /// plus one `pods`.
 pub fn pod_requests(pod: &Pod) -> Resources {
+    let mut total = pod_total(pod, container_requests);
+    total.pods += 1;
+    total
+}
+
+/// A pod's limits, added up as `pod_requests` adds requests (without the one `pods`); a container
+/// without a limit of a resource adds none of it.
+pub fn pod_limits(pod: &Pod) -> Resources {
+    pod_total(pod, |c| {
+        c.resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .map(resource_list_lenient)
+            .unwrap_or_default()
+    })
+}
+
+/// `per_container` of the containers and native sidecars, or of an init container's start where
+/// larger per resource, plus `spec.overhead`.
+fn pod_total(pod: &Pod, per_container: impl Fn(&Container) -> Resources) -> Resources {
     let Some(spec) = pod.spec.as_ref() else {
-        return Resources::zero().with(PODS, 1);
+        return Resources::zero();
     };
     let mut total = Resources::zero();
     for c in &spec.containers {
-        total.add(&container_requests(c));
+        total.add(&per_container(c));
     }
     let mut sidecars = Resources::zero();
     let mut init_peak = Resources::zero();
     for c in spec.init_containers.iter().flatten() {
-        let own = container_requests(c);
+        let own = per_container(c);
         let starting = if c.restart_policy.as_deref() == Some(SIDECAR_RESTART_POLICY) {
             total.add(&own);
             sidecars.add(&own);
@@ -307,7 +327,6 @@ pub fn pod_requests(pod: &Pod) -> Resources {
     if let Some(overhead) = spec.overhead.as_ref() {
         total.add(&resource_list_lenient(overhead));
     }
-    total.pods += 1;
     total
 }
 
@@ -319,6 +338,18 @@ const SIDECAR_RESTART_POLICY: &str = "Always";
 mod tests {
     use super::*;
     use crate::scheduling::testing::pod;
+
+    #[test]
+    fn limits_add_up_like_requests_without_standing_in_for_them() {
+        let cases = [
+            (pod("a").cpu("500m").memory("1Gi"), "{}"),
+            (pod("e").limit_cpu("750m"), "cpu=750m"),
+            (pod("f").limit_cpu("1").container_cpu("250m"), "cpu=1"),
+        ];
+        for (p, want) in cases {
+            assert_eq!(pod_limits(&p.build()).to_string(), want);
+        }
+    }
 
     #[test]
     fn sums_containers_and_takes_the_larger_init_container() {

@@ -463,6 +463,32 @@ impl<'a> Topology<'a> {
         Ok(out)
     }
 
+    /// Whether the groups on keys other than the hostname certainly rule out, for a pod without
+    /// node requirements of its own, every node whose requirements on `known` keys are
+    /// `node_reqs`: `add_requirements` fails or narrows a key to nothing the node admits, with
+    /// the same answer for all such nodes because only their requirements on those keys are
+    /// read. False when a group's key is not among `known` (the answer would depend on more).
+    pub fn rejects_domains(&self, groups: &[GroupRef], pod: &PodState, node_reqs: &Requirements, known: &[String]) -> bool {
+        let mut extra = Requirements::new();
+        let exists = Requirement::exists();
+        for r in groups {
+            let g = self.group(*r);
+            if g.is_hostname {
+                continue;
+            }
+            if !known.contains(&g.key) {
+                return false;
+            }
+            let node_domains = node_reqs.get(&g.key).unwrap_or(&exists);
+            let domains = self.next_domains(g, pod, pod.requirements.get(&g.key).unwrap_or(&exists), node_domains);
+            if domains.is_empty() {
+                return true;
+            }
+            extra.add(&g.key, domains);
+        }
+        !node_reqs.is_compatible(&extra)
+    }
+
     fn host_allowed(&self, g: &Group, pod: &PodState, pod_domains: Option<&Requirement>, host: u32) -> bool {
         let name = |id: u32| self.universes[HOSTNAME_LABEL].names[id as usize].as_str();
         if pod_domains.is_some_and(|d| !d.has(name(host))) {

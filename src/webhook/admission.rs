@@ -228,12 +228,18 @@ pub fn review(endpoint: Endpoint, body: &[u8], settings: &ApiSettings) -> Outcom
         );
     };
     let decision = match (endpoint, kind) {
-        (Endpoint::Mutate, Kind::Provisioner) => mutate::<Provisioner>(object, &mut outcome.name, |p| {
-            v1alpha5::defaults::set_defaults(&mut p.spec, settings)
-        }),
-        (Endpoint::Mutate, Kind::AwsNodeTemplate) => mutate::<AwsNodeTemplate>(object, &mut outcome.name, |t| {
-            v1alpha1::defaults::set_defaults(&mut t.spec, &settings.cluster_name)
-        }),
+        (Endpoint::Mutate, Kind::Provisioner) => mutate::<Provisioner, _>(
+            object,
+            &mut outcome.name,
+            |p| &mut p.spec,
+            |spec| v1alpha5::defaults::set_defaults(spec, settings),
+        ),
+        (Endpoint::Mutate, Kind::AwsNodeTemplate) => mutate::<AwsNodeTemplate, _>(
+            object,
+            &mut outcome.name,
+            |t| &mut t.spec,
+            |spec| v1alpha1::defaults::set_defaults(spec, &settings.cluster_name),
+        ),
         (Endpoint::Validate, Kind::Provisioner) => decode_object::<Provisioner>(object).and_then(|p| {
             outcome.name = p.metadata.name.clone().unwrap_or_default();
             v1alpha5::validation::validate(&p, settings)?;
@@ -259,22 +265,26 @@ fn decode_object<T: DeserializeOwned>(object: &RawValue) -> Result<T, FieldError
     })
 }
 
-/// Decodes, applies `set_defaults`, and answers with the difference as a JSON patch (or a plain
-/// allow when nothing changed). The patch is computed between the decoded object re-encoded and
-/// the defaulted one, so it carries only the defaults, never re-encoding noise.
-fn mutate<T: Resource + DeserializeOwned + Serialize + Clone>(
+/// Decodes, applies `set_defaults` to the spec (the only part defaults touch), and answers with
+/// the difference as a JSON patch under `/spec` (or a plain allow when nothing changed). The
+/// patch is computed between the decoded spec re-encoded and the defaulted one, so it carries
+/// only the defaults, never re-encoding noise; the rest of the object (metadata with its
+/// managed fields, status) is decoded once and never encoded.
+fn mutate<T: Resource + DeserializeOwned, S: Serialize>(
     object: &RawValue,
     name: &mut String,
-    set_defaults: impl FnOnce(&mut T),
+    spec_of: impl FnOnce(&mut T) -> &mut S,
+    set_defaults: impl FnOnce(&mut S),
 ) -> Result<Decision, FieldErrors> {
-    let original: T = decode_object(object)?;
-    if let Some(n) = &original.meta().name {
+    let mut decoded: T = decode_object(object)?;
+    if let Some(n) = &decoded.meta().name {
         name.clone_from(n);
     }
-    let mut defaulted = original.clone();
-    set_defaults(&mut defaulted);
-    let before = serde_json::to_value(&original).expect("API types always serialize");
-    let after = serde_json::to_value(&defaulted).expect("API types always serialize");
+    let spec = spec_of(&mut decoded);
+    let encode = |spec: &S| serde_json::json!({ "spec": serde_json::to_value(spec).expect("API types always serialize") });
+    let before = encode(spec);
+    set_defaults(spec);
+    let after = encode(spec);
     let patch = json_patch::diff(&before, &after);
     Ok(if patch.0.is_empty() {
         Decision::Allow { warnings: Vec::new() }

@@ -7,10 +7,12 @@
 #   Then the Deployment is deleted: the node is empty, gets karpenter.sh/emptiness-timestamp, and
 #   ttlSecondsAfterEmpty (30 s) later it is drained, its instance terminated and the Node removed.
 # Usage: tests/cluster/demo.sh      (starts the cluster and karpenter-rs if needed; leaves them running)
+#   TIMEOUT=240  give up after this many seconds;  HOLD=0  seconds to keep the pods running first
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FIXTURES=tests/fixtures/first-writeup
 TIMEOUT=${TIMEOUT:-240}
+HOLD=${HOLD:-0} # seconds the pods keep running before the Deployment is deleted
 
 bash tests/cluster/up.sh --with-karpenter >/dev/null
 # shellcheck source=/dev/null
@@ -70,6 +72,10 @@ if [[ -z "$node" ]]; then
   node=$(awk 'NR == 1 {print $3}' <<<"$pods")
   instance_id=$(kubectl get node "$node" -o jsonpath='{.spec.providerID}' | sed 's|.*/||')
   say "the pods went to node $node, which an earlier run launched"
+fi
+if ((HOLD > 0)); then
+  say "holding the pods for ${HOLD}s (HOLD)"
+  sleep "$HOLD"
 fi
 kubectl delete deployment nginx-karpenter --wait=false >/dev/null
 say "deleted Deployment nginx-karpenter; node $node is empty now"

@@ -2,11 +2,11 @@
 //! line. Tests start the binary on port 0 (any free port) and read the ports back: a port found
 //! free beforehand can be taken by any other process (an outgoing connection included) before
 //! the binary binds it, and the binary then exits at start. Also a plain HTTP GET for its
-//! probe and metrics ports.
+//! probe and metrics ports, and a run of a subcommand with its stdin fed.
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Child;
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// Where a karpenter-rs process listens.
@@ -76,4 +76,22 @@ pub fn http_get(address: SocketAddr, path: &str) -> Option<(u16, String)> {
     s.read_to_string(&mut body).ok()?;
     let status = body.split_whitespace().nth(1)?.parse().ok()?;
     Some((status, body))
+}
+
+/// Runs `command` to its end with `stdin` piped in; its stdout and stderr are captured.
+pub fn output_with_stdin(command: &mut Command, stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    child
+        .stdin
+        .take()
+        .expect("stdin is piped")
+        .write_all(stdin.as_bytes())
+        .expect("writing stdin");
+    child.wait_with_output().expect("waiting for the binary")
 }

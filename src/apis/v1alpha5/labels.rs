@@ -46,6 +46,14 @@ pub const RESTRICTED_LABEL_DOMAINS: &[&str] = &["kubernetes.io", "k8s.io", "karp
 /// Domains inside the restricted ones that users may use (exact match only).
 pub const LABEL_DOMAIN_EXCEPTIONS: &[&str] = &["kops.k8s.io", "node.kubernetes.io", "node-restriction.kubernetes.io"];
 
+/// karpenter-rs's annotation on the Nodes it launches: USD per hour of the offering the instance
+/// was launched as, at launch (`0.0832`).
+pub const PRICE_ANNOTATION: &str = "karpenter-rs.io/price-per-hour";
+/// The capacity type `PRICE_ANNOTATION` was priced for (`on-demand`, `spot`).
+pub const PRICE_CAPACITY_TYPE_ANNOTATION: &str = "karpenter-rs.io/priced-capacity-type";
+/// The zone `PRICE_ANNOTATION` was priced for.
+pub const PRICE_ZONE_ANNOTATION: &str = "karpenter-rs.io/priced-zone";
+
 /// Labels users may constrain although their domain is restricted.
 pub const WELL_KNOWN_LABELS: &[&str] = &[
     PROVISIONER_NAME_LABEL,

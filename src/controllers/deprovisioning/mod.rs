@@ -125,6 +125,7 @@ impl Context {
 
 /// Runs deprovisioning passes until `shutdown`, only while `leading` is true.
 pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
+    ctx.metrics.controller_started("deprovisioning");
     let mut ticker = tokio::time::interval(ctx.config.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -135,9 +136,12 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
         if !*leading.borrow() {
             continue;
         }
-        if let Err(e) = pass(&ctx).await {
-            warn!(error = %telemetry::chain(&e), "deprovisioning pass failed; retrying with the next one");
+        let started = std::time::Instant::now();
+        let result = pass(&ctx).await;
+        if let Err(e) = &result {
+            warn!(error = %telemetry::chain(e), "deprovisioning pass failed; retrying with the next one");
         }
+        ctx.metrics.reconciled("deprovisioning", started, result.is_ok());
     }
 }
 

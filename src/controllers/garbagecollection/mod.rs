@@ -87,6 +87,7 @@ impl Context {
 
 /// Runs garbage-collection passes until `shutdown`, only while `leading` is true.
 pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
+    ctx.metrics.controller_started("garbagecollection");
     let mut passes = 0u32;
     loop {
         let wait = if passes < ctx.config.startup_passes {
@@ -101,7 +102,10 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
         if !*leading.borrow() {
             continue;
         }
-        match pass(&ctx).await {
+        let started = std::time::Instant::now();
+        let result = pass(&ctx).await;
+        ctx.metrics.reconciled("garbagecollection", started, result.is_ok());
+        match result {
             Ok(()) => passes = passes.saturating_add(1),
             Err(e) => warn!(error = %telemetry::chain(&e), "garbage collection pass failed; retrying with the next one"),
         }

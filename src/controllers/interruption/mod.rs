@@ -170,6 +170,7 @@ pub async fn run(ctx: Arc<Context>, mut leading: watch::Receiver<bool>, shutdown
         debug!("interruption handling is off: no interruption queue name");
         return;
     }
+    ctx.metrics.controller_started("interruption");
     let name = ctx.config.queue_name.clone();
     let mut url: Option<String> = None;
     let mut backoff = ctx.config.backoff;
@@ -202,6 +203,8 @@ pub async fn run(ctx: Arc<Context>, mut leading: watch::Receiver<bool>, shutdown
                     _ = shutdown.cancelled() => return,
                     received = ctx.queue.receive(u) => received,
                 };
+                let started = std::time::Instant::now();
+                ctx.metrics.reconciled("interruption", started, received.is_ok());
                 match received {
                     Ok(batch) => {
                         backoff = ctx.config.backoff;

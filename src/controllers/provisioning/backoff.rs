@@ -151,6 +151,13 @@ impl LaunchBackoff {
         });
     }
 
+    /// The room planned for the pod on the node launched for it went to other pods (the
+    /// scheduler binds any pending pod to a ready node with room): the pod no longer waits for
+    /// that node, and it is no loss for its owner (the capacity was used).
+    pub fn seat_taken(&mut self, uid: &str) {
+        self.watched.remove(uid);
+    }
+
     /// When new capacity may next be launched for `pod`, if that is after `now`: it is waiting
     /// for the node launched for it, or its owner is backing off.
     pub fn blocked_until(&self, pod: &Pod, now: Instant) -> Option<Instant> {
@@ -300,6 +307,25 @@ mod tests {
         let running = [pod("p3", "rs", Some("n3"), Some("2026-12-01T09:58:00Z"))];
         b.observe(&by_uid(&running), &ready(&["n3"]), t2 + Duration::from_secs(61), wall);
         assert_eq!(b.blocked_until(&pod("p4", "rs", None, None), t2 + Duration::from_secs(61)), None);
+    }
+
+    #[test]
+    fn a_pod_whose_seat_others_took_waits_no_longer_and_costs_its_owner_nothing() {
+        let wall = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").unwrap().with_timezone(&Utc);
+        let t0 = Instant::now();
+        let mut b = LaunchBackoff::default();
+        let p = pod("p1", "rs", None, None);
+        b.launched("n1", [(&p, None)], t0);
+        let pending = [p.clone()];
+        b.observe(&by_uid(&pending), &ready(&["n1"]), t0 + Duration::from_secs(2), wall);
+        assert!(b.blocked_until(&p, t0 + Duration::from_secs(2)).is_some(), "waits for its node");
+        b.seat_taken("p1");
+        assert_eq!(b.blocked_until(&p, t0 + Duration::from_secs(2)), None);
+        // Not a loss: well past the grace, the owner's next pod is not held back either.
+        let later = t0 + NODE_GRACE + Duration::from_secs(5);
+        b.observe(&by_uid(&pending), &ready(&["n1"]), later, wall);
+        assert_eq!(b.blocked_until(&pod("p2", "rs", None, None), later), None);
+        assert_eq!(b.blocked_until(&p, later), None);
     }
 
     #[test]

@@ -149,11 +149,14 @@ pub fn bindable<'a>(
             used = with_pod;
             taken.push(*pod);
         } else {
-            left.push((*pod, "the node has no room left for it".to_string()));
+            left.push((*pod, NO_ROOM.to_string()));
         }
     }
     (taken, left)
 }
+
+/// Why `bindable` left a pod out when others took the room planned for it.
+pub const NO_ROOM: &str = "the node has no room left for it";
 
 /// What binding a pod did.
 #[derive(Debug, PartialEq, Eq)]

@@ -13,8 +13,15 @@ use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use futures::StreamExt;
+
 use super::{bind, pods, Context, Stores};
 use crate::scheduling::PodKey;
+
+/// Ready nodes whose planned pods are bound at the same time.
+const NODES_AT_ONCE: usize = 8;
+/// Bindings in flight at once for one node (the client's rate limit bounds them all).
+const BINDINGS_AT_ONCE: usize = 16;
 
 /// Binds planned pods to their node once it is ready; forgets plans older than 15 minutes.
 /// The plans are copied out under the lock and the lock released before any API call, so
@@ -41,12 +48,14 @@ pub(super) async fn bind_loop(ctx: Arc<Context>, stores: Stores, shutdown: Cance
                 })
                 .collect()
         };
-        for (node, pods) in ready {
-            if ctx.config.bind_pods {
-                bind_planned(&ctx, &stores, &node, &pods).await;
-            }
-            done.push(node.name_any());
+        if ctx.config.bind_pods {
+            let binds: Vec<_> = ready.iter().map(|(node, pods)| bind_planned(&ctx, &stores, node, pods)).collect();
+            futures::stream::iter(binds)
+                .buffer_unordered(NODES_AT_ONCE)
+                .collect::<Vec<()>>()
+                .await;
         }
+        done.extend(ready.iter().map(|(node, _)| node.name_any()));
         if !done.is_empty() {
             let mut planned = ctx.planned.lock().await;
             for n in done {
@@ -59,10 +68,9 @@ pub(super) async fn bind_loop(ctx: Arc<Context>, stores: Stores, shutdown: Cance
 /// Binds the still-unbound pods planned for `node` that `bind::bindable` admits.
 async fn bind_planned(ctx: &Context, stores: &Stores, node: &Node, keys: &[PodKey]) {
     let node_name = node.name_any();
-    let cached = stores.pods.state();
-    let unbound: Vec<&Arc<Pod>> = keys
+    let unbound: Vec<Arc<Pod>> = keys
         .iter()
-        .filter_map(|key| cached.iter().find(|p| PodKey::of(p) == *key))
+        .filter_map(|key| stores.pods.get(&reflector::ObjectRef::new(&key.name).within(&key.namespace)))
         .filter(|p| {
             p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_none_or(str::is_empty) && p.metadata.deletion_timestamp.is_none()
         })
@@ -88,21 +96,41 @@ async fn bind_planned(ctx: &Context, stores: &Stores, node: &Node, keys: &[PodKe
     };
     let planned: Vec<&Pod> = unbound.iter().map(|p| p.as_ref()).collect();
     let (fitting, left) = bind::bindable(node, &on_node, &planned, &claim_bound);
+    let mut seats_taken = 0;
     for (pod, why) in left {
         debug!(pod = %pods::pod_key(pod), node = %node_name, reason = %why, "not binding; the scheduler will place the pod");
-    }
-    for pod in fitting {
-        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
-        match bind::bind(&api, &pod.name_any(), &node_name).await {
-            Ok(outcome) => {
-                ctx.metrics.pods_bound.with_label_values(&[bind_label(&outcome)]).inc();
-                if outcome == bind::BindOutcome::Bound {
-                    info!(pod = %pods::pod_key(pod), node = %node_name, "bound pod");
-                }
+        // The scheduler gave its room to other pending pods: nothing is wrong with the node or
+        // the pod, so it need not wait out the grace for its node before a pass places it anew.
+        if why == bind::NO_ROOM {
+            if let Some(uid) = pod.metadata.uid.as_deref() {
+                ctx.backoff.lock().unwrap_or_else(|e| e.into_inner()).seat_taken(uid);
+                seats_taken += 1;
             }
-            Err(e) => warn!(pod = %pods::pod_key(pod), node = %node_name, error = %e, "binding pod; the scheduler will place it"),
         }
     }
+    if seats_taken > 0 {
+        ctx.batcher.trigger();
+    }
+    let node_name = &node_name;
+    let binds: Vec<_> = fitting
+        .into_iter()
+        .map(|pod| async move {
+            let api: Api<Pod> = Api::namespaced(ctx.client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
+            match bind::bind(&api, &pod.name_any(), node_name).await {
+                Ok(outcome) => {
+                    ctx.metrics.pods_bound.with_label_values(&[bind_label(&outcome)]).inc();
+                    if outcome == bind::BindOutcome::Bound {
+                        info!(pod = %pods::pod_key(pod), node = %node_name, "bound pod");
+                    }
+                }
+                Err(e) => warn!(pod = %pods::pod_key(pod), node = %node_name, error = %e, "binding pod; the scheduler will place it"),
+            }
+        })
+        .collect();
+    futures::stream::iter(binds)
+        .buffer_unordered(BINDINGS_AT_ONCE)
+        .collect::<Vec<()>>()
+        .await;
 }
 
 fn bind_label(outcome: &bind::BindOutcome) -> &'static str {

@@ -69,15 +69,14 @@ pub(super) async fn launch(
         })?;
     crate::failpoint::hit("after-launch");
     let instance_type = request.instance_type_options.iter().find(|t| t.name == instance.instance_type);
-    let launched = catalogue::launched(&instance, instance_type.map(|t| t.as_ref()), &ctx.config.region);
-    let node = node::node_for(provisioner, &launched, &request.labels);
-    let node_name = launched.node_name();
     let price = launch_request
         .instance_options
         .iter()
-        .find(|o| o.instance_type == instance.instance_type && o.zone == instance.zone)
-        .map(|o| o.price)
-        .unwrap_or_default();
+        .find(|o| o.instance_type == instance.instance_type && o.zone == instance.zone && o.capacity_type == instance.capacity_type)
+        .map(|o| o.price);
+    let launched = catalogue::launched(&instance, instance_type.map(|t| t.as_ref()), &ctx.config.region, price);
+    let node = node::node_for(provisioner, &launched, &request.labels);
+    let node_name = launched.node_name();
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let created = match nodes.create(&PostParams::default(), &node).await {
         // A Node of that name exists: fine if it is this instance's (a retried create), not if
@@ -119,7 +118,7 @@ pub(super) async fn launch(
         instance_type = %instance.instance_type,
         zone = %instance.zone,
         capacity_type = %instance.capacity_type,
-        price,
+        price = price.unwrap_or_default(),
         node = %node_name,
         pods = request.pods.len(),
         "launched node"

@@ -16,6 +16,7 @@ pub mod catalogue;
 mod launch;
 pub mod lifecycle;
 pub mod node;
+pub mod node_metrics;
 pub mod pods;
 mod status;
 pub mod usage;
@@ -25,8 +26,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector;
 use kube::{Resource, ResourceExt};
 use std::sync::Mutex as StdMutex;
@@ -39,8 +41,10 @@ use tracing::{debug, info, instrument, warn};
 use crate::apis::v1alpha5::labels::{INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL};
 use crate::apis::v1alpha5::Provisioner;
 use crate::cloudprovider::{CloudProvider, KubernetesVersion, NodeTemplate};
+use crate::controllers::events;
 use crate::controllers::state::Cluster;
 use crate::metrics::Metrics;
+use crate::ratelimit::TokenBucket;
 use crate::scheduling::{self, ExistingNode, InstanceType, PodKey, ProvisionerInput, SimulationInput};
 use crate::telemetry;
 use batcher::{BatchWindows, Batcher};
@@ -83,6 +87,14 @@ impl Default for ProvisioningConfig {
     }
 }
 
+/// At most this many launches (CreateFleet, then the Node) are in flight at once.
+const MAX_CONCURRENT_LAUNCHES: usize = 16;
+
+/// Pod nomination events: 5 per second, bursts of 10 (Karpenter's
+/// `core@v0.27.0:pkg/controllers/provisioning/scheduling/events.go` PodNominationRateLimiter).
+const NOMINATION_EVENTS_PER_SECOND: f64 = 5.0;
+const NOMINATION_EVENTS_BURST: u32 = 10;
+
 /// How long the API server's version is reused before it is read again (Karpenter's 1 min).
 const KUBERNETES_VERSION_TTL: Duration = Duration::from_secs(60);
 
@@ -112,6 +124,10 @@ pub struct Context {
     launch_rate: StdMutex<backoff::LaunchRate>,
     /// The API server's version and when it was read.
     api_server_version: StdMutex<Option<(Instant, KubernetesVersion)>>,
+    /// Every Provisioner's instance types, translated once per catalogue.
+    type_cache: StdMutex<catalogue::TypeCache>,
+    /// The rate limit of `Nominated` events.
+    nomination_events: StdMutex<TokenBucket>,
 }
 
 struct PlannedNode {
@@ -133,12 +149,8 @@ impl Context {
         config: ProvisioningConfig,
         state: Arc<Cluster>,
     ) -> Arc<Context> {
-        let reporter = Reporter {
-            controller: "karpenter-rs".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
         Arc::new(Context {
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder: events::recorder(&client),
             client,
             cloud,
             metrics,
@@ -150,6 +162,12 @@ impl Context {
             backoff: StdMutex::new(backoff::LaunchBackoff::default()),
             launch_rate: StdMutex::new(backoff::LaunchRate::new(config.max_launches_per_minute)),
             api_server_version: StdMutex::new(None),
+            type_cache: StdMutex::new(catalogue::TypeCache::default()),
+            nomination_events: StdMutex::new(TokenBucket::new(
+                NOMINATION_EVENTS_PER_SECOND,
+                NOMINATION_EVENTS_BURST,
+                Instant::now(),
+            )),
             config,
         })
     }
@@ -200,11 +218,23 @@ impl Context {
 
 /// Runs the provisioning controller until `shutdown`; passes only run while `leading` is true.
 pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
+    for controller in ["provisioner", "metric_scraper"] {
+        ctx.metrics.controller_started(controller);
+    }
     let stores = ctx.state.clone();
     let trigger = ctx.clone();
+    // Pod startup times are observed on every pod change (the leader's), so a pod that starts
+    // and goes between two status ticks still counts.
+    let startups = Arc::new(std::sync::Mutex::new(pods::Startups::new(Utc::now())));
+    let (tracker, observing) = (startups.clone(), leading.clone());
     stores.on_pod_change(move |pod| {
         if pods::is_provisionable(pod) {
             trigger.batcher.trigger();
+        }
+        if *observing.borrow() {
+            if let Some(seconds) = tracker.lock().unwrap_or_else(|e| e.into_inner()).see(pod) {
+                trigger.metrics.pod_startup_time.observe(&[], seconds);
+            }
         }
     });
     // Provisionable pods may need a later pass (limits, back-off): re-trigger every 10 s while
@@ -233,11 +263,13 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
                 continue;
             }
             let started = Instant::now();
-            if let Err(e) = pass(&ctx, &stores).await {
+            let result = pass(&ctx, &stores).await;
+            if let Err(e) = &result {
                 warn!(error = %telemetry::chain(e.as_ref()), "provisioning pass failed; retrying with the next batch");
                 ctx.batcher.trigger();
             }
             ctx.metrics.scheduling_duration.observe(started.elapsed().as_secs_f64());
+            ctx.metrics.reconciled("provisioner", started, result.is_ok());
         }
     };
     // One task: the binder and the status loop (node lifecycle) run beside the passes, never
@@ -245,10 +277,45 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
     tokio::join!(
         passes,
         retrigger,
+        warm(&ctx, &stores, leading.clone(), &shutdown),
         binder::bind_loop(ctx.clone(), stores.clone(), shutdown.clone()),
-        status::status_loop(ctx.clone(), stores.clone(), leading.clone(), shutdown.clone()),
+        status::status_loop(ctx.clone(), stores.clone(), startups, leading.clone(), shutdown.clone()),
     );
 }
+
+/// Keeps what the first pass of a burst would otherwise fetch while pods wait warm, from the
+/// moment this replica leads: the API server's version, the instance-type catalogue with its
+/// prices (seconds of EC2 and Pricing calls when cold) and each Provisioner's resolved template
+/// (subnets, security groups, AMIs). Re-read every minute, so a catalogue past its TTL is mostly
+/// refreshed here rather than in a pass. Failures are left for the passes to report.
+async fn warm(ctx: &Context, stores: &Stores, mut leading: watch::Receiver<bool>, shutdown: &CancellationToken) {
+    let mut ticker = tokio::time::interval(WARM_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        while !*leading.borrow_and_update() {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                changed = leading.changed() => if changed.is_err() { return },
+            }
+        }
+        if stores.ready().await.is_err() {
+            return;
+        }
+        let Ok(version) = ctx.kubernetes_version().await else { continue };
+        let _ = ctx.cloud.instance_types().await;
+        for p in stores.provisioners.state() {
+            if let Ok((template, _)) = launch::node_template(ctx, stores, &p, version) {
+                let _ = ctx.cloud.resolve(&template).await;
+            }
+        }
+    }
+}
+
+/// How often `warm` reads the catalogue and templates again.
+const WARM_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Why a pass or a replacement failed.
 pub type PassError = Box<dyn std::error::Error + Send + Sync>;
@@ -459,6 +526,11 @@ async fn snapshot(
     // The catalogue translation is CPU work of up to seconds: run it where it does not hold up
     // the runtime's other tasks (the binder, node lifecycle, the watches).
     let input = tokio::task::block_in_place(|| {
+        let mut type_cache = ctx.type_cache.lock().unwrap_or_else(|e| e.into_inner());
+        type_cache.retain(|name| provisioners.iter().any(|p| p.name_any() == name));
+        if type_cache.set_catalogue(catalogue) {
+            ctx.metrics.set_instance_types(type_cache.catalogue(), &ctx.config.region);
+        }
         let mut input = SimulationInput {
             pods: pending,
             provisioners: provisioners
@@ -467,8 +539,7 @@ async fn snapshot(
                     let (template, _) = templates.get(&p.name_any())?;
                     Some(ProvisionerInput {
                         provisioner: (**p).clone(),
-                        instance_types: catalogue::instance_types(
-                            &catalogue,
+                        instance_types: type_cache.instance_types(
                             p,
                             template,
                             &zones[&p.name_any()],
@@ -526,8 +597,11 @@ async fn provision(
         return Ok(Vec::new());
     }
     let pending = input.pods.clone();
+    let by_key: HashMap<PodKey, &Pod> = pending.iter().map(|p| (PodKey::of(p), p)).collect();
     // The simulation is CPU work of up to seconds, like the translation above.
+    let simulating = Instant::now();
     let mut plan = tokio::task::block_in_place(|| scheduling::simulate(&input));
+    ctx.metrics.simulation_duration.observe(simulating.elapsed().as_secs_f64());
     // Nodes the plan expects pending pods on are nominated: deprovisioning leaves them alone.
     let displaced: HashSet<PodKey> = pending.iter().filter(|p| !pods::is_provisionable(p)).map(PodKey::of).collect();
     for (key, node) in &plan.existing_assignments {
@@ -557,7 +631,7 @@ async fn provision(
         "scheduling simulated"
     );
     for (key, reason) in &plan.unschedulable {
-        if let Some(pod) = pending.iter().find(|p| PodKey::of(p) == *key) {
+        if let Some(&pod) = by_key.get(key) {
             debug!(pod = %pods::pod_key(pod), %reason, "pod cannot be provisioned for");
             publish(
                 ctx,
@@ -595,7 +669,12 @@ async fn provision(
             publish(ctx, p.as_ref(), EventType::Warning, "NoInstanceTypeFits", &note).await;
         }
     }
-    let (provisioners, templates, pending) = (&provisioners, &templates, &pending);
+    // Where each pod is bound now: a node being deleted, for the pods placed again.
+    let bound_to: HashMap<&str, &str> = all_pods
+        .iter()
+        .filter_map(|p| Some((p.metadata.uid.as_deref()?, p.spec.as_ref()?.node_name.as_deref()?)))
+        .collect();
+    let (provisioners, templates, by_key, bound_to) = (&provisioners, &templates, &by_key, &bound_to);
     let admitted: Vec<&scheduling::NodeRequest> = {
         let now = Instant::now();
         let mut rate = ctx.launch_rate.lock().unwrap_or_else(|e| e.into_inner());
@@ -615,33 +694,14 @@ async fn provision(
         match launch::launch(ctx, request, provisioner, template.clone(), *spot_max).await {
             Ok(node_name) => {
                 stores.nominate(&node_name, NOMINATION);
-                // Where each pod is bound now: a node being deleted, for the pods placed again.
-                let origin = |pod: &Pod| {
-                    let uid = pod.metadata.uid.as_deref()?;
-                    let live = all_pods.iter().find(|p| p.metadata.uid.as_deref() == Some(uid))?;
-                    live.spec.as_ref()?.node_name.clone()
-                };
-                let launched_for = request
-                    .pods
-                    .iter()
-                    .filter_map(|key| pending.iter().find(|p| PodKey::of(p) == *key))
-                    .map(|p| (p, origin(p)));
-                ctx.backoff
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .launched(&node_name, launched_for, Instant::now());
-                for key in &request.pods {
-                    if let Some(pod) = pending.iter().find(|p| PodKey::of(p) == *key) {
-                        publish(
-                            ctx,
-                            pod,
-                            EventType::Normal,
-                            "Nominated",
-                            &format!("Pod should schedule on node {node_name}"),
-                        )
-                        .await;
-                    }
-                }
+                let origin = |pod: &Pod| Some(bound_to.get(pod.metadata.uid.as_deref()?)?.to_string());
+                let launched_for: Vec<&Pod> = request.pods.iter().filter_map(|key| by_key.get(key).copied()).collect();
+                ctx.backoff.lock().unwrap_or_else(|e| e.into_inner()).launched(
+                    &node_name,
+                    launched_for.iter().map(|p| (*p, origin(p))),
+                    Instant::now(),
+                );
+                nominated(ctx, &launched_for, &node_name);
                 Some(node_name)
             }
             Err(e) => {
@@ -651,7 +711,13 @@ async fn provision(
             }
         }
     });
-    let launched: Vec<String> = futures::future::join_all(launches).await.into_iter().flatten().collect();
+    // Collected first: a stream over the closure's futures trips the compiler's Send check.
+    let launches: Vec<_> = launches.collect();
+    let launched: Vec<Option<String>> = futures::stream::iter(launches)
+        .buffer_unordered(MAX_CONCURRENT_LAUNCHES)
+        .collect()
+        .await;
+    let launched: Vec<String> = launched.into_iter().flatten().collect();
     // The next pass must see every Node this one created (they count against limits and hold
     // the pods planned for them), or it would launch for the same pods again.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -690,15 +756,36 @@ fn existing_nodes(nodes: &[Arc<Node>], all_pods: &[Arc<Pod>], provisioners: &[Ar
         .collect()
 }
 
-async fn publish<K: Resource<DynamicType = ()>>(ctx: &Context, object: &K, type_: EventType, reason: &str, note: &str) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note.chars().take(1024).collect()),
-        action: "Provisioning".into(),
-        secondary: None,
+/// Publishes the `Nominated` event of each pod in the background, at most as many as
+/// `NOMINATION_EVENTS` allows (the rest are dropped, as Karpenter drops them): thousands of pods
+/// on new nodes would otherwise send thousands of requests before the next pass could start.
+fn nominated(ctx: &Context, pods: &[&Pod], node_name: &str) {
+    let allowed: Vec<Pod> = {
+        let mut bucket = ctx.nomination_events.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        pods.iter().take_while(|_| bucket.take(now).is_ok()).map(|p| (*p).clone()).collect()
     };
-    if let Err(e) = ctx.recorder.publish(&event, &object.object_ref(&())).await {
-        debug!(error = %e, reason, "publishing event");
+    if allowed.len() < pods.len() {
+        debug!(
+            node = node_name,
+            dropped = pods.len() - allowed.len(),
+            "nomination events over their rate limit are dropped"
+        );
     }
+    if allowed.is_empty() {
+        return;
+    }
+    let (recorder, note) = (ctx.recorder.clone(), format!("Pod should schedule on node {node_name}"));
+    tokio::spawn(async move {
+        for pod in allowed {
+            events::publish(&recorder, &pod, EventType::Normal, "Nominated", ACTION, &note).await;
+        }
+    });
+}
+
+/// The action of every event provisioning publishes.
+const ACTION: &str = "Provisioning";
+
+async fn publish<K: Resource<DynamicType = ()>>(ctx: &Context, object: &K, type_: EventType, reason: &str, note: &str) {
+    events::publish(&ctx.recorder, object, type_, reason, ACTION, note).await;
 }

@@ -8,7 +8,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, PROVISIONER_NAME_LABEL, REGION_LABEL, TERMINATION_FINALIZER, ZONE_LABEL};
+use crate::apis::v1alpha5::labels::{
+    CAPACITY_TYPE_LABEL, PRICE_ANNOTATION, PRICE_CAPACITY_TYPE_ANNOTATION, PRICE_ZONE_ANNOTATION, PROVISIONER_NAME_LABEL, REGION_LABEL,
+    TERMINATION_FINALIZER, ZONE_LABEL,
+};
 use crate::apis::v1alpha5::Provisioner;
 
 /// What the cloud reported about a launched instance, and what its instance type offers.
@@ -26,6 +29,8 @@ pub struct LaunchedInstance {
     pub private_dns_name: String,
     /// Single-valued labels of its instance type (instance type, arch, os, category, ...).
     pub instance_type_labels: BTreeMap<String, String>,
+    /// USD per hour of the offering it was launched as, when known.
+    pub price: Option<f64>,
 }
 
 impl LaunchedInstance {
@@ -76,11 +81,19 @@ pub fn node_for(provisioner: &Provisioner, instance: &LaunchedInstance, requirem
         block_owner_deletion: Some(true),
         controller: None,
     });
+    // The Provisioner's annotations, then the price the offering was chosen at (what the node
+    // viewer and the price metric read).
+    let mut annotations = spec.annotations.clone().unwrap_or_default();
+    if let Some(price) = instance.price.filter(|p| p.is_finite() && *p >= 0.0) {
+        annotations.insert(PRICE_ANNOTATION.into(), format!("{price}"));
+        annotations.insert(PRICE_CAPACITY_TYPE_ANNOTATION.into(), instance.capacity_type.clone());
+        annotations.insert(PRICE_ZONE_ANNOTATION.into(), instance.zone.clone());
+    }
     Node {
         metadata: ObjectMeta {
             name: Some(instance.node_name()),
             labels: Some(labels),
-            annotations: spec.annotations.clone().filter(|a| !a.is_empty()),
+            annotations: (!annotations.is_empty()).then_some(annotations),
             finalizers: Some(vec![TERMINATION_FINALIZER.into()]),
             owner_references: owner.map(|o| vec![o]),
             ..Default::default()
@@ -122,6 +135,7 @@ mod tests {
             capacity_type: "on-demand".into(),
             private_dns_name: "IP-10-0-1-23.ap-northeast-2.compute.internal".into(),
             instance_type_labels: BTreeMap::from([("node.kubernetes.io/instance-type".into(), "t3.large".into())]),
+            price: Some(0.104),
         }
     }
 
@@ -144,6 +158,24 @@ mod tests {
         assert_eq!(v["metadata"]["finalizers"], json!(["karpenter.sh/termination"]));
         assert_eq!(v["metadata"]["ownerReferences"][0]["kind"], "Provisioner");
         assert!(v.get("status").is_none(), "only the kubelet reports capacity: {}", v["status"]);
+    }
+
+    #[test]
+    fn the_node_carries_its_launch_price_beside_the_provisioners_annotations() {
+        let mut p = service();
+        p.spec.annotations = Some(BTreeMap::from([("team".to_string(), "a".to_string())]));
+        let node = node_for(&p, &instance(), &BTreeMap::new());
+        let annotations = node.metadata.annotations.clone().unwrap();
+        assert_eq!(annotations["team"], "a");
+        assert_eq!(annotations[PRICE_ANNOTATION], "0.104");
+        assert_eq!(annotations[PRICE_CAPACITY_TYPE_ANNOTATION], "on-demand");
+        assert_eq!(annotations[PRICE_ZONE_ANNOTATION], "ap-northeast-2a");
+        let read = super::super::node_metrics::launch_price(&node).unwrap();
+        assert_eq!((read.usd_per_hour, read.zone.as_str()), (0.104, "ap-northeast-2a"));
+
+        let mut unpriced = instance();
+        unpriced.price = None;
+        assert_eq!(node_for(&service(), &unpriced, &BTreeMap::new()).metadata.annotations, None);
     }
 
     #[test]

@@ -157,6 +157,75 @@ pub fn pod_state_labels(pod: &Pod, node: Option<&Node>) -> [String; 10] {
     ]
 }
 
+/// Seconds from `pod`'s creation to its Ready condition turning True, once it has left Pending
+/// (what `karpenter_pods_startup_time_seconds` observes, once per pod seen pending); none while it
+/// is pending or not Ready.
+pub fn startup_seconds(pod: &Pod) -> Option<f64> {
+    let status = pod.status.as_ref()?;
+    if status.phase.as_deref().is_none_or(|p| p == "Pending") {
+        return None;
+    }
+    let ready = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready" && c.status == "True")?;
+    let created = pod.metadata.creation_timestamp.as_ref()?;
+    let seconds = (ready.last_transition_time.as_ref()?.0 - created.0).num_milliseconds() as f64 / 1000.0;
+    Some(seconds.max(0.0))
+}
+
+/// What `karpenter_pods_startup_time_seconds` observes: each pod once, when it is first seen Ready
+/// after having been pending (seen pending, or created since `since`, when tracking started),
+/// as Karpenter's pod metrics controller (`core@v0.31.0:pkg/controllers/metrics/pod/controller.go`).
+pub struct Startups {
+    since: k8s_openapi::chrono::DateTime<k8s_openapi::chrono::Utc>,
+    pending: std::collections::HashSet<String>,
+    observed: std::collections::HashSet<String>,
+}
+
+impl Startups {
+    /// Tracking from `since`.
+    pub fn new(since: k8s_openapi::chrono::DateTime<k8s_openapi::chrono::Utc>) -> Self {
+        Startups {
+            since,
+            pending: Default::default(),
+            observed: Default::default(),
+        }
+    }
+
+    /// A change of `pod`: the seconds to observe, the first time it is seen started.
+    pub fn see(&mut self, pod: &Pod) -> Option<f64> {
+        let uid = pod.metadata.uid.as_deref()?;
+        if self.observed.contains(uid) {
+            return None;
+        }
+        if is_pending(pod) {
+            self.pending.insert(uid.to_string());
+            return None;
+        }
+        let created_since = pod.metadata.creation_timestamp.as_ref().is_some_and(|t| t.0 >= self.since);
+        if !(self.pending.contains(uid) || created_since) {
+            return None;
+        }
+        let seconds = startup_seconds(pod)?;
+        self.pending.remove(uid);
+        self.observed.insert(uid.to_string());
+        Some(seconds)
+    }
+
+    /// Forgets the pods `live` does not keep (they are gone).
+    pub fn retain(&mut self, live: impl Fn(&str) -> bool) {
+        self.pending.retain(|uid| live(uid));
+        self.observed.retain(|uid| live(uid));
+    }
+}
+
+/// True while `pod` is Pending (or has no phase yet).
+pub fn is_pending(pod: &Pod) -> bool {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()).is_none_or(|p| p == "Pending")
+}
+
 /// `namespace/name`, as pods are named in logs and events.
 pub fn pod_key(pod: &Pod) -> String {
     format!(
@@ -177,6 +246,61 @@ mod tests {
 
     fn unschedulable() -> serde_json::Value {
         json!({"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]})
+    }
+
+    #[test]
+    fn startup_time_runs_from_creation_to_ready() {
+        let running = pod(json!({
+            "metadata": {"name": "a", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"containers": []},
+            "status": {"phase": "Running", "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:20Z"},
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:42Z"},
+            ]},
+        }));
+        assert_eq!(startup_seconds(&running), Some(42.0));
+        assert!(!is_pending(&running));
+        let pending = pod(json!({
+            "metadata": {"name": "b", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"containers": []},
+            "status": {"phase": "Pending"},
+        }));
+        assert_eq!(startup_seconds(&pending), None);
+        assert!(is_pending(&pending));
+        let not_ready = pod(json!({
+            "metadata": {"name": "c", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"containers": []},
+            "status": {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": "False", "lastTransitionTime": "2026-01-01T00:00:05Z"},
+            ]},
+        }));
+        assert_eq!(startup_seconds(&not_ready), None, "running but not Ready has not started up");
+    }
+
+    #[test]
+    fn each_pod_that_was_pending_is_observed_once_when_ready() {
+        let at = |t: &str| k8s_openapi::chrono::DateTime::parse_from_rfc3339(t).unwrap().to_utc();
+        let mut startups = Startups::new(at("2026-01-01T00:00:10Z"));
+        let phase = |name: &str, created: &str, phase: &str| {
+            pod(json!({
+                "metadata": {"name": name, "uid": name, "creationTimestamp": created},
+                "spec": {"containers": []},
+                "status": {"phase": phase, "conditions": [
+                    {"type": "Ready", "status": if phase == "Running" { "True" } else { "False" }, "lastTransitionTime": "2026-01-01T00:01:00Z"},
+                ]},
+            }))
+        };
+        // Older than the tracking and never seen pending: it started before, nothing to observe.
+        assert_eq!(startups.see(&phase("old", "2026-01-01T00:00:00Z", "Running")), None);
+        // Seen pending, then Ready: observed once.
+        assert_eq!(startups.see(&phase("a", "2026-01-01T00:00:00Z", "Pending")), None);
+        assert_eq!(startups.see(&phase("a", "2026-01-01T00:00:00Z", "Running")), Some(60.0));
+        assert_eq!(startups.see(&phase("a", "2026-01-01T00:00:00Z", "Running")), None, "once");
+        // Created since tracking started: it was pending even if never seen so.
+        assert_eq!(startups.see(&phase("b", "2026-01-01T00:00:30Z", "Running")), Some(30.0));
+        startups.retain(|uid| uid != "a");
+        assert!(!startups.observed.contains("a"));
+        assert!(startups.observed.contains("b"));
     }
 
     #[test]

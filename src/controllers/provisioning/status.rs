@@ -1,50 +1,61 @@
 //! The leader's periodic work beside the passes: every 2 s the node lifecycle
-//! (`lifecycle::step`), every 10 s each Provisioner's `status.resources` and the usage, limit and
-//! `karpenter_pods_state` gauges.
+//! (`lifecycle::step`), every 10 s each Provisioner's
+//! `status.resources`, the usage, limit, `karpenter_pods_state`, `karpenter_nodes_*` and node
+//! price gauges.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::{lifecycle, pods, usage, Context, Stores};
+use super::{lifecycle, node_metrics, pods, usage, Context, Stores};
 use crate::apis::v1alpha5::Provisioner;
+use crate::metrics::GaugeSeries;
 use crate::scheduling;
 
 /// Every 10 s on the leader: each Provisioner's `status.resources` (written only when it
-/// changed), the usage, limit and usage-percentage gauges, and `karpenter_pods_state`.
-pub(super) async fn status_loop(ctx: Arc<Context>, stores: Stores, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
-    // Every 2 s the node lifecycle (`lifecycle::step`), every 10 s the status.
+/// changed), the usage, limit and usage-percentage gauges, `karpenter_pods_state`, the node
+/// gauges (and pods gone are forgotten by the startup tracker); every 2 s the node lifecycle.
+pub(super) async fn status_loop(
+    ctx: Arc<Context>,
+    stores: Stores,
+    startups: Arc<std::sync::Mutex<pods::Startups>>,
+    leading: watch::Receiver<bool>,
+    shutdown: CancellationToken,
+) {
     let mut ticker = tokio::time::interval(Duration::from_secs(2));
     let mut ticks: u64 = 0;
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut reported: BTreeSet<(String, String)> = BTreeSet::new();
-    let mut pod_series: BTreeSet<[String; 10]> = BTreeSet::new();
+    let mut usage_series = GaugeSeries::new(ctx.metrics.provisioner_usage.clone());
+    let mut limit_series = GaugeSeries::new(ctx.metrics.provisioner_limit.clone());
+    let mut percent_series = GaugeSeries::new(ctx.metrics.provisioner_usage_pct.clone());
+    let mut pods_state = GaugeSeries::new(ctx.metrics.pods_state.clone());
+    let mut node_series = NodeSeries::new(&ctx);
     while next_leading_tick(&mut ticker, &leading, &stores, &shutdown).await {
         tracing::trace!(ticks, "status tick");
+        let started = Instant::now();
         lifecycle::step(&ctx, &stores).await;
         ticks += 1;
         if ticks % 5 != 1 {
             continue;
         }
         let nodes = ctx.existing_nodes(&stores.nodes.state(), &[], &stores.provisioners.state());
-        let mut now_reported = BTreeSet::new();
+        let (mut usages, mut limits, mut percents) = (Vec::new(), Vec::new(), Vec::new());
         for p in stores.provisioners.state() {
             let name = p.name_any();
             let used = scheduling::provisioner_usage(&nodes, &name);
             for r in usage::resource_usage(&p, &used) {
-                let labels = [name.as_str(), r.resource.as_str()];
-                ctx.metrics.provisioner_usage.with_label_values(&labels).set(r.usage);
+                let labels = vec![name.clone(), r.resource.clone()];
                 if let (Some(limit), Some(percent)) = (r.limit, r.percent()) {
-                    ctx.metrics.provisioner_limit.with_label_values(&labels).set(limit);
-                    ctx.metrics.provisioner_usage_pct.with_label_values(&labels).set(percent);
+                    limits.push((labels.clone(), limit));
+                    percents.push((labels.clone(), percent));
                 }
-                now_reported.insert((name.clone(), r.resource));
+                usages.push((labels, r.usage));
             }
             let resources = usage::status_resources(&used);
             if p.status.as_ref().and_then(|s| s.resources.as_ref()) == Some(&resources) || p.metadata.deletion_timestamp.is_some() {
@@ -67,32 +78,86 @@ pub(super) async fn status_loop(ctx: Arc<Context>, stores: Stores, leading: watc
                 Err(e) => debug!(provisioner = %name, error = %e, "updating status.resources; retrying later"),
             }
         }
-        for (name, resource) in reported.difference(&now_reported) {
-            let labels = [name.as_str(), resource.as_str()];
-            for gauge in [
-                &ctx.metrics.provisioner_usage,
-                &ctx.metrics.provisioner_limit,
-                &ctx.metrics.provisioner_usage_pct,
-            ] {
-                let _ = gauge.remove_label_values(&labels);
+        usage_series.replace_all(usages);
+        limit_series.replace_all(limits);
+        percent_series.replace_all(percents);
+
+        let all_nodes = stores.nodes.state();
+        let all_pods = stores.pods.state();
+        let by_name: HashMap<String, Arc<Node>> = all_nodes.iter().map(|n| (n.name_any(), n.clone())).collect();
+        let mut on_node: HashMap<&str, Vec<&Pod>> = HashMap::new();
+        pods_state.replace_all(all_pods.iter().map(|pod| {
+            let node_name = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty());
+            if let Some(name) = node_name {
+                on_node.entry(name).or_default().push(pod.as_ref());
+            }
+            let node = node_name.and_then(|n| by_name.get(n));
+            (pods::pod_state_labels(pod, node.map(|n| n.as_ref())).to_vec(), 1.0)
+        }));
+        node_series.replace_all(&ctx, &all_nodes, &on_node);
+        let live: HashSet<&str> = all_pods.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
+        startups.lock().unwrap_or_else(|e| e.into_inner()).retain(|uid| live.contains(uid));
+        ctx.metrics.reconciled("metric_scraper", started, true);
+    }
+}
+
+/// The `karpenter_nodes_*` gauges and the node price gauge, replaced as a whole each time.
+struct NodeSeries {
+    /// In `NodeGauges::into_array`'s order.
+    gauges: [GaugeSeries; 6],
+    price: GaugeSeries,
+}
+
+impl NodeSeries {
+    fn new(ctx: &Context) -> Self {
+        let m = &ctx.metrics;
+        NodeSeries {
+            gauges: [
+                &m.nodes_allocatable,
+                &m.nodes_pod_requests,
+                &m.nodes_pod_limits,
+                &m.nodes_daemon_requests,
+                &m.nodes_daemon_limits,
+                &m.nodes_system_overhead,
+            ]
+            .map(|g| GaugeSeries::new(g.clone())),
+            price: GaugeSeries::new(m.node_price.clone()),
+        }
+    }
+
+    /// Every node's series (pods by the node they are bound to); a node gone takes its series.
+    fn replace_all(&mut self, ctx: &Context, nodes: &[Arc<Node>], on_node: &HashMap<&str, Vec<&Pod>>) {
+        let mut all: [Vec<node_metrics::Series>; 6] = Default::default();
+        for node in nodes {
+            let pods = on_node.get(node.name_any().as_str()).map(Vec::as_slice).unwrap_or_default();
+            for (all, series) in all.iter_mut().zip(node_metrics::node_gauges(node, pods).into_array()) {
+                all.extend(series);
             }
         }
-        reported = now_reported;
-
-        let by_name: HashMap<String, Arc<Node>> = stores.nodes.state().into_iter().map(|n| (n.name_any(), n)).collect();
-        let mut now_series = BTreeSet::new();
-        for pod in stores.pods.state() {
-            let node = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).and_then(|n| by_name.get(n));
-            let labels = pods::pod_state_labels(&pod, node.map(|n| n.as_ref()));
-            let values: Vec<&str> = labels.iter().map(String::as_str).collect();
-            ctx.metrics.pods_state.with_label_values(&values).set(1.0);
-            now_series.insert(labels);
+        for (gauge, series) in self.gauges.iter_mut().zip(all) {
+            gauge.replace_all(series);
         }
-        for gone in pod_series.difference(&now_series) {
-            let values: Vec<&str> = gone.iter().map(String::as_str).collect();
-            let _ = ctx.metrics.pods_state.remove_label_values(&values);
-        }
-        pod_series = now_series;
+        // Nodes launched before the price annotation existed are priced from the catalogue. Only
+        // they need it, and never by waiting for a pass that is translating it (a blocking lock
+        // here would hold up this runtime thread): while the cache is busy, they wait a tick.
+        let mut type_cache = None;
+        let mut catalogue_price = |instance_type: &str, capacity_type: &str, zone: &str| {
+            let cache = type_cache.get_or_insert_with(|| ctx.type_cache.try_lock().ok());
+            cache
+                .as_ref()?
+                .catalogue()
+                .iter()
+                .find(|t| t.facts.name == instance_type)?
+                .offerings
+                .iter()
+                .find(|o| o.capacity_type == capacity_type && o.zone == zone)
+                .map(|o| o.price)
+        };
+        let prices: Vec<_> = nodes
+            .iter()
+            .filter_map(|n| node_metrics::node_price(n, &mut catalogue_price))
+            .collect();
+        self.price.replace_all(prices);
     }
 }
 

@@ -95,6 +95,7 @@ pub fn is_terminating(node: &Node) -> bool {
 
 /// Runs the termination controller until `shutdown`; reconciles only while `leading` is true.
 pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
+    ctx.metrics.controller_started("termination");
     let nodes = &state.nodes;
     let mut ticker = tokio::time::interval(ctx.config.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -110,14 +111,20 @@ pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receive
             continue;
         }
         let terminating: Vec<Arc<Node>> = nodes.state().into_iter().filter(|n| is_terminating(n)).collect();
+        let started = std::time::Instant::now();
         let results = futures::future::join_all(terminating.iter().map(|node| reconcile(&ctx, node))).await;
         let mut waiting = 0;
+        let mut ok = true;
         for (node, result) in terminating.iter().zip(results) {
             match result {
                 Ok(remaining) => waiting += remaining,
-                Err(e) => warn!(node = %node.name_any(), error = %telemetry::chain(&e), "terminating node; retrying"),
+                Err(e) => {
+                    warn!(node = %node.name_any(), error = %telemetry::chain(&e), "terminating node; retrying");
+                    ok = false;
+                }
             }
         }
+        ctx.metrics.reconciled("termination", started, ok);
         ctx.metrics.eviction_queue_depth.set(waiting as i64);
         let mut state = ctx.state.lock().await;
         let now = Instant::now();
@@ -223,10 +230,7 @@ async fn reconcile(ctx: &Context, node: &Node) -> Result<usize, TerminationError
         .as_ref()
         .map(|t| (Utc::now() - t.0).num_milliseconds() as f64 / 1000.0);
     if let Some(seconds) = elapsed {
-        ctx.metrics
-            .termination_time
-            .with_label_values(&[&provisioner])
-            .observe(seconds.max(0.0));
+        ctx.metrics.termination_time.observe(&[&provisioner], seconds.max(0.0));
     }
     info!(node = %name, provisioner = %provisioner, seconds_since_deletion = elapsed, "deleted node");
     Ok(0)
