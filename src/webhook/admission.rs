@@ -6,6 +6,8 @@
 //! object is decoded straight into the API type; only a request that fails somewhere is read a
 //! second time, to name the field at fault.
 
+use std::borrow::Cow;
+
 use base64::Engine;
 use kube::Resource;
 use serde::de::DeserializeOwned;
@@ -14,7 +16,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::apis::decode::decode;
-use crate::apis::field_error::{FieldErrors, Path};
+use crate::apis::field_error::{FieldError, FieldErrors, Path};
 use crate::apis::v1alpha1::{self, AwsNodeTemplate};
 use crate::apis::v1alpha5::{self, Provisioner};
 use crate::apis::ApiSettings;
@@ -54,7 +56,7 @@ pub enum Kind {
 
 impl Kind {
     fn from_gvk(gvk: &GroupVersionKind<'_>) -> Option<Kind> {
-        match (gvk.group, gvk.version, gvk.kind) {
+        match (&*gvk.group, &*gvk.version, &*gvk.kind) {
             ("karpenter.sh", "v1alpha5", "Provisioner") => Some(Kind::Provisioner),
             ("karpenter.k8s.aws", "v1alpha1", "AWSNodeTemplate") => Some(Kind::AwsNodeTemplate),
             _ => None,
@@ -95,9 +97,9 @@ pub struct Outcome {
 #[serde(rename_all = "camelCase")]
 struct Envelope<'a> {
     #[serde(default, borrow)]
-    api_version: Option<&'a str>,
+    api_version: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
-    kind: Option<&'a str>,
+    kind: Option<Cow<'a, str>>,
     #[serde(borrow)]
     request: Option<Request<'a>>,
 }
@@ -108,9 +110,11 @@ struct Request<'a> {
     uid: String,
     #[serde(borrow)]
     kind: GroupVersionKind<'a>,
-    operation: &'a str,
+    #[serde(borrow)]
+    operation: Cow<'a, str>,
+    /// Absent or null for objects with a generated name.
     #[serde(default)]
-    name: String,
+    name: Option<String>,
     #[serde(default, borrow)]
     object: Option<&'a RawValue>,
 }
@@ -118,11 +122,11 @@ struct Request<'a> {
 #[derive(Deserialize)]
 struct GroupVersionKind<'a> {
     #[serde(default, borrow)]
-    group: &'a str,
+    group: Cow<'a, str>,
     #[serde(borrow)]
-    version: &'a str,
+    version: Cow<'a, str>,
     #[serde(borrow)]
-    kind: &'a str,
+    kind: Cow<'a, str>,
 }
 
 // --- what is written ---------------------------------------------------------------------------
@@ -169,7 +173,7 @@ enum Decision {
 pub fn review(endpoint: Endpoint, body: &[u8], settings: &ApiSettings) -> Outcome {
     let envelope = match serde_json::from_slice::<Envelope<'_>>(body) {
         Ok(e) => e,
-        Err(e) => return unreadable(body, e),
+        Err(_) => return unreadable(body),
     };
     let Some(request) = envelope.request else {
         return invalid(
@@ -187,7 +191,7 @@ pub fn review(endpoint: Endpoint, body: &[u8], settings: &ApiSettings) -> Outcom
             format!("expected kind AdmissionReview of {ADMISSION_API_VERSION}, got kind {review_kind:?} of {api_version:?}; configure admissionReviewVersions: [v1]"),
         );
     }
-    let operation = match request.operation {
+    let operation = match &*request.operation {
         "CREATE" => "CREATE",
         "UPDATE" => "UPDATE",
         "DELETE" => "DELETE",
@@ -205,7 +209,7 @@ pub fn review(endpoint: Endpoint, body: &[u8], settings: &ApiSettings) -> Outcom
         kind: "unknown",
         operation,
         result: result::ALLOWED,
-        name: request.name.clone(),
+        name: request.name.clone().unwrap_or_default(),
         reason: None,
     };
     let Some(kind) = Kind::from_gvk(&request.kind) else {
@@ -258,10 +262,23 @@ pub fn review(endpoint: Endpoint, body: &[u8], settings: &ApiSettings) -> Outcom
 }
 
 /// Decodes the object; on failure reads it again as JSON to name the field and value at fault.
+/// An object JSON cannot be read into a tree (nested past serde_json's 128 levels) is refused at
+/// the deepest field the typed read reached.
 fn decode_object<T: DeserializeOwned>(object: &RawValue) -> Result<T, FieldErrors> {
-    serde_json::from_str(object.get()).or_else(|_| {
-        let value: Value = serde_json::from_str(object.get()).expect("a RawValue holds valid JSON");
-        decode::<T>(&value, &Path::default()).map_err(FieldErrors::from)
+    serde_json::from_str(object.get()).or_else(|_| match serde_json::from_str::<Value>(object.get()) {
+        Ok(value) => decode::<T>(&value, &Path::default()).map_err(FieldErrors::from),
+        Err(e) => {
+            let mut de = serde_json::Deserializer::from_str(object.get());
+            let at = match serde_path_to_error::deserialize::<_, T>(&mut de) {
+                Err(typed) => typed.path().to_string(),
+                Ok(_) => String::new(),
+            };
+            let at = if at.is_empty() || at == "." { "object".to_string() } else { at };
+            Err(FieldErrors::from(FieldError::forbidden(
+                Path::new(&at),
+                format!("nested too deeply to read ({e}; JSON is read to 128 levels)"),
+            )))
+        }
     })
 }
 
@@ -337,11 +354,19 @@ fn respond(mut outcome: Outcome, uid: &str, decision: Decision) -> Outcome {
 }
 
 /// The body did not fit the envelope: find the uid if there is one, and say what is wrong.
-fn unreadable(body: &[u8], error: serde_json::Error) -> Outcome {
+fn unreadable(body: &[u8]) -> Outcome {
     match serde_json::from_slice::<Value>(body) {
         Err(e) => invalid(None, format!("request body is not JSON: {e}")),
         Ok(value) => match value.pointer("/request/uid").and_then(Value::as_str).filter(|u| !u.is_empty()) {
-            Some(uid) => invalid(Some(uid), format!("malformed AdmissionReview: {error}")),
+            Some(uid) => {
+                // Read again for the path of the field at fault (`request.name: invalid type ...`).
+                let mut de = serde_json::Deserializer::from_slice(body);
+                let error = match serde_path_to_error::deserialize::<_, Envelope<'_>>(&mut de) {
+                    Err(e) => e.to_string(),
+                    Ok(_) => "unreadable".to_string(),
+                };
+                invalid(Some(uid), format!("malformed AdmissionReview: {error}"))
+            }
             None => invalid(None, "not an AdmissionReview: request.uid is missing".to_string()),
         },
     }

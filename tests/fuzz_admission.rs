@@ -1,0 +1,649 @@
+//! Fuzzing the admission path: `webhook::admission::review`, the one function the HTTPS handler
+//! hands every request body to, fed generated inputs of every kind a client can send:
+//!
+//! - raw bytes (invalid UTF-8 included) and byte-level damage of real reviews (flips, cuts,
+//!   splices, inserted invalid UTF-8);
+//! - JSON of any shape: random values, deep nesting, huge and odd numbers, long strings;
+//! - AdmissionReviews of both kinds (CREATE, UPDATE with an old object, DELETE, CONNECT) whose
+//!   object is a seed (both write-ups' manifests, `tests/fuzz/corpus/*.json`) with random fields
+//!   replaced, removed or added, at every depth, and envelopes with random fields.
+//!
+//! Each input must give an answer without a panic: HTTP 200 with an AdmissionReview carrying the
+//! request's uid, or 400 when no uid could be read; a denial of a served kind's object must name
+//! a field (its message holds a field path). A failing input is written to
+//! `target/fuzz-failures/` and the test fails naming the file.
+//!
+//! Stable Rust, no cargo-fuzz: a seeded generator (splitmix64), reproducible with `FUZZ_SEED`.
+//! The default run (`cargo test`) tries `FUZZ_INPUTS` = 5,000 inputs; the long run is
+//!   FUZZ_INPUTS=10000000 FUZZ_SECONDS=3600 cargo test --release --test fuzz_admission -- --nocapture
+//! which stops at whichever comes first and prints what it tried (README, "Failure behaviour").
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use karpenter_rs::apis::ApiSettings;
+use karpenter_rs::webhook::admission::{review, Endpoint};
+use serde_json::{json, Map, Value};
+
+/// splitmix64: small, fast, and the same sequence for the same seed everywhere.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}
+
+/// Strings that have broken parsers before: quantities, operators, label keys, unicode, limits.
+const STRINGS: &[&str] = &[
+    "",
+    " ",
+    "0",
+    "-1",
+    "1",
+    "1.5",
+    "1e309",
+    "-1e309",
+    "NaN",
+    "Infinity",
+    "0x10",
+    "9223372036854775808",
+    "99999999999999999999999999Ei",
+    "1Ki",
+    "1.5Gi",
+    "100m",
+    "-100m",
+    "0.0001m",
+    "1e-30",
+    "10Pi",
+    "5%",
+    "110%",
+    "%",
+    "In",
+    "NotIn",
+    "Exists",
+    "DoesNotExist",
+    "Gt",
+    "Lt",
+    "in",
+    "NoSchedule",
+    "NoExecute",
+    "PreferNoSchedule",
+    "on-demand",
+    "spot",
+    "t3.large",
+    "AL2",
+    "AL2023",
+    "Bottlerocket",
+    "Ubuntu",
+    "Windows2022",
+    "Custom",
+    "karpenter.sh/capacity-type",
+    "node.kubernetes.io/instance-type",
+    "topology.kubernetes.io/zone",
+    "kubernetes.io/hostname",
+    "karpenter.sh/provisioner-name",
+    "karpenter.k8s.aws/instance-cpu",
+    "aws-ids",
+    "aws::owners",
+    "/",
+    "a/b/c",
+    "-a",
+    "a-",
+    "UPPER/lower",
+    "日本語",
+    "🦀",
+    "\u{0}",
+    "\u{202e}",
+    "\u{fffd}",
+    "\\",
+    "\"",
+    "'",
+    "${jndi:x}",
+    "../../etc/passwd",
+    "arn:aws:iam::123456789012:instance-profile/x",
+    "sg-0123",
+    "subnet-",
+    "ami-",
+    "enabled",
+    "disabled",
+    "required",
+    "optional",
+    "gp3",
+    "io2",
+    "/dev/xvda",
+    "true",
+    "false",
+    "null",
+];
+
+fn random_string(rng: &mut Rng) -> String {
+    match rng.below(6) {
+        0 if rng.chance(5) => "a".repeat(rng.below(70_000)),
+        1 => (0..rng.below(40))
+            .map(|_| char::from_u32(rng.next() as u32 % 0x11_0000).unwrap_or('x'))
+            .collect(),
+        2 => format!("{}/{}", rng.pick(STRINGS), rng.pick(STRINGS)),
+        _ => rng.pick(STRINGS).to_string(),
+    }
+}
+
+/// Numbers at and past every boundary JSON and Rust care about.
+fn random_number(rng: &mut Rng) -> Value {
+    let text = match rng.below(12) {
+        0 => "0".to_string(),
+        1 => "-0".to_string(),
+        2 => i64::MAX.to_string(),
+        3 => i64::MIN.to_string(),
+        4 => u64::MAX.to_string(),
+        5 => "18446744073709551616".to_string(),
+        6 => "1e308".to_string(),
+        7 => "1e400".to_string(),
+        8 => "-1e-400".to_string(),
+        9 => format!("{}.{}", rng.next() as i64, rng.next()),
+        10 => "1".repeat(1 + rng.below(400)),
+        _ => (rng.next() as i64 % 100_000).to_string(),
+    };
+    // Arbitrary precision is not enabled: what does not fit an f64 is written as the nearest one
+    // or, past f64, left to the byte-level cases (which send such literals as raw text).
+    serde_json::from_str(&text).unwrap_or_else(|_| json!(f64::MAX))
+}
+
+fn random_json(rng: &mut Rng, depth: usize) -> Value {
+    let leaf = depth == 0 || rng.chance(40);
+    match rng.below(if leaf { 4 } else { 6 }) {
+        0 => Value::Null,
+        1 => Value::Bool(rng.chance(50)),
+        2 => random_number(rng),
+        3 => Value::String(random_string(rng)),
+        4 => Value::Array((0..rng.below(6)).map(|_| random_json(rng, depth - 1)).collect()),
+        _ => {
+            let mut m = Map::new();
+            for _ in 0..rng.below(6) {
+                let key = if rng.chance(50) {
+                    rng.pick(FIELD_NAMES).to_string()
+                } else {
+                    random_string(rng)
+                };
+                m.insert(key, random_json(rng, depth - 1));
+            }
+            Value::Object(m)
+        }
+    }
+}
+
+/// Field names of both kinds, so that added keys often mean something.
+const FIELD_NAMES: &[&str] = &[
+    "requirements",
+    "key",
+    "operator",
+    "values",
+    "taints",
+    "startupTaints",
+    "effect",
+    "value",
+    "labels",
+    "annotations",
+    "kubeletConfiguration",
+    "maxPods",
+    "podsPerCore",
+    "systemReserved",
+    "kubeReserved",
+    "evictionHard",
+    "evictionSoft",
+    "evictionSoftGracePeriod",
+    "limits",
+    "resources",
+    "providerRef",
+    "provider",
+    "consolidation",
+    "enabled",
+    "ttlSecondsAfterEmpty",
+    "ttlSecondsUntilExpired",
+    "weight",
+    "subnetSelector",
+    "securityGroupSelector",
+    "amiSelector",
+    "amiFamily",
+    "instanceProfile",
+    "tags",
+    "userData",
+    "blockDeviceMappings",
+    "ebs",
+    "volumeSize",
+    "metadataOptions",
+    "httpTokens",
+    "detailedMonitoring",
+    "context",
+    "name",
+    "namespace",
+    "clusterName",
+    "apiVersion",
+    "kind",
+    "metadata",
+    "spec",
+    "status",
+    "uid",
+    "operation",
+    "object",
+    "oldObject",
+    "dryRun",
+];
+
+/// Every JSON pointer in `v` (the root included).
+fn pointers(v: &Value, at: String, out: &mut Vec<String>) {
+    out.push(at.clone());
+    match v {
+        Value::Object(m) => m
+            .iter()
+            .for_each(|(k, c)| pointers(c, format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")), out)),
+        Value::Array(a) => a.iter().enumerate().for_each(|(i, c)| pointers(c, format!("{at}/{i}"), out)),
+        _ => {}
+    }
+}
+
+/// One to four random changes anywhere in `object`: replace a value, remove it, add a key, grow
+/// an array, or nest the value deeply.
+fn mutate(rng: &mut Rng, object: &mut Value) {
+    for _ in 0..1 + rng.below(4) {
+        let mut all = Vec::new();
+        pointers(object, String::new(), &mut all);
+        let at = rng.pick(&all).clone();
+        if at.is_empty() {
+            continue;
+        }
+        let (parent_at, last) = at.rsplit_once('/').expect("non-root pointers have a parent");
+        let op = rng.below(6);
+        let replacement = match op {
+            4 => {
+                let mut v = object.pointer(&at).cloned().unwrap_or(Value::Null);
+                for _ in 0..rng.below(300) {
+                    v = if rng.chance(50) { json!([v]) } else { json!({ "x": v }) };
+                }
+                Some(v)
+            }
+            _ => Some(random_json(rng, 4)),
+        };
+        let Some(parent) = object.pointer_mut(if parent_at.is_empty() { "" } else { parent_at }) else {
+            continue;
+        };
+        match (parent, op) {
+            (Value::Object(m), 0) => {
+                m.remove(&last.replace("~1", "/").replace("~0", "~"));
+            }
+            (Value::Object(m), 1) => {
+                m.insert(rng.pick(FIELD_NAMES).to_string(), random_json(rng, 3));
+            }
+            (Value::Array(a), 0) => {
+                let i: usize = last.parse().unwrap_or(0);
+                if i < a.len() {
+                    a.remove(i);
+                }
+            }
+            (Value::Array(a), 1) => {
+                let copy = a.first().cloned().unwrap_or(Value::Null);
+                a.extend(std::iter::repeat_n(copy, rng.below(50)));
+            }
+            _ => {
+                if let Some(slot) = object.pointer_mut(&at) {
+                    *slot = replacement.unwrap_or(Value::Null);
+                }
+            }
+        }
+    }
+}
+
+fn gvk(object: &Value) -> Value {
+    match object.get("kind").and_then(Value::as_str) {
+        Some("AWSNodeTemplate") => json!({"group": "karpenter.k8s.aws", "version": "v1alpha1", "kind": "AWSNodeTemplate"}),
+        _ => json!({"group": "karpenter.sh", "version": "v1alpha5", "kind": "Provisioner"}),
+    }
+}
+
+/// What one input is, for the statistics and the failure file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Case {
+    Bytes,
+    Damaged,
+    AnyJson,
+    Review,
+    Envelope,
+}
+
+struct Input {
+    case: Case,
+    endpoint: Endpoint,
+    body: Vec<u8>,
+    /// Whether a denial must name a field: a served kind's CREATE or UPDATE with an object.
+    names_a_field: bool,
+}
+
+fn generate(rng: &mut Rng, seeds: &[Value]) -> Input {
+    let endpoint = if rng.chance(50) { Endpoint::Mutate } else { Endpoint::Validate };
+    let seed = rng.pick(seeds).clone();
+    let review_of = |rng: &mut Rng, object: Value, operation: &str| {
+        let mut request = json!({
+            "uid": format!("uid-{}", rng.next()),
+            "kind": gvk(&object),
+            "resource": {"group": "karpenter.sh", "version": "v1alpha5", "resource": "provisioners"},
+            "operation": operation,
+            "name": object.pointer("/metadata/name").cloned().unwrap_or(Value::Null),
+            "object": object,
+        });
+        if operation == "UPDATE" {
+            let mut old = seed.clone();
+            if rng.chance(50) {
+                mutate(rng, &mut old);
+            }
+            request["oldObject"] = old;
+        }
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+    };
+    match rng.below(10) {
+        0 => Input {
+            case: Case::Bytes,
+            endpoint,
+            body: (0..rng.below(300)).map(|_| rng.next() as u8).collect(),
+            names_a_field: false,
+        },
+        1 => {
+            let mut object = seed.clone();
+            mutate(rng, &mut object);
+            let mut body = serde_json::to_vec(&review_of(rng, object, "CREATE")).unwrap();
+            for _ in 0..1 + rng.below(4) {
+                let i = rng.below(body.len());
+                match rng.below(4) {
+                    0 => body[i] = rng.next() as u8,
+                    1 => body.truncate(i),
+                    2 => body
+                        .splice(i..i, [0xff, 0xfe, 0xc3].into_iter().take(1 + rng.below(3)))
+                        .for_each(drop),
+                    _ => body
+                        .splice(
+                            i..i,
+                            rng.pick(&["1e400", "18446744073709551616", "[[[[[[[[", "\"\\ud800\""]).bytes(),
+                        )
+                        .for_each(drop),
+                }
+                if body.is_empty() {
+                    break;
+                }
+            }
+            Input {
+                case: Case::Damaged,
+                endpoint,
+                body,
+                names_a_field: false,
+            }
+        }
+        2 => Input {
+            case: Case::AnyJson,
+            endpoint,
+            body: serde_json::to_vec(&random_json(rng, 6)).unwrap(),
+            names_a_field: false,
+        },
+        3 => {
+            let mut review = review_of(rng, seed.clone(), "CREATE");
+            mutate(rng, &mut review);
+            Input {
+                case: Case::Envelope,
+                endpoint,
+                body: serde_json::to_vec(&review).unwrap(),
+                names_a_field: false,
+            }
+        }
+        _ => {
+            let mut object = seed.clone();
+            mutate(rng, &mut object);
+            let operation = *rng.pick(&["CREATE", "CREATE", "CREATE", "UPDATE", "UPDATE", "DELETE", "CONNECT"]);
+            let served = matches!(object.get("kind").and_then(Value::as_str), Some("Provisioner" | "AWSNodeTemplate"));
+            let names_a_field = served && matches!(operation, "CREATE" | "UPDATE");
+            let body = serde_json::to_vec(&review_of(rng, object, operation)).unwrap();
+            Input {
+                case: Case::Review,
+                endpoint,
+                body,
+                names_a_field,
+            }
+        }
+    }
+}
+
+/// The seeds: every Provisioner and AWSNodeTemplate document of both write-ups and the corpus.
+fn seeds() -> Vec<Value> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<PathBuf> = Vec::new();
+    for dir in ["tests/fixtures/first-writeup", "tests/fixtures/second-writeup", "tests/fuzz/corpus"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            files.push(entry.unwrap().path());
+        }
+    }
+    files.sort();
+    let mut seeds = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let docs: Vec<Value> = if file.extension().is_some_and(|e| e == "json") {
+            vec![serde_json::from_str(&text).unwrap()]
+        } else {
+            serde_yaml::Deserializer::from_str(&text)
+                .map(|d| serde::Deserialize::deserialize(d).unwrap())
+                .collect()
+        };
+        seeds.extend(
+            docs.into_iter()
+                .filter(|d| matches!(d.get("kind").and_then(Value::as_str), Some("Provisioner" | "AWSNodeTemplate"))),
+        );
+    }
+    assert!(seeds.len() >= 8, "seeds: {}", seeds.len());
+    seeds
+}
+
+/// What is wrong with `review`'s answer to `input`, if anything.
+fn check(input: &Input, settings: &ApiSettings) -> Result<&'static str, String> {
+    let outcome = catch_unwind(AssertUnwindSafe(|| review(input.endpoint, &input.body, settings))).map_err(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        format!("panicked: {message}")
+    })?;
+    let answer: Value = serde_json::from_slice(&outcome.body).map_err(|e| format!("answer is not JSON: {e}"))?;
+    match outcome.http_status {
+        400 => return Ok("refused (400)"),
+        200 => {}
+        other => return Err(format!("HTTP status {other}")),
+    }
+    if answer["kind"] != "AdmissionReview" || !answer["response"]["uid"].is_string() || !answer["response"]["allowed"].is_boolean() {
+        return Err(format!("not an AdmissionReview with uid and allowed: {answer}"));
+    }
+    if answer["response"]["allowed"] == true {
+        return Ok(if answer["response"]["patch"].is_string() {
+            "allowed with a patch"
+        } else {
+            "allowed"
+        });
+    }
+    let message = answer["response"]["status"]["message"].as_str().unwrap_or_default();
+    if message.is_empty() {
+        return Err(format!("a denial without a message: {answer}"));
+    }
+    if input.names_a_field && !names_a_field(message) {
+        return Err(format!("a denial naming no field: {message:?}"));
+    }
+    Ok("denied")
+}
+
+/// Whether a denial message names the field at fault: `<Kind> "<name>" is invalid: <path>: …`
+/// (every field error, `; `-joined, starts with its path), or `malformed AdmissionReview:
+/// <path>: …` for the review's own fields.
+fn names_a_field(message: &str) -> bool {
+    let rest = ["is invalid: ", "malformed AdmissionReview: "]
+        .iter()
+        .find_map(|m| message.split_once(m).map(|(_, r)| r));
+    rest.and_then(|r| r.split_once(": "))
+        .is_some_and(|(path, _)| !path.is_empty() && !path.contains(' '))
+}
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.replace('_', "").parse().ok())
+        .unwrap_or(default)
+}
+
+#[test]
+fn no_input_panics_and_every_denial_names_a_field() {
+    let inputs = env_number("FUZZ_INPUTS", 5_000);
+    let seconds = env_number("FUZZ_SECONDS", 600);
+    let seed = env_number("FUZZ_SEED", 0x6b61_7270_656e_7465);
+    let threads = env_number("FUZZ_THREADS", std::thread::available_parallelism().map_or(2, |n| n.get() as u64)).max(1);
+    let seeds = Arc::new(seeds());
+    let settings = Arc::new(ApiSettings::new("c"));
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let failed = Arc::new(AtomicBool::new(false));
+    // The failures are reported by `check`; the default hook would print each caught panic.
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let started = Instant::now();
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let (seeds, settings, failed) = (seeds.clone(), settings.clone(), failed.clone());
+            std::thread::spawn(move || {
+                let mut rng = Rng(seed ^ (t.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+                let mut tally: BTreeMap<(Case, &'static str), u64> = BTreeMap::new();
+                let mut failures: Vec<(Input, String)> = Vec::new();
+                let mut done = 0u64;
+                let share = inputs / threads + u64::from(t < inputs % threads);
+                while done < share && (!done.is_multiple_of(256) || Instant::now() < deadline) {
+                    let input = generate(&mut rng, &seeds);
+                    match check(&input, &settings) {
+                        Ok(result) => *tally.entry((input.case, result)).or_default() += 1,
+                        Err(why) => {
+                            failed.store(true, Ordering::Relaxed);
+                            if failures.len() < 5 {
+                                failures.push((input, why));
+                            }
+                        }
+                    }
+                    done += 1;
+                }
+                (done, tally, failures)
+            })
+        })
+        .collect();
+    let mut total = 0;
+    let mut tally: BTreeMap<(Case, &'static str), u64> = BTreeMap::new();
+    let mut failures = Vec::new();
+    for worker in workers {
+        let (done, t, f) = worker.join().expect("a fuzz worker died outside catch_unwind");
+        total += done;
+        t.into_iter().for_each(|(k, v)| *tally.entry(k).or_default() += v);
+        failures.extend(f);
+    }
+    std::panic::set_hook(hook);
+    let elapsed = started.elapsed().as_secs_f64();
+    eprintln!(
+        "fuzz_admission: {total} inputs in {elapsed:.1} s ({:.0}/s, {threads} threads, seed {seed:#x}), {} failing",
+        total as f64 / elapsed,
+        failures.len()
+    );
+    for ((case, result), n) in &tally {
+        eprintln!("  {case:?} {result}: {n}");
+    }
+    if !failures.is_empty() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/fuzz-failures");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut report = String::new();
+        for (i, (input, why)) in failures.iter().enumerate() {
+            let file = dir.join(format!("{i}-{:?}.body", input.case));
+            std::fs::write(&file, &input.body).unwrap();
+            report.push_str(&format!("{} ({:?} {}): {why}\n", file.display(), input.case, input.endpoint.path()));
+        }
+        panic!("{} failing inputs:\n{report}", failures.len());
+    }
+    assert!(!failed.load(Ordering::Relaxed));
+    assert!(total >= inputs.min(1000), "only {total} inputs in the time box");
+}
+
+// Found by this harness; each failed before its fix.
+
+fn first_write_up_provisioner() -> Value {
+    seeds().into_iter().find(|s| s["kind"] == "Provisioner").unwrap()
+}
+
+fn answer(endpoint: Endpoint, body: &Value) -> Value {
+    let outcome = review(endpoint, body.to_string().as_bytes(), &ApiSettings::new("c"));
+    serde_json::from_slice(&outcome.body).unwrap()
+}
+
+fn create(object: Value) -> Value {
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u", "kind": gvk(&object), "operation": "CREATE", "name": "n", "object": object}})
+}
+
+#[test]
+fn an_object_nested_deeper_than_json_is_read_is_denied_naming_the_field_not_a_panic() {
+    let mut object = first_write_up_provisioner();
+    let mut deep = json!("x");
+    for _ in 0..200 {
+        deep = json!([deep]);
+    }
+    object["spec"]["labels"] = json!({"a": deep});
+    for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
+        let a = answer(endpoint, &create(object.clone()));
+        assert_eq!(a["response"]["allowed"], false, "{a}");
+        let message = a["response"]["status"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("spec.labels") && message.contains("nested too deeply"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn a_malformed_review_names_the_field_at_fault() {
+    let mut review = create(first_write_up_provisioner());
+    review["request"]["operation"] = json!(7);
+    let a = answer(Endpoint::Validate, &review);
+    let message = a["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("malformed AdmissionReview: request.operation: invalid type: integer `7`"),
+        "{message}"
+    );
+    // A null name is a missing one (objects with generateName), not an error.
+    let mut review = create(first_write_up_provisioner());
+    review["request"]["name"] = Value::Null;
+    assert_eq!(answer(Endpoint::Validate, &review)["response"]["allowed"], true);
+}
+
+#[test]
+fn escaped_strings_in_the_envelope_are_read_as_their_text() {
+    // `CREATE` and `Provisioner` written with JSON escapes, as any JSON encoder may.
+    let body = create(first_write_up_provisioner())
+        .to_string()
+        .replacen("\"CREATE\"", "\"CRE\\u0041TE\"", 1)
+        .replacen("\"kind\":\"Provisioner\"", "\"kind\":\"Provisi\\u006fner\"", 1);
+    assert!(body.contains("\\u0041") && body.contains("\\u006f"), "{body}");
+    let outcome = review(Endpoint::Validate, body.as_bytes(), &ApiSettings::new("c"));
+    let a: Value = serde_json::from_slice(&outcome.body).unwrap();
+    assert_eq!(a["response"]["allowed"], true, "{a}");
+    assert_eq!((outcome.kind, outcome.operation), ("Provisioner", "CREATE"));
+}
