@@ -41,6 +41,8 @@ pub enum Command {
     Simulate(crate::simulate::args::SimulateArgs),
     /// Convert Provisioners and AWSNodeTemplates into Karpenter v1 NodePools and EC2NodeClasses (YAML on stdout).
     Convert(ConvertArgs),
+    /// A live view of the cluster's nodes: type, capacity type, zone, price, pods, requests against allocatable, status.
+    Nodes(crate::viewer::NodesArgs),
 }
 
 /// Settings of `convert`: the inputs, and what karpenter-rs ran with (its defaults depend on it).

@@ -17,4 +17,5 @@ pub mod scheduling;
 pub mod settings;
 pub mod simulate;
 pub mod telemetry;
+pub mod viewer;
 pub mod webhook;

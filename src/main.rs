@@ -29,6 +29,7 @@ fn main() -> anyhow::Result<()> {
         Command::WebhookConfig(args) => print_webhook_config(&args),
         Command::Simulate(args) => simulate(&args),
         Command::Convert(args) => convert(&args),
+        Command::Nodes(args) => nodes(args),
     }
 }
 
@@ -293,6 +294,16 @@ fn print_webhook_config(args: &WebhookConfigArgs) -> anyhow::Result<()> {
         .write_all(registration::to_yaml(&target, &ca).as_bytes())
         .and_then(|_| out.flush());
     Ok(())
+}
+
+/// `nodes`: the terminal view until the user quits (or one frame with `--once`).
+fn nodes(args: karpenter_rs::viewer::NodesArgs) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?
+        .block_on(karpenter_rs::viewer::live::run(args))
 }
 
 /// `simulate`: the report on stdout; an input error on stderr with exit code 1.

@@ -272,3 +272,51 @@ fn convert_subcommand_fails_naming_field_and_value_without_a_panic() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--filename"));
 }
+
+/// `nodes --once` against a kubeconfig, with a bound on how long it may take.
+fn nodes_once(kubeconfig: &std::path::Path) -> std::process::Output {
+    let started = Instant::now();
+    let mut child = Command::new(BIN)
+        .args(["nodes", "--once"])
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Bounded: a hang is a failure, not a stuck test.
+    while child.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if child.try_wait().unwrap().is_none() {
+        let _ = child.kill();
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn nodes_once_without_a_reachable_cluster_fails_with_the_reason_and_no_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-kubeconfig");
+    let out = nodes_once(&missing);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("kubeconfig"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    // A kubeconfig whose API server refuses connections: the first watch error ends it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let refused = dir.path().join("kubeconfig");
+    std::fs::write(
+        &refused,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:{port}\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n"
+        ),
+    )
+    .unwrap();
+    let out = nodes_once(&refused);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("listing nodes:") || stderr.contains("listing pods:"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

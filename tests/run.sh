@@ -28,6 +28,9 @@ rm -f "$log"
 # first write-up's scenario (tests/dashboards/check.sh).
 dashboards=passed
 bash tests/dashboards/check.sh || { dashboards=failed; status=1; }
+# `karpenter-rs nodes` full-screen under tmux through the first write-up (tests/viewer/tmux.sh).
+viewer=passed
+bash tests/viewer/tmux.sh || { viewer=failed; status=1; }
 # The scale benchmark at 30 pods (karpenter-rs, Karpenter and the floor, each from start to every
 # node gone), so that it cannot rot; it restarts the local cluster with an audit log and stops it.
 scale=passed
@@ -37,5 +40,5 @@ scheduling=passed
 quick_out=$(mktemp)
 bash tests/benches/scheduling_vs_karpenter.sh --quick --out "$quick_out" || { scheduling=failed; status=1; }
 rm -f "$quick_out"
-echo "cargo: ${passed} passed, ${failed} failed; dashboards: ${dashboards}; scale --quick: ${scale}; scheduling_vs_karpenter --quick: ${scheduling}"
+echo "cargo: ${passed} passed, ${failed} failed; dashboards: ${dashboards}; viewer: ${viewer}; scale --quick: ${scale}; scheduling_vs_karpenter --quick: ${scheduling}"
 exit "$status"
