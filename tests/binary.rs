@@ -11,25 +11,6 @@ mod process;
 
 use process::http_get;
 
-/// `karpenter-rs webhook` on 127.0.0.1, every port 0 (any free port), with its certificates in
-/// `cert_dir` and its output in `log`; the caller adds what else it needs and spawns it.
-fn webhook_command(cert_dir: &std::path::Path, log: &std::path::Path) -> Command {
-    let out = std::fs::File::create(log).unwrap();
-    let mut command = Command::new(BIN);
-    command
-        .arg("webhook")
-        .env("CLUSTER_NAME", "ssungz-cluster")
-        .env("BIND_ADDRESS", "127.0.0.1")
-        .env("WEBHOOK_PORT", "0")
-        .env("METRICS_PORT", "0")
-        .env("HEALTH_PROBE_PORT", "0")
-        .env("CERT_DIR", cert_dir)
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out);
-    command
-}
-
 /// A started process, killed when dropped: a failing test leaves nothing running.
 struct Running(std::process::Child);
 
@@ -117,7 +98,12 @@ fn webhook_on_free_ports_serves_probes_and_metrics_where_it_logs_then_exits_clea
         .status;
     assert!(status.success());
     let log = certs.path().join("webhook.log");
-    let mut child = Running(webhook_command(certs.path(), &log).env("LOG_FORMAT", "json").spawn().unwrap());
+    let mut child = Running(
+        process::webhook_command(BIN, certs.path(), &log)
+            .env("LOG_FORMAT", "json")
+            .spawn()
+            .unwrap(),
+    );
     // Port 0 everywhere: the started line names the ports really bound.
     let process::Addresses { webhook, metrics, health } = process::wait_started(&mut child, &log, Duration::from_secs(30));
     for address in [webhook, metrics, health] {
@@ -161,7 +147,7 @@ fn webhook_without_a_mounted_certificate_stays_unready_until_it_has_one() {
     let empty = tempfile::tempdir().unwrap();
     let log = empty.path().join("webhook.log");
     let mut child = Running(
-        webhook_command(empty.path(), &log)
+        process::webhook_command(BIN, empty.path(), &log)
             .env("KUBECONFIG", empty.path().join("no-kubeconfig"))
             .env_remove("KUBERNETES_SERVICE_HOST")
             .spawn()
@@ -183,7 +169,7 @@ fn webhook_without_a_mounted_certificate_stays_unready_until_it_has_one() {
 #[test]
 fn a_renewal_window_longer_than_the_validity_is_refused_naming_both_flags() {
     let empty = tempfile::tempdir().unwrap();
-    let out = webhook_command(empty.path(), &empty.path().join("webhook.log"))
+    let out = process::webhook_command(BIN, empty.path(), &empty.path().join("webhook.log"))
         .args(["--cert-validity", "1h", "--cert-renew-before", "2h"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -8,7 +8,7 @@
 
 use std::io::Read;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -123,20 +123,9 @@ async fn hostile_clients_get_answers_or_clean_refusals_and_memory_stays_bounded(
     let certs = Command::new(BIN).args(["certs", "--out-dir"]).arg(dir.path()).output().unwrap();
     assert!(certs.status.success());
     let log = dir.path().join("webhook.log");
-    let out = std::fs::File::create(&log).unwrap();
     let mut child = Running(
-        Command::new(BIN)
-            .arg("webhook")
-            .env("CLUSTER_NAME", "ssungz-cluster")
-            .env("BIND_ADDRESS", "127.0.0.1")
-            .env("WEBHOOK_PORT", "0")
-            .env("METRICS_PORT", "0")
-            .env("HEALTH_PROBE_PORT", "0")
-            .env("CERT_DIR", dir.path())
+        process::webhook_command(BIN, dir.path(), &log)
             .env("WEBHOOK_CLIENT_TIMEOUT", format!("{}s", CLIENT_TIMEOUT.as_secs()))
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
             .spawn()
             .unwrap(),
     );

@@ -95,3 +95,22 @@ pub fn output_with_stdin(command: &mut Command, stdin: &str) -> Output {
         .expect("writing stdin");
     child.wait_with_output().expect("waiting for the binary")
 }
+
+/// `karpenter-rs webhook` on 127.0.0.1, every port 0 (any free port), with its certificates in
+/// `cert_dir` and its output in `log`; the caller adds what else it needs and spawns it.
+pub fn webhook_command(bin: &str, cert_dir: &Path, log: &Path) -> Command {
+    let out = std::fs::File::create(log).unwrap();
+    let mut command = Command::new(bin);
+    command
+        .arg("webhook")
+        .env("CLUSTER_NAME", "ssungz-cluster")
+        .env("BIND_ADDRESS", "127.0.0.1")
+        .env("WEBHOOK_PORT", "0")
+        .env("METRICS_PORT", "0")
+        .env("HEALTH_PROBE_PORT", "0")
+        .env("CERT_DIR", cert_dir)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out);
+    command
+}
