@@ -492,14 +492,20 @@ fn check(input: &Input, settings: &ApiSettings) -> Result<&'static str, String> 
 }
 
 /// Whether a denial message names the field at fault: `<Kind> "<name>" is invalid: <path>: …`
-/// (every field error, `; `-joined, starts with its path), or `malformed AdmissionReview:
-/// <path>: …` for the review's own fields.
+/// (every field error, `; `-joined, starts with its path, which begins with a top-level field of
+/// the object), or `malformed AdmissionReview: request.<field>: …` for the review's own fields.
+/// A path may hold any key the client sent, spaces included (`spec.limits. x: forbidden: …`).
 fn names_a_field(message: &str) -> bool {
-    let rest = ["is invalid: ", "malformed AdmissionReview: "]
-        .iter()
-        .find_map(|m| message.split_once(m).map(|(_, r)| r));
-    rest.and_then(|r| r.split_once(": "))
-        .is_some_and(|(path, _)| !path.is_empty() && !path.contains(' '))
+    let path = |rest: &str| rest.split_once(": ").map(|(p, _)| p.to_string()).unwrap_or_default();
+    if let Some((_, rest)) = message.split_once("is invalid: ") {
+        let path = path(rest);
+        return ["spec", "metadata", "status", "apiVersion", "kind", "object"]
+            .iter()
+            .any(|top| path == *top || path.starts_with(&format!("{top}.")) || path.starts_with(&format!("{top}[")));
+    }
+    message
+        .split_once("malformed AdmissionReview: ")
+        .is_some_and(|(_, rest)| path(rest).starts_with("request."))
 }
 
 fn env_number(name: &str, default: u64) -> u64 {
