@@ -121,52 +121,6 @@ on_exit() {
   exit "$rc"
 }
 
-# fail NAME MESSAGE: print MESSAGE and the tail of NAME's log, then exit 1
-# (the EXIT trap stops everything started so far).
-fail() {
-  local name="$1"
-  shift
-  log "ERROR: $name: $*"
-  if [[ -f "$LOGS/$name.log" ]]; then
-    log "---- last 40 lines of $LOGS/$name.log ----"
-    tail -n 40 "$LOGS/$name.log" >&2 || true
-    log "----"
-  fi
-  exit 1
-}
-
-# start_proc NAME IDENT CMD...: run CMD in its own session (so it outlives this
-# script and a terminal hang-up), output to logs/NAME.log, and record its pid.
-# IDENT is the argument of CMD that down.sh looks for in /proc/PID/cmdline.
-# fd 8 (our lock) is closed for the child so it does not keep the lock.
-start_proc() {
-  local name="$1" ident="$2"
-  shift 2
-  : >"$LOGS/$name.log"
-  # In a non-interactive script the background child is not a process-group
-  # leader, so setsid calls setsid(2) and execs CMD in place: $! is CMD's pid.
-  setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null 8>&- &
-  local pid=$!
-  printf '%s\n' "$ident" >"$PIDS/$name.exe"
-  printf '%s\n' "$pid" >"$PIDS/$name.pid"
-  STARTED+=("$name")
-  wait_exec "$pid" "$ident"
-  log "started $name (pid $pid)"
-}
-
-# wait_ready NAME TIMEOUT CHECK...: poll CHECK until it succeeds; fail early if
-# NAME's process died, fail after TIMEOUT seconds.
-wait_ready() {
-  local name="$1" timeout="$2" start=$SECONDS
-  shift 2
-  until "$@" >/dev/null 2>&1; do
-    component_pid "$name" >/dev/null || fail "$name" "process exited during start-up"
-    ((SECONDS - start < timeout)) || fail "$name" "not ready after ${timeout}s"
-    sleep 0.25
-  done
-  log "$name ready after $((SECONDS - start))s"
-}
-
 # Health checks (also used to decide whether an existing cluster is healthy).
 curl_admin() { # curl with the admin client certificate against the apiserver
   curl -fsS --max-time 5 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$@"

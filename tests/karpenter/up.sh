@@ -89,43 +89,6 @@ on_exit() {
 }
 trap on_exit EXIT
 
-fail() { # NAME MESSAGE: message, log tail, exit 1
-  local name="$1"
-  shift
-  log "ERROR: $name: $*"
-  if [[ -f "$LOGS/$name.log" ]]; then
-    log "---- last 40 lines of $LOGS/$name.log ----"
-    tail -n 40 "$LOGS/$name.log" >&2 || true
-    log "----"
-  fi
-  exit 1
-}
-
-# start_proc NAME IDENT CMD...: as tests/cluster/up.sh's (own session, log, pid + ident files).
-start_proc() {
-  local name="$1" ident="$2"
-  shift 2
-  : >"$LOGS/$name.log"
-  setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null 8>&- &
-  local pid=$!
-  printf '%s\n' "$ident" >"$PIDS/$name.exe"
-  printf '%s\n' "$pid" >"$PIDS/$name.pid"
-  STARTED+=("$name")
-  wait_exec "$pid" "$ident"
-  log "started $name (pid $pid)"
-}
-
-wait_ready() { # NAME TIMEOUT CHECK...
-  local name="$1" timeout="$2" start=$SECONDS
-  shift 2
-  until "$@" >/dev/null 2>&1; do
-    component_pid "$name" >/dev/null || fail "$name" "process exited during start-up"
-    ((SECONDS - start < timeout)) || fail "$name" "not ready after ${timeout}s"
-    sleep 0.25
-  done
-  log "$name ready after $((SECONDS - start))s"
-}
-
 free_ports() {
   "$LOCAL_CLUSTER_PYTHON" - "$1" <<'EOF'
 import socket, sys
