@@ -9,30 +9,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_karpenter-rs");
 #[path = "support/process.rs"]
 mod process;
 
-use process::http_get;
-
-/// A started process, killed when dropped: a failing test leaves nothing running.
-struct Running(std::process::Child);
-
-impl std::ops::Deref for Running {
-    type Target = std::process::Child;
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Running {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.0
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use process::{http_get, Running};
 
 /// Sends SIGTERM and waits (at most 30 s) for the process to exit.
 fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {

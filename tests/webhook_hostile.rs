@@ -8,7 +8,7 @@
 
 use std::io::Read;
 use std::net::SocketAddr;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,18 +20,11 @@ use tokio::net::TcpStream;
 #[allow(dead_code)]
 mod process;
 
+use process::Running;
+
 const BIN: &str = env!("CARGO_BIN_EXE_karpenter-rs");
 /// The server's `--webhook-client-timeout` here: the shipped default.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
-
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A /proc/PID/status field in KiB (`VmRSS`, `VmHWM`).
 fn status_kib(pid: u32, field: &str) -> u64 {

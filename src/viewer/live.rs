@@ -42,8 +42,7 @@ impl Watched {
             selector: &args.node_selector,
         };
         let mut v = view(&nodes, &pods, &options, Utc::now(), prices);
-        let errors = self.errors.lock().unwrap_or_else(|e| e.into_inner());
-        v.error = errors.iter().flatten().next().cloned();
+        v.error = self.error();
         v
     }
 

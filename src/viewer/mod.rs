@@ -301,23 +301,15 @@ pub fn view(nodes: &[&Node], pods: &[&Pod], options: &ViewOptions, now: DateTime
         .flatten()
         .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
         .count();
+    // Every row's `usage` follows `options.resources`, in order.
     let usage = options
         .resources
         .iter()
-        .map(|resource| Usage {
+        .enumerate()
+        .map(|(i, resource)| Usage {
             resource: resource.clone(),
-            requested: rows
-                .iter()
-                .flat_map(|r| &r.usage)
-                .filter(|u| &u.resource == resource)
-                .map(|u| u.requested)
-                .sum(),
-            allocatable: rows
-                .iter()
-                .flat_map(|r| &r.usage)
-                .filter(|u| &u.resource == resource)
-                .map(|u| u.allocatable)
-                .sum(),
+            requested: rows.iter().map(|r| r.usage[i].requested).sum(),
+            allocatable: rows.iter().map(|r| r.usage[i].allocatable).sum(),
         })
         .collect();
     let totals = Totals {

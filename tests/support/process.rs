@@ -114,3 +114,26 @@ pub fn webhook_command(bin: &str, cert_dir: &Path, log: &Path) -> Command {
         .stderr(out);
     command
 }
+
+/// A started process, killed when dropped: a failing test leaves nothing running.
+pub struct Running(pub Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
