@@ -11,6 +11,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+pub mod fault_proxy;
 pub mod helm;
 pub mod process;
 
@@ -278,7 +279,7 @@ pub struct Controller {
 impl Controller {
     /// Starts the provisioning controller alone.
     pub fn start(cluster: &Cluster) -> Controller {
-        Self::start_with(cluster, None)
+        Self::start_with(cluster, None, cloud_config(cluster))
     }
 
     /// Runs a future on the controller's runtime.
@@ -308,11 +309,16 @@ impl Controller {
     /// Starts the provisioning controller plus termination, deprovisioning, garbage collection
     /// and interruption (when `loops` names a queue), all leading from the start (one replica), sharing one cloud provider.
     pub fn start_all(cluster: &Cluster, loops: Loops) -> Controller {
-        Self::start_with(cluster, Some(loops))
+        Self::start_with(cluster, Some(loops), cloud_config(cluster))
+    }
+
+    /// `start_all` with other cloud settings (e.g. the endpoint of a fault proxy in front of moto).
+    pub fn start_all_with_cloud(cluster: &Cluster, loops: Loops, cloud: karpenter_rs::cloudprovider::CloudConfig) -> Controller {
+        Self::start_with(cluster, Some(loops), cloud)
     }
 
     /// Provisioning, plus `loops` when given, on a runtime of their own.
-    fn start_with(cluster: &Cluster, loops: Option<Loops>) -> Controller {
+    fn start_with(cluster: &Cluster, loops: Option<Loops>, cloud_config: karpenter_rs::cloudprovider::CloudConfig) -> Controller {
         // TEST_LOG=<filter> (e.g. `karpenter_rs=debug`) prints the controllers' logs.
         if let Ok(filter) = std::env::var("TEST_LOG") {
             let _ = tracing_subscriber::fmt()
@@ -344,7 +350,6 @@ impl Controller {
             },
             ..Default::default()
         };
-        let cloud_config = cloud_config(cluster);
         let (token, m) = (shutdown.clone(), metrics.clone());
         let kube_client = runtime.block_on(client(cluster));
         runtime.spawn(async move {

@@ -249,6 +249,9 @@ pub struct FleetRequest<'a> {
     pub spot_max_price: Option<f64>,
     /// CreateFleet `Context`.
     pub context: Option<&'a str>,
+    /// CreateFleet `ClientToken` (`retries::client_token`): the SDK's retries of this call
+    /// reuse it, so EC2 does not launch again for a request whose answer was lost.
+    pub client_token: &'a str,
 }
 
 /// What CreateFleet returned.
@@ -309,7 +312,8 @@ pub async fn create_fleet(ec2: &Client, r: &FleetRequest<'_>) -> Result<FleetRes
         .tag_specifications(tag_spec(ResourceType::Instance))
         .tag_specifications(tag_spec(ResourceType::Volume))
         .tag_specifications(tag_spec(ResourceType::Fleet))
-        .set_context(r.context.map(str::to_string));
+        .set_context(r.context.map(str::to_string))
+        .client_token(r.client_token);
     req = if spot {
         req.spot_options(
             SpotOptionsRequest::builder()

@@ -15,6 +15,7 @@ pub mod instance_types;
 pub mod launch_template;
 pub mod pricing;
 pub mod queue;
+pub mod retries;
 pub mod subnets;
 pub mod unavailable_offerings;
 
@@ -113,7 +114,10 @@ impl AwsCloudProvider {
         let http = aws_smithy_http_client::Builder::new()
             .tls_provider(Provider::Rustls(CryptoMode::Ring))
             .build_https();
-        let mut loader = aws_config::defaults(BehaviorVersion::latest()).http_client(http);
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .http_client(http)
+            .retry_config(retries::retry_config())
+            .timeout_config(retries::timeout_config());
         if let Some(region) = &config.region {
             loader = loader.region(Region::new(region.clone()));
         }
@@ -486,6 +490,7 @@ impl AwsCloudProvider {
                 tags: &tags,
                 spot_max_price: request.spot_max_price,
                 context: request.template.context.as_deref(),
+                client_token: &retries::new_client_token(&self.config.cluster_name, &request.provisioner_name),
             },
         )
         .await?;

@@ -72,6 +72,10 @@ struct State {
     backoff: HashMap<PodName, (Instant, Duration)>,
     /// Node → when the last `FailedDraining` event was published.
     draining_events: HashMap<String, Instant>,
+    /// Node → when terminating its instance may be tried again after a failure, and the delay
+    /// after that: a cloud that keeps failing (an outage, throttling past the SDK's retries) is
+    /// asked less and less often, not every tick.
+    terminate_backoff: HashMap<String, (Instant, Duration)>,
 }
 
 impl Context {
@@ -133,6 +137,9 @@ pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receive
             .retain(|_, (until, _)| now.duration_since(*until) < Duration::from_secs(300));
         state
             .draining_events
+            .retain(|name, _| terminating.iter().any(|n| n.name_any() == *name));
+        state
+            .terminate_backoff
             .retain(|name, _| terminating.iter().any(|n| n.name_any() == *name));
     }
 }
@@ -197,13 +204,27 @@ async fn reconcile(ctx: &Context, node: &Node) -> Result<usize, TerminationError
     // 3. terminate the instance (one that is already gone counts as terminated)
     let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default();
     if let Some(instance_id) = instance_id_from_provider_id(provider_id) {
+        let waiting = ctx
+            .state
+            .lock()
+            .await
+            .terminate_backoff
+            .get(&name)
+            .is_some_and(|(until, _)| Instant::now() < *until);
+        if waiting {
+            return Ok(0);
+        }
         if let Err(source) = ctx.metrics.cloud_call("delete", ctx.cloud.delete(instance_id)).await {
+            let mut state = ctx.state.lock().await;
+            let delay = next_terminate_delay(state.terminate_backoff.get(&name).map(|(_, d)| *d));
+            state.terminate_backoff.insert(name.clone(), (Instant::now() + delay, delay));
             return Err(TerminationError::Terminate {
                 node: name,
                 instance_id: instance_id.to_string(),
                 source,
             });
         }
+        ctx.state.lock().await.terminate_backoff.remove(&name);
         info!(node = %name, instance_id, "terminated instance");
         let note = format!("Terminated instance {instance_id}");
         publish(&ctx.recorder, node, EventType::Normal, "TerminatedInstance", "Terminating", &note).await;
@@ -301,6 +322,16 @@ async fn evict(ctx: &Context, pod: &PodName) {
     }
 }
 
+/// The first wait after a failed instance termination.
+pub const MIN_TERMINATE_BACKOFF: Duration = Duration::from_secs(2);
+/// The longest wait between instance terminations of one node.
+pub const MAX_TERMINATE_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The wait after a failed termination, given the wait before it (none: the first failure).
+pub fn next_terminate_delay(previous: Option<Duration>) -> Duration {
+    previous.map_or(MIN_TERMINATE_BACKOFF, |d| (d * 2).min(MAX_TERMINATE_BACKOFF))
+}
+
 /// What can go wrong terminating a node.
 #[derive(Debug, thiserror::Error)]
 pub enum TerminationError {
@@ -342,4 +373,22 @@ pub enum TerminationError {
         #[source]
         source: kube::Error,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_terminations_wait_longer_each_time_up_to_the_cap() {
+        let mut delay = None;
+        let waits: Vec<u64> = (0..6)
+            .map(|_| {
+                let next = next_terminate_delay(delay);
+                delay = Some(next);
+                next.as_secs()
+            })
+            .collect();
+        assert_eq!(waits, [2, 4, 8, 16, 30, 30]);
+    }
 }
