@@ -228,6 +228,7 @@ fn half_of_create_fleet_throttled_during_a_200_pod_burst_launches_each_node_once
         let calls: Vec<_> = suite.proxy.calls("CreateFleet").into_iter().skip(before).collect();
         let throttled = calls.iter().filter(|c| c.fault == Some(Fault::Throttle)).count();
         let forwarded = calls.len() - throttled;
+        eprintln!("throttled burst: {} nodes, {} CreateFleet calls, {throttled} throttled", nodes.len(), calls.len());
         assert!(throttled >= 1, "the proxy throttled nothing: {calls:?}");
         assert_eq!(
             forwarded,
@@ -282,11 +283,12 @@ fn terminate_instances_failing_for_60_s_keeps_the_finalizer_until_the_instance_i
         kubectl_ok(s.cluster, &["delete", "node", &name, "--wait=false"], None);
         let mut terminated_at = None;
         let gone_at = wait_for("the node gone after its instance", Duration::from_secs(180), || {
+            // The Node first: once it is gone, its instance must already be terminated.
+            let out = kubectl(s.cluster, &["get", "node", &name, "-o", "json"], None);
             let instance_live = s.instances(suite).iter().any(|i| i.id == instance);
             if !instance_live && terminated_at.is_none() {
                 terminated_at = Some(started.elapsed());
             }
-            let out = kubectl(s.cluster, &["get", "node", &name, "-o", "json"], None);
             if !out.status.success() {
                 assert!(!instance_live, "node {name} released while instance {instance} still runs");
                 return Some(started.elapsed());
@@ -307,6 +309,7 @@ fn terminate_instances_failing_for_60_s_keeps_the_finalizer_until_the_instance_i
         assert!(gone_at >= terminated_at);
         let calls: Vec<_> = suite.proxy.calls("TerminateInstances").into_iter().skip(before).collect();
         let failed = calls.iter().filter(|c| c.fault.is_some()).count();
+        eprintln!("TerminateInstances outage: {failed} failed calls, terminated after {terminated_at:?}, node gone after {gone_at:?}");
         assert!(failed >= 2, "the outage was retried: {failed} failed calls");
         // The SDK's bounded retries per attempt, then the node's own back-off between attempts:
         // far fewer than one call a second.
