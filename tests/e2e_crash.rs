@@ -14,7 +14,9 @@
 //! has interruption handling: a message acted on and not yet deleted is delivered again.
 //!
 //! Also here, as it runs the same processes: two replicas with leader election never launch a
-//! node twice, and when the leader is killed the other one takes over.
+//! node twice, and when the leader is killed the other one takes over; and the control plane
+//! going away under the binary (kube-apiserver, etcd, 30 s each, stopped and started again with
+//! tests/cluster/restart.sh) mid-launch, mid-drain and mid-consolidation.
 
 mod support;
 
@@ -313,6 +315,24 @@ impl Scenario {
             show(&["get", "events", "-n", &self.namespace]),
         ]
         .join("\n")
+    }
+
+    /// Who holds the leader election Lease in the scenario's namespace.
+    fn lease_holder(&self) -> Option<String> {
+        let out = kubectl(
+            self.cluster,
+            &[
+                "get",
+                "lease",
+                "karpenter-rs-leader-election",
+                "-n",
+                &self.namespace,
+                "-o",
+                "jsonpath={.spec.holderIdentity}",
+            ],
+            None,
+        );
+        Some(String::from_utf8_lossy(&out.stdout).to_string()).filter(|h| !h.is_empty())
     }
 
     fn running_pod_node(&self) -> Option<String> {
@@ -771,22 +791,7 @@ fn two_replicas_never_launch_twice_and_the_survivor_takes_over() {
         // One pod per t3.large: what the simulation packs is then easy to check.
         s.request_cpu("1500m");
         let mut replicas = vec![setup.start_with(None, &election), setup.start_with(None, &election)];
-        let holder = || {
-            let out = kubectl(
-                cluster,
-                &[
-                    "get",
-                    "lease",
-                    "karpenter-rs-leader-election",
-                    "-n",
-                    &s.namespace,
-                    "-o",
-                    "jsonpath={.spec.holderIdentity}",
-                ],
-                None,
-            );
-            Some(String::from_utf8_lossy(&out.stdout).to_string()).filter(|h| !h.is_empty())
-        };
+        let holder = || s.lease_holder();
         let leader = wait_for("a leader", Duration::from_secs(60), holder);
         let position = replicas
             .iter()
@@ -847,4 +852,196 @@ fn two_replicas_never_launch_twice_and_the_survivor_takes_over() {
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
+}
+
+/// Stops (`stop`) or starts again (`start`) one control-plane component with
+/// tests/cluster/restart.sh, which keeps its command line and data.
+fn control_plane(what: &str, component: &str) {
+    let out = Command::new("bash")
+        .arg(support::repo_root().join("tests/cluster/restart.sh"))
+        .args([what, component])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "restart.sh {what} {component} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The binary's webhook answers a validation review (from its own process, whatever the API
+/// server does): true when it allowed the first write-up's Provisioner.
+fn webhook_allows(binary: &Binary, certs: &std::path::Path) -> bool {
+    let address = binary
+        .log()
+        .lines()
+        .find(|l| l.contains("karpenter-rs started"))
+        .and_then(|l| l.split_whitespace().find_map(|t| t.strip_prefix("webhook=")).map(str::to_string));
+    let Some(address) = address else { return false };
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "outage-check", "operation": "CREATE",
+            "kind": {"group": "karpenter.sh", "version": "v1alpha5", "kind": "Provisioner"},
+            "resource": {"group": "karpenter.sh", "version": "v1alpha5", "resource": "provisioners"},
+            "object": fixture("first-writeup/provisioner.yaml"),
+        }
+    });
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "5", "--cacert"])
+        .arg(certs.join("ca.crt"))
+        .args(["-H", "content-type: application/json", "--data-binary", "@-"])
+        .arg(format!("https://{address}/validate"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(review.to_string().as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    serde_json::from_slice::<serde_json::Value>(&out.stdout).is_ok_and(|v| v["response"]["allowed"] == true)
+}
+
+/// The control plane goes away under the binary (leader election on), 30 s each time:
+/// kube-apiserver while a provisioning pass launches for a new pod, etcd while a deleted node
+/// drains, kube-apiserver again while a node is consolidated. Throughout, the binary stays up and
+/// its webhook answers from its own process; on recovery it works from what the API server says
+/// now: each time the pod ends Running, with no instance leaked, no node stuck or cordoned, one
+/// launch per need, and the Lease held by the binary again.
+#[test]
+fn api_server_and_etcd_outages_mid_launch_drain_and_consolidation_leave_nothing_behind() {
+    const OUTAGE: Duration = Duration::from_secs(30);
+    let setup = setup("outages");
+    let cluster = setup.cluster;
+    let s = Scenario::create_with(cluster, |p| {
+        p["spec"]["consolidation"] = json!({"enabled": true});
+    });
+    let election = ["--leader-elect", "true", "--leader-election-namespace", s.namespace.as_str()];
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut binary = setup.start_with(None, &election);
+        let holder = || s.lease_holder().unwrap_or_default();
+        let identity = binary.identity();
+        binary.wait_for(&s, "the binary to lead", Duration::from_secs(60), || {
+            (holder() == identity).then_some(())
+        });
+        // During each outage: the process stays up and the webhook answers.
+        let outage = |binary: &mut Binary, component: &str| {
+            control_plane("stop", component);
+            let deadline = Instant::now() + OUTAGE;
+            let mut answered = 0;
+            while Instant::now() < deadline {
+                assert!(
+                    binary.child.try_wait().unwrap().is_none(),
+                    "karpenter-rs exited during the {component} outage:\n{}",
+                    binary.log()
+                );
+                answered += usize::from(webhook_allows(binary, &setup.certs));
+                std::thread::sleep(Duration::from_secs(2));
+            }
+            control_plane("start", component);
+            assert!(
+                answered >= 10,
+                "the webhook answered {answered} reviews during the {component} outage"
+            );
+        };
+        let converged = |binary: &mut Binary, what: &str| {
+            // The pod Running on a node that is not being deleted (right after an outage the pod
+            // may still run on the node that is to drain).
+            let node = binary.wait_for(&s, what, Duration::from_secs(180), || {
+                let node = s.running_pod_node()?;
+                s.node(&node).filter(|n| n.metadata.deletion_timestamp.is_none())?;
+                Some(node)
+            });
+            let settled = settle(|| s.tally(&setup), |t| t.leaked == 0 && t.stuck == 0 && t.nodes == 1);
+            let cordoned = s
+                .nodes()
+                .iter()
+                .filter(|n| n.spec.as_ref().and_then(|sp| sp.unschedulable) == Some(true))
+                .count();
+            eprintln!("{what}: {settled:?}, cordoned {cordoned}, launched {}", setup.launched(&s));
+            assert_eq!(
+                (settled.leaked, settled.stuck, settled.nodes, cordoned),
+                (0, 0, 1, 0),
+                "{what}: {}",
+                s.describe()
+            );
+            binary.wait_for(&s, "the binary to lead again", Duration::from_secs(60), || {
+                (holder() == identity).then_some(())
+            });
+            node
+        };
+
+        let provider_id = |node: &str| kubectl_ok(cluster, &["get", "node", node, "-o", "jsonpath={.spec.providerID}"], None);
+        // 1. A provisioning pass: the pod appears, and the API server goes as the pass launches.
+        s.request_cpu("1500m");
+        s.scale(1);
+        binary.wait_for(&s, "the pod pending", Duration::from_secs(30), || {
+            (!s.pods().is_empty()).then_some(())
+        });
+        outage(&mut binary, "kube-apiserver");
+        let first = converged(&mut binary, "after the kube-apiserver outage mid-launch");
+        assert_eq!(setup.launched(&s), 1, "one launch for one pod (logs in {})", setup.logs.display());
+
+        // 2. A drain: the node is deleted, and etcd goes while its pod is evicted and replaced.
+        let first_instance = provider_id(&first);
+        kubectl_ok(cluster, &["delete", "node", &first, "--wait=false"], None);
+        outage(&mut binary, "etcd");
+        let second = converged(&mut binary, "after the etcd outage mid-drain");
+        // Private addresses, and so node names, can be reused: compare the instances.
+        assert_ne!(
+            provider_id(&second),
+            first_instance,
+            "the pod moved off the deleted node's instance"
+        );
+        assert_eq!(
+            setup.launched(&s),
+            2,
+            "one replacement for the drained node (logs in {})",
+            setup.logs.display()
+        );
+
+        // 3. A consolidation: a second pod gets a node of its own; once it goes, consolidation
+        //    takes the emptied node away, and the API server goes as soon as that node is
+        //    cordoned for it.
+        s.scale(2);
+        binary.wait_for(&s, "two pods Running on two nodes", Duration::from_secs(180), || {
+            let running = s
+                .pods()
+                .into_iter()
+                .filter(|p| p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running"))
+                .count();
+            (running == 2 && s.nodes().len() == 2).then_some(())
+        });
+        let launched_before = setup.launched(&s);
+        let cordons = || log_lines(&setup, "cordoned node to deprovision it");
+        let cordoned_before = cordons();
+        s.scale(1);
+        binary.wait_for(&s, "a node cordoned for consolidation", Duration::from_secs(180), || {
+            (cordons() > cordoned_before).then_some(())
+        });
+        outage(&mut binary, "kube-apiserver");
+        converged(&mut binary, "after the kube-apiserver outage mid-consolidation");
+        let launches = setup.launched(&s) - launched_before;
+        assert!(launches <= 1, "at most one replacement in a consolidation, {launches} launched");
+    }));
+    s.tear_down(&setup);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// How many lines of this test's runs' logs contain `text`.
+fn log_lines(setup: &Setup, text: &str) -> usize {
+    std::fs::read_dir(&setup.logs)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| std::fs::read_to_string(entry.path()).unwrap_or_default())
+        .map(|log| log.lines().filter(|l| l.contains(text)).count())
+        .sum()
 }

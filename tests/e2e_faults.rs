@@ -228,7 +228,11 @@ fn half_of_create_fleet_throttled_during_a_200_pod_burst_launches_each_node_once
         let calls: Vec<_> = suite.proxy.calls("CreateFleet").into_iter().skip(before).collect();
         let throttled = calls.iter().filter(|c| c.fault == Some(Fault::Throttle)).count();
         let forwarded = calls.len() - throttled;
-        eprintln!("throttled burst: {} nodes, {} CreateFleet calls, {throttled} throttled", nodes.len(), calls.len());
+        eprintln!(
+            "throttled burst: {} nodes, {} CreateFleet calls, {throttled} throttled",
+            nodes.len(),
+            calls.len()
+        );
         assert!(throttled >= 1, "the proxy throttled nothing: {calls:?}");
         assert_eq!(
             forwarded,

@@ -5,6 +5,12 @@
 //! here. Besides the caches it keeps what no object records: which nodes a provisioning pass
 //! expects pods on soon (nominations), and a generation that moves with every change to a Node,
 //! a Pod or a Provisioner (what tells consolidation the cluster may have changed).
+//!
+//! It also knows when it may be out of date: while any watch fails (the API server or etcd down
+//! or restarting) and for `SETTLE_AFTER_WATCH_ERROR` after its last failure, long enough for every
+//! watch to reconnect (`watch_backoff` retries at most 6 s apart) and, after a restart, to list
+//! again. Provisioning and deprovisioning wait for that (`Cluster::stale`) rather than launch for
+//! pods that already have a node or delete a node that got pods meanwhile.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,6 +58,49 @@ pub struct Cluster {
     generation: Arc<AtomicU64>,
     on_pod: Arc<OnceLock<PodHook>>,
     nominations: Mutex<HashMap<String, Instant>>,
+    last_watch_error: Arc<Mutex<Option<WatchError>>>,
+}
+
+/// The last failure of any watch.
+#[derive(Clone, Debug)]
+struct WatchError {
+    kind: String,
+    at: Instant,
+}
+
+/// How long after a watch last failed the view may still be out of date.
+pub const SETTLE_AFTER_WATCH_ERROR: Duration = Duration::from_secs(15);
+
+/// Why the view may be out of date at `now`, given the last watch failure (kind, when): `None`
+/// once `SETTLE_AFTER_WATCH_ERROR` has passed since it. Pure.
+pub fn staleness(last_error: Option<(&str, Instant)>, now: Instant) -> Option<String> {
+    let (kind, at) = last_error?;
+    let ago = now.saturating_duration_since(at);
+    (ago < SETTLE_AFTER_WATCH_ERROR).then(|| {
+        format!(
+            "the {kind} watch failed {}s ago; the cluster view settles {}s after the last watch failure",
+            ago.as_secs(),
+            SETTLE_AFTER_WATCH_ERROR.as_secs()
+        )
+    })
+}
+
+/// The watches' retry delays: from 0.5 s doubling to 3 s, each jittered up to twice as long (so at
+/// most 6 s), started over after a minute without failure. Kubernetes clients wait up to 30 s; a
+/// shorter cap brings the view back within seconds of an API server's return, at about two cheap
+/// requests a second for all ten watches while it is away.
+fn watch_backoff() -> kube::runtime::utils::ResetTimerBackoff<watcher::ExponentialBackoff> {
+    kube::runtime::utils::ResetTimerBackoff::new(
+        watcher::ExponentialBackoff::from(
+            backon::ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(500))
+                .with_max_delay(Duration::from_secs(3))
+                .with_factor(2.0)
+                .with_jitter()
+                .without_max_times(),
+        ),
+        Duration::from_secs(60),
+    )
 }
 
 impl Cluster {
@@ -68,26 +117,48 @@ impl Cluster {
         let (pod_bump, pod_hook) = (bump(&generation), on_pod.clone());
         let node_bump = bump(&generation);
         let provisioner_bump = bump(&generation);
+        let errors: Arc<Mutex<Option<WatchError>>> = Arc::default();
+        let w = Watches { shutdown, errors: &errors };
         Arc::new(Cluster {
-            pods: reflect(Api::all(client.clone()), shutdown, move |pod: &Pod| {
+            pods: w.reflect(Api::all(client.clone()), move |pod: &Pod| {
                 pod_bump();
                 if let Some(hook) = pod_hook.get() {
                     hook(pod);
                 }
             }),
-            nodes: reflect(Api::all(client.clone()), shutdown, move |_: &Node| node_bump()),
-            provisioners: reflect(Api::all(client.clone()), shutdown, move |_: &Provisioner| provisioner_bump()),
-            templates: reflect(Api::all(client.clone()), shutdown, |_: &AwsNodeTemplate| {}),
-            daemonsets: reflect(Api::all(client.clone()), shutdown, |_: &DaemonSet| {}),
-            claims: reflect(Api::all(client.clone()), shutdown, |_: &PersistentVolumeClaim| {}),
-            volumes: reflect(Api::all(client.clone()), shutdown, |_: &PersistentVolume| {}),
-            storage_classes: reflect(Api::all(client.clone()), shutdown, |_: &StorageClass| {}),
-            namespaces: reflect(Api::all(client.clone()), shutdown, |_: &Namespace| {}),
-            pdbs: reflect(Api::all(client.clone()), shutdown, |_: &PodDisruptionBudget| {}),
+            nodes: w.reflect(Api::all(client.clone()), move |_: &Node| node_bump()),
+            provisioners: w.reflect(Api::all(client.clone()), move |_: &Provisioner| provisioner_bump()),
+            templates: w.reflect(Api::all(client.clone()), |_: &AwsNodeTemplate| {}),
+            daemonsets: w.reflect(Api::all(client.clone()), |_: &DaemonSet| {}),
+            claims: w.reflect(Api::all(client.clone()), |_: &PersistentVolumeClaim| {}),
+            volumes: w.reflect(Api::all(client.clone()), |_: &PersistentVolume| {}),
+            storage_classes: w.reflect(Api::all(client.clone()), |_: &StorageClass| {}),
+            namespaces: w.reflect(Api::all(client.clone()), |_: &Namespace| {}),
+            pdbs: w.reflect(Api::all(client.clone()), |_: &PodDisruptionBudget| {}),
             generation,
             on_pod,
             nominations: Mutex::new(HashMap::new()),
+            last_watch_error: errors.clone(),
         })
+    }
+
+    /// Why the view may be out of date now (`staleness`), or `None`.
+    pub fn stale(&self) -> Option<String> {
+        let last = self.last_watch_error.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        staleness(last.as_ref().map(|e| (e.kind.as_str(), e.at)), Instant::now())
+    }
+
+    /// Waits until the view has settled (`stale` is `None`), at most `limit`; returns why it is
+    /// still stale when the limit passes.
+    pub async fn settled(&self, limit: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let Some(why) = self.stale() else { return Ok(()) };
+            if Instant::now() >= deadline {
+                return Err(why);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 
     /// Sets what is called with every pod change (provisioning's batcher trigger). Only the
@@ -143,42 +214,71 @@ fn slim<K: Resource>(object: &mut K) {
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// A reflector store of every `K`, kept up to date until `shutdown`; `on_change` sees every
-/// object created, changed or deleted. A failing watch is retried with back-off and logged at
-/// warn with the kind: a forbidden list leaves the store unsynced, and the controllers waiting on
-/// it idle, so an operator must see why.
-fn reflect<K>(api: Api<K>, shutdown: &CancellationToken, on_change: impl Fn(&K) + Send + 'static) -> Store<K>
-where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
-{
-    let (reader, writer) = reflector::store();
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(slim)
-        .reflect(writer)
-        .touched_objects();
-    let shutdown = shutdown.clone();
-    let kind = K::kind(&K::DynamicType::default()).to_string();
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                next = stream.next() => match next {
-                    Some(Ok(object)) => on_change(&object),
-                    Some(Err(e)) => tracing::warn!(kind, error = %e, "watch failed; retrying with back-off"),
-                    None => return,
+/// What every watch of `Cluster::start` shares.
+struct Watches<'a> {
+    shutdown: &'a CancellationToken,
+    errors: &'a Arc<Mutex<Option<WatchError>>>,
+}
+
+impl Watches<'_> {
+    /// A reflector store of every `K`, kept up to date until `shutdown`; `on_change` sees every
+    /// object created, changed or deleted. A failing watch is retried with `watch_backoff`,
+    /// recorded as the last watch failure, and logged at warn with the kind: a forbidden list
+    /// leaves the store unsynced, and the controllers waiting on it idle, so an operator must see
+    /// why.
+    fn reflect<K>(&self, api: Api<K>, on_change: impl Fn(&K) + Send + 'static) -> Store<K>
+    where
+        K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+    {
+        let (reader, writer) = reflector::store();
+        let stream = watcher(api, watcher::Config::default())
+            .backoff(watch_backoff())
+            .modify(slim)
+            .reflect(writer)
+            .touched_objects();
+        let shutdown = self.shutdown.clone();
+        let errors = self.errors.clone();
+        let kind = K::kind(&K::DynamicType::default()).to_string();
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    next = stream.next() => match next {
+                        Some(Ok(object)) => on_change(&object),
+                        Some(Err(e)) => {
+                            *errors.lock().unwrap_or_else(|e| e.into_inner()) = Some(WatchError { kind: kind.clone(), at: Instant::now() });
+                            tracing::warn!(kind, error = %e, "watch failed; retrying with back-off");
+                        }
+                        None => return,
+                    }
                 }
             }
-        }
-    });
-    reader
+        });
+        reader
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_view_settles_a_while_after_the_last_watch_failure() {
+        let now = Instant::now();
+        assert_eq!(staleness(None, now), None);
+        let why = staleness(Some(("Node", now - Duration::from_secs(3))), now).unwrap();
+        assert!(why.contains("Node watch failed 3s ago"), "{why}");
+        assert!(staleness(Some(("Pod", now - SETTLE_AFTER_WATCH_ERROR + Duration::from_millis(1))), now).is_some());
+        assert_eq!(staleness(Some(("Pod", now - SETTLE_AFTER_WATCH_ERROR)), now), None);
+        // A reconnecting watch retries at most 6 s apart, well inside the window.
+        let mut backoff = watch_backoff();
+        let delays: Vec<Duration> = (0..20).filter_map(|_| backoff.next()).collect();
+        assert_eq!(delays.len(), 20);
+        assert!(delays.iter().all(|d| *d <= Duration::from_secs(6)), "{delays:?}");
+        assert!(delays.iter().all(|d| *d < SETTLE_AFTER_WATCH_ERROR));
+    }
 
     #[test]
     fn cached_objects_drop_managed_fields_and_the_last_applied_copy_only() {

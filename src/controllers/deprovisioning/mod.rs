@@ -151,6 +151,12 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
 async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
     let stores = &ctx.state;
     stores.ready().await.map_err(|e| DeprovisioningError::Stores(e.to_string()))?;
+    // Nothing is deleted on a view that may lag the cluster (after an API server or etcd
+    // outage): a node that got pods meanwhile would look empty.
+    if let Some(why) = stores.stale() {
+        debug!(reason = %why, "deprovisioning waits for the cluster view to settle");
+        return Ok(());
+    }
     let now = Utc::now();
     let nodes = considered(ctx);
     debug!(nodes = nodes.len(), "deprovisioning pass");

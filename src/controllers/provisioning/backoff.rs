@@ -34,6 +34,14 @@ const WATCH_FOR: Duration = Duration::from_secs(15 * 60);
 /// How long a pod may stay unbound after the node launched for it is Ready.
 pub const NODE_GRACE: Duration = Duration::from_secs(30);
 
+/// The wait before retrying after `consecutive` failed provisioning passes in a row (1 for the
+/// first): 1 s doubling to at most 30 s. A pass that fails (an outage of the API server or of
+/// EC2) is tried again, but never in a loop.
+pub fn pass_retry_delay(consecutive: u32) -> Duration {
+    let doublings = consecutive.saturating_sub(1).min(5);
+    (Duration::from_secs(1) * 2u32.pow(doublings)).min(Duration::from_secs(30))
+}
+
 /// Who a pod belongs to for back-off: its controller owner's uid, else its own uid.
 pub fn owner_key(pod: &Pod) -> String {
     pod.metadata
@@ -232,6 +240,14 @@ impl LaunchRate {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn failed_passes_are_retried_ever_more_slowly_up_to_half_a_minute() {
+        let waits: Vec<u64> = (1..=8).map(|n| pass_retry_delay(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 30, 30, 30]);
+        assert_eq!(pass_retry_delay(0), Duration::from_secs(1));
+        assert_eq!(pass_retry_delay(u32::MAX), Duration::from_secs(30));
+    }
 
     fn pod(uid: &str, owner: &str, node: Option<&str>, ready_since: Option<&str>) -> Pod {
         serde_json::from_value(json!({

@@ -89,6 +89,9 @@ impl Default for ProvisioningConfig {
 
 /// At most this many launches (CreateFleet, then the Node) are in flight at once.
 const MAX_CONCURRENT_LAUNCHES: usize = 16;
+/// How long a pass waits for the cluster view to settle after a watch failure before it fails
+/// (and is retried after `backoff::pass_retry_delay`).
+const SETTLE_LIMIT: Duration = Duration::from_secs(60);
 
 /// Pod nomination events: 5 per second, bursts of 10 (Karpenter's
 /// `core@v0.27.0:pkg/controllers/provisioning/scheduling/events.go` PodNominationRateLimiter).
@@ -254,6 +257,7 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
     };
     let passes = async {
         let mut leading = leading.clone();
+        let mut failures = 0;
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -265,8 +269,16 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
             let started = Instant::now();
             let result = pass(&ctx, &stores).await;
             if let Err(e) = &result {
-                warn!(error = %telemetry::chain(e.as_ref()), "provisioning pass failed; retrying with the next batch");
+                failures += 1;
+                let delay = backoff::pass_retry_delay(failures);
+                warn!(error = %telemetry::chain(e.as_ref()), retry_in_ms = delay.as_millis() as u64, "provisioning pass failed; retrying");
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(delay) => {}
+                }
                 ctx.batcher.trigger();
+            } else {
+                failures = 0;
             }
             ctx.metrics.scheduling_duration.observe(started.elapsed().as_secs_f64());
             ctx.metrics.reconciled("provisioner", started, result.is_ok());
@@ -364,6 +376,9 @@ impl Context {
 async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
     let _one_at_a_time = ctx.pass_lock.lock().await;
     stores.ready().await?;
+    // After an API server or etcd outage the caches lag: a pod that got its node meanwhile would
+    // look pending and get a second one.
+    stores.settled(SETTLE_LIMIT).await?;
     // Nodes first: a pod that binds between the two reads is then seen on its node, never as
     // pending with no node, so it cannot get a second one.
     let all_nodes = stores.nodes.state();
@@ -675,6 +690,17 @@ async fn provision(
         .filter_map(|p| Some((p.metadata.uid.as_deref()?, p.spec.as_ref()?.node_name.as_deref()?)))
         .collect();
     let (provisioners, templates, by_key, bound_to) = (&provisioners, &templates, &by_key, &bound_to);
+    if !plan.new_nodes.is_empty() {
+        // No instance for a plan made from a view that went stale during the pass, or while the
+        // API server cannot take the Node: the launch would be terminated again at once.
+        if let Some(why) = stores.stale() {
+            return Err(format!("not launching: {why}").into());
+        }
+        ctx.client
+            .apiserver_version()
+            .await
+            .map_err(|e| format!("not launching: the API server does not answer: {e}"))?;
+    }
     let admitted: Vec<&scheduling::NodeRequest> = {
         let now = Instant::now();
         let mut rate = ctx.launch_rate.lock().unwrap_or_else(|e| e.into_inner());
