@@ -411,11 +411,7 @@ fn setup(name: &str) -> Setup {
     WEBHOOK.get_or_init(|| AdmissionWebhook::start(cluster));
     let work = tempfile::tempdir().unwrap();
     let certs = work.path().join("certs");
-    let made = Command::new(env!("CARGO_BIN_EXE_karpenter-rs"))
-        .args(["certs", "--out-dir", certs.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    support::process::make_certs(env!("CARGO_BIN_EXE_karpenter-rs"), &certs);
     // Logs of every run are kept for a failure's message; under target/ so CI keeps them too.
     let logs = support::repo_root().join("target/e2e-process-logs").join(name);
     let _ = std::fs::remove_dir_all(&logs);
@@ -874,12 +870,9 @@ fn control_plane(what: &str, component: &str) {
 /// The binary's webhook answers a validation review (from its own process, whatever the API
 /// server does): true when it allowed the first write-up's Provisioner.
 fn webhook_allows(binary: &Binary, certs: &std::path::Path) -> bool {
-    let address = binary
-        .log()
-        .lines()
-        .find(|l| l.contains("karpenter-rs started"))
-        .and_then(|l| l.split_whitespace().find_map(|t| t.strip_prefix("webhook=")).map(str::to_string));
-    let Some(address) = address else { return false };
+    let Some(address) = binary.log().lines().find_map(support::process::parse_started).map(|a| a.webhook) else {
+        return false;
+    };
     let review = json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {

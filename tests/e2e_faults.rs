@@ -102,6 +102,11 @@ struct Scenario {
 
 impl Scenario {
     fn create(suite: &Suite, base: &str) -> Scenario {
+        Self::create_with(suite, base, |_| {})
+    }
+
+    /// `create`, with `edit` applied to the Provisioner first.
+    fn create_with(suite: &Suite, base: &str, edit: impl FnOnce(&mut serde_json::Value)) -> Scenario {
         let suffix = unique(base);
         let s = Scenario {
             cluster: suite.cluster,
@@ -120,6 +125,7 @@ impl Scenario {
         provisioner["spec"]["labels"][SUITE_KEY] = json!(SUITE);
         // Nodes stay until the test deletes them.
         provisioner["spec"].as_object_mut().unwrap().remove("ttlSecondsAfterEmpty");
+        edit(&mut provisioner);
         kubectl_ok(s.cluster, &["create", "namespace", &s.namespace], None);
         kubectl_ok(s.cluster, &["apply", "-f", "-"], Some(&template.to_string()));
         kubectl_ok(s.cluster, &["apply", "-f", "-"], Some(&provisioner.to_string()));
@@ -136,13 +142,26 @@ impl Scenario {
         kubectl_ok(self.cluster, &["apply", "-f", "-"], Some(&d.to_string()));
     }
 
-    fn running(&self) -> usize {
-        let pods: Vec<Pod> = items(&kubectl_ok(
+    /// The base name the scenario was made from (`evicted` of `service-evicted-123-4`).
+    fn kind(&self) -> &str {
+        self.provisioner
+            .trim_start_matches("service-")
+            .split('-')
+            .next()
+            .unwrap_or_default()
+    }
+
+    fn pods(&self) -> Vec<Pod> {
+        items(&kubectl_ok(
             self.cluster,
             &["get", "pods", "-n", &self.namespace, "-o", "json"],
             None,
-        ));
-        pods.iter()
+        ))
+    }
+
+    fn running(&self) -> usize {
+        self.pods()
+            .iter()
             .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
             .count()
     }
@@ -439,4 +458,117 @@ fn refused_offerings_are_taken_out_of_create_fleet_and_the_rest_renumbered() {
     let refused = support::fault_proxy::without_offerings(&form, &refuse_both).unwrap_err();
     assert_eq!(refused.len(), 2);
     assert_eq!(refused[0].0, "lt/a");
+}
+
+/// Runaway protection under faults, two Deployments of one replica at once, with consolidation
+/// on, while the proxy throttles 30% of CreateFleet calls and fails 20% of DescribeInstances and
+/// 30% of TerminateInstances calls:
+/// - `evicted`: every node launched for it gets a NoExecute taint as it appears, which evicts
+///   the pod; the ReplicaSet makes a new one;
+/// - `rejected`: every pod of it bound to a node is failed as a kubelet failing admission fails
+///   it (`OutOfcpu`); the ReplicaSet makes a new one. kwok runs no kubelet admission, so the
+///   test marks the pods itself: a mock of the one part the local cluster cannot produce.
+///
+/// Neither may have more than 3 nodes at once or launch more than 10 in the window
+/// (`KARPENTER_RS_RUNAWAY_SECONDS`, default 150; 300 is the 5 minutes of the bound). Afterwards
+/// no instance is left without a Node.
+#[test]
+fn runaway_protection_holds_with_consolidation_under_ec2_faults_and_for_pods_the_kubelet_rejects() {
+    let (suite, _serial) = suite();
+    let window = Duration::from_secs(
+        std::env::var("KARPENTER_RS_RUNAWAY_SECONDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(150),
+    );
+    let consolidating = |p: &mut serde_json::Value| {
+        p["spec"].as_object_mut().unwrap().remove("ttlSecondsAfterEmpty");
+        p["spec"]["consolidation"] = json!({"enabled": true});
+    };
+    let evicted = Scenario::create_with(suite, "evicted", consolidating);
+    let rejected = Scenario::create_with(suite, "rejected", consolidating);
+    let faults = [
+        Rule::new("CreateFleet", Fault::Throttle).fraction(0.3),
+        Rule::new("DescribeInstances", Fault::Status(500)).fraction(0.2),
+        Rule::new("TerminateInstances", Fault::Status(503)).fraction(0.3),
+    ];
+    for rule in faults {
+        suite.proxy.add(rule.for_duration(window));
+    }
+    let body = || {
+        evicted.deploy(1, "100m", "128Mi");
+        rejected.deploy(1, "100m", "128Mi");
+        let chaos = json!([{"op": "add", "path": "/spec/taints/-", "value": {"key": "e2e.karpenter-rs/chaos", "value": "evict", "effect": "NoExecute"}}])
+            .to_string();
+        let rejection = json!({"status": {"phase": "Failed", "reason": "OutOfcpu", "message": "Pod was rejected: Node didn't have enough resource: cpu"}})
+            .to_string();
+        let mut launched: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+        let mut most_at_once: BTreeMap<&str, usize> = BTreeMap::new();
+        let started = Instant::now();
+        while started.elapsed() < window {
+            for s in [&evicted, &rejected] {
+                let nodes = s.nodes();
+                let most = most_at_once.entry(s.kind()).or_default();
+                *most = (*most).max(nodes.len());
+                launched.entry(s.kind()).or_default().extend(instance_ids_of(&nodes));
+            }
+            for node in evicted.nodes() {
+                let tainted = node
+                    .spec
+                    .as_ref()
+                    .and_then(|sp| sp.taints.as_ref())
+                    .is_some_and(|t| t.iter().any(|t| t.key == "e2e.karpenter-rs/chaos"));
+                if !tainted && node.metadata.deletion_timestamp.is_none() {
+                    kubectl(
+                        evicted.cluster,
+                        &["patch", "node", &node.name_any(), "--type=json", "-p", &chaos],
+                        None,
+                    );
+                }
+            }
+            for pod in rejected.pods() {
+                let bound = pod.spec.as_ref().and_then(|sp| sp.node_name.as_ref()).is_some();
+                let phase = pod.status.as_ref().and_then(|st| st.phase.as_deref());
+                if bound && phase != Some("Failed") {
+                    kubectl(
+                        rejected.cluster,
+                        &[
+                            "patch",
+                            "pod",
+                            &pod.name_any(),
+                            "-n",
+                            &rejected.namespace,
+                            "--subresource=status",
+                            "--type=merge",
+                            "-p",
+                            &rejection,
+                        ],
+                        None,
+                    );
+                }
+            }
+            for (kind, most) in &most_at_once {
+                assert!(*most <= 3, "{kind}: {most} nodes at once: {launched:?}");
+            }
+            for (kind, ids) in &launched {
+                assert!(
+                    ids.len() <= 10,
+                    "{kind}: {} nodes launched in {:?}: {ids:?}",
+                    ids.len(),
+                    started.elapsed()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        eprintln!("runaway under faults over {window:?}: launched {launched:?}, most at once {most_at_once:?}");
+        assert!(launched["evicted"].len() >= 2, "the taint did evict: {launched:?}");
+        let failed = rejected
+            .pods()
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Failed"))
+            .count();
+        assert!(failed >= 1, "pods were rejected");
+    };
+    // Both scenarios are cleaned up (nodes drained, instances gone), whatever happened.
+    evicted.run(suite, || rejected.run(suite, body));
 }

@@ -35,10 +35,16 @@ bash tests/viewer/tmux.sh || { viewer=failed; status=1; }
 # node gone), so that it cannot rot; it restarts the local cluster with an audit log and stops it.
 scale=passed
 bash tests/benches/scale.sh --quick || { scale=failed; status=1; }
+# The soak run for 2 minutes (tests/soak.rs; 30 minutes by hand), likewise; its results go to a
+# temporary file, not tests/benches/results/soak.md.
+soak=passed
+soak_out=$(mktemp)
+bash tests/benches/soak.sh --minutes 2 --out "$soak_out" || { soak=failed; status=1; }
+rm -f "$soak_out"
 # Karpenter's scheduling benchmark and ours at 1 and 100 pods (debug build), likewise.
 scheduling=passed
 quick_out=$(mktemp)
 bash tests/benches/scheduling_vs_karpenter.sh --quick --out "$quick_out" || { scheduling=failed; status=1; }
 rm -f "$quick_out"
-echo "cargo: ${passed} passed, ${failed} failed; dashboards: ${dashboards}; viewer: ${viewer}; scale --quick: ${scale}; scheduling_vs_karpenter --quick: ${scheduling}"
+echo "cargo: ${passed} passed, ${failed} failed; dashboards: ${dashboards}; viewer: ${viewer}; scale --quick: ${scale}; soak --minutes 2: ${soak}; scheduling_vs_karpenter --quick: ${scheduling}"
 exit "$status"

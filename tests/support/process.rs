@@ -115,6 +115,16 @@ pub fn webhook_command(bin: &str, cert_dir: &Path, log: &Path) -> Command {
     command
 }
 
+/// Makes serving certificates for a karpenter-rs process with `karpenter-rs certs` into `dir`.
+#[allow(dead_code)] // not every test binary that includes this module starts the binary
+pub fn make_certs(bin: &str, dir: &Path) {
+    let made = Command::new(bin)
+        .args(["certs", "--out-dir", dir.to_str().expect("a UTF-8 path")])
+        .output()
+        .expect("running karpenter-rs certs");
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+}
+
 /// A started process, killed when dropped: a failing test leaves nothing running.
 pub struct Running(pub Child);
 
