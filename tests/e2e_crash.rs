@@ -901,8 +901,8 @@ fn webhook_allows(binary: &Binary, certs: &std::path::Path) -> bool {
 }
 
 /// The control plane goes away under the binary (leader election on), 30 s each time:
-/// kube-apiserver while a provisioning pass launches for a new pod, etcd while a deleted node
-/// drains, kube-apiserver again while a node is consolidated. Throughout, the binary stays up and
+/// kube-apiserver, then etcd, each while a provisioning pass launches for a new pod, while a
+/// deleted node drains, and while a node is consolidated. Throughout, the binary stays up and
 /// its webhook answers from its own process; on recovery it works from what the API server says
 /// now: each time the pod ends Running, with no instance leaked, no node stuck or cordoned, one
 /// launch per need, and the Lease held by the binary again.
@@ -970,57 +970,70 @@ fn api_server_and_etcd_outages_mid_launch_drain_and_consolidation_leave_nothing_
         };
 
         let provider_id = |node: &str| kubectl_ok(cluster, &["get", "node", node, "-o", "jsonpath={.spec.providerID}"], None);
-        // 1. A provisioning pass: the pod appears, and the API server goes as the pass launches.
         s.request_cpu("1500m");
-        s.scale(1);
-        binary.wait_for(&s, "the pod pending", Duration::from_secs(30), || {
-            (!s.pods().is_empty()).then_some(())
-        });
-        outage(&mut binary, "kube-apiserver");
-        let first = converged(&mut binary, "after the kube-apiserver outage mid-launch");
-        assert_eq!(setup.launched(&s), 1, "one launch for one pod (logs in {})", setup.logs.display());
+        // Each component in turn, in the middle of each of the three.
+        for component in ["kube-apiserver", "etcd"] {
+            let launched_at_start = setup.launched(&s);
+            // 1. A provisioning pass: the pod appears, and the component goes as the pass launches.
+            s.scale(1);
+            binary.wait_for(&s, "the pod pending", Duration::from_secs(30), || {
+                (!s.pods().is_empty()).then_some(())
+            });
+            outage(&mut binary, component);
+            let first = converged(&mut binary, &format!("after the {component} outage mid-launch"));
+            assert_eq!(
+                setup.launched(&s) - launched_at_start,
+                1,
+                "one launch for one pod (logs in {})",
+                setup.logs.display()
+            );
 
-        // 2. A drain: the node is deleted, and etcd goes while its pod is evicted and replaced.
-        let first_instance = provider_id(&first);
-        kubectl_ok(cluster, &["delete", "node", &first, "--wait=false"], None);
-        outage(&mut binary, "etcd");
-        let second = converged(&mut binary, "after the etcd outage mid-drain");
-        // Private addresses, and so node names, can be reused: compare the instances.
-        assert_ne!(
-            provider_id(&second),
-            first_instance,
-            "the pod moved off the deleted node's instance"
-        );
-        assert_eq!(
-            setup.launched(&s),
-            2,
-            "one replacement for the drained node (logs in {})",
-            setup.logs.display()
-        );
+            // 2. A drain: the node is deleted, and the component goes while its pod is evicted
+            //    and replaced.
+            let first_instance = provider_id(&first);
+            kubectl_ok(cluster, &["delete", "node", &first, "--wait=false"], None);
+            outage(&mut binary, component);
+            let second = converged(&mut binary, &format!("after the {component} outage mid-drain"));
+            // Private addresses, and so node names, can be reused: compare the instances.
+            assert_ne!(
+                provider_id(&second),
+                first_instance,
+                "the pod moved off the deleted node's instance"
+            );
+            assert_eq!(
+                setup.launched(&s) - launched_at_start,
+                2,
+                "one replacement for the drained node (logs in {})",
+                setup.logs.display()
+            );
 
-        // 3. A consolidation: a second pod gets a node of its own; once it goes, consolidation
-        //    takes the emptied node away, and the API server goes as soon as that node is
-        //    cordoned for it.
-        s.scale(2);
-        binary.wait_for(&s, "two pods Running on two nodes", Duration::from_secs(180), || {
-            let running = s
-                .pods()
-                .into_iter()
-                .filter(|p| p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running"))
-                .count();
-            (running == 2 && s.nodes().len() == 2).then_some(())
-        });
-        let launched_before = setup.launched(&s);
-        let cordons = || log_lines(&setup, "cordoned node to deprovision it");
-        let cordoned_before = cordons();
-        s.scale(1);
-        binary.wait_for(&s, "a node cordoned for consolidation", Duration::from_secs(180), || {
-            (cordons() > cordoned_before).then_some(())
-        });
-        outage(&mut binary, "kube-apiserver");
-        converged(&mut binary, "after the kube-apiserver outage mid-consolidation");
-        let launches = setup.launched(&s) - launched_before;
-        assert!(launches <= 1, "at most one replacement in a consolidation, {launches} launched");
+            // 3. A consolidation: a second pod gets a node of its own; once it goes,
+            //    consolidation takes the emptied node away, and the component goes as soon as
+            //    that node is cordoned for it.
+            s.scale(2);
+            binary.wait_for(&s, "two pods Running on two nodes", Duration::from_secs(180), || {
+                let running = s
+                    .pods()
+                    .into_iter()
+                    .filter(|p| p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running"))
+                    .count();
+                (running == 2 && s.nodes().len() == 2).then_some(())
+            });
+            let launched_before = setup.launched(&s);
+            let cordons = || log_lines(&setup, "cordoned node to deprovision it");
+            let cordoned_before = cordons();
+            s.scale(1);
+            binary.wait_for(&s, "a node cordoned for consolidation", Duration::from_secs(180), || {
+                (cordons() > cordoned_before).then_some(())
+            });
+            outage(&mut binary, component);
+            converged(&mut binary, &format!("after the {component} outage mid-consolidation"));
+            let launches = setup.launched(&s) - launched_before;
+            assert!(launches <= 1, "at most one replacement in a consolidation, {launches} launched");
+
+            // A clean slate for the next component.
+            s.scale_to_zero_and_settle(&setup);
+        }
     }));
     s.tear_down(&setup);
     if let Err(panic) = result {

@@ -9,7 +9,11 @@
 //! - DescribeInstances failing: the garbage collector terminates and deletes nothing.
 //! - A CreateFleet answer lost after moto launched the instance: the instance without a Node is
 //!   collected, the pod runs on one node, nothing is left running without a Node.
+//! - A CreateFleet dropped before it reached EC2, then answered 5 s late: retried by the SDK with
+//!   the same token, one instance.
 //! - Insufficient capacity for the cheapest offering: the launch goes to the next one.
+//! - Runaway protection with consolidation on, under faults, for pods evicted by every new node
+//!   and for pods the kubelet rejects.
 //!
 //! The tests share one set of controllers and one proxy and run one at a time (the proxy's
 //! rules are global). They act only on nodes labelled and instances tagged
@@ -397,6 +401,33 @@ fn a_create_fleet_answer_lost_after_the_launch_leaves_no_instance_without_a_node
         });
         assert_eq!(s.nodes().len(), 1, "one node for one pod");
         assert_eq!(s.running(), 1);
+    });
+}
+
+#[test]
+fn a_dropped_then_slow_create_fleet_is_retried_with_its_token_and_launches_once() {
+    let (suite, _serial) = suite();
+    let s = Scenario::create(suite, "slow");
+    let before = suite.proxy.calls("CreateFleet").len();
+    suite.proxy.add(Rule::new("CreateFleet", Fault::DropRequest).times(1));
+    suite
+        .proxy
+        .add(Rule::new("CreateFleet", Fault::Latency(Duration::from_secs(5))).times(1));
+    s.run(suite, || {
+        s.deploy(1, "100m", "128Mi");
+        s.wait_running(1, Duration::from_secs(150));
+        let calls: Vec<_> = suite.proxy.calls("CreateFleet").into_iter().skip(before).collect();
+        let faults: Vec<_> = calls.iter().map(|c| c.fault.clone()).collect();
+        assert_eq!(
+            faults,
+            [Some(Fault::DropRequest), Some(Fault::Latency(Duration::from_secs(5)))],
+            "the dropped call retried once, answered late: {calls:?}"
+        );
+        assert_eq!(calls[0].params.get("ClientToken"), calls[1].params.get("ClientToken"), "one token");
+        let nodes = s.nodes();
+        assert_eq!(nodes.len(), 1);
+        let live: BTreeSet<String> = s.instances(suite).into_iter().map(|i| i.id).collect();
+        assert_eq!(live, instance_ids_of(&nodes));
     });
 }
 
