@@ -5,10 +5,13 @@
 //! - **Per owner** (the pod's controller, e.g. its ReplicaSet; the pod itself when it has
 //!   none): when a pod we launched a node for is lost before it has run for `STABLE_RUN`, the
 //!   owner's next launch waits `BASE_DELAY × 2^(losses − 1)`, at most `MAX_DELAY`. A pod of the
-//!   owner that runs for `STABLE_RUN` resets it. A pod is lost when it is gone, failed or
-//!   deleting, or still unbound `NODE_GRACE` after the node launched for it became Ready (that
-//!   node cannot take it: a taint it got, a kubelet that rejects it), or that node is gone.
-//!   Until then the pod waits for its node: nothing more is launched for it.
+//!   owner that runs for `STABLE_RUN` resets it. A pod is lost when it failed, was disrupted
+//!   (deleted with the `DisruptionTarget` condition Kubernetes sets when the taint manager, an
+//!   eviction or preemption deletes it) or vanished unseen, or is still unbound `NODE_GRACE`
+//!   after the node launched for it became Ready (that node cannot take it: a taint it got, a
+//!   kubelet that rejects it), or that node is gone. A pod its owner or a user deleted (a
+//!   scale-down, a rollout) is no loss: it is only no longer watched. Until then the pod waits
+//!   for its node: nothing more is launched for it.
 //! - Held pods still count in the simulation, so they land on existing nodes with room; only
 //!   new capacity for them waits.
 //! - **Per Provisioner**: at most `max_per_minute` launches in any minute (a token bucket that
@@ -40,6 +43,17 @@ pub const NODE_GRACE: Duration = Duration::from_secs(30);
 pub fn pass_retry_delay(consecutive: u32) -> Duration {
     let doublings = consecutive.saturating_sub(1).min(5);
     (Duration::from_secs(1) * 2u32.pow(doublings)).min(Duration::from_secs(30))
+}
+
+/// Whether `pod` failed or was disrupted: the `DisruptionTarget` condition (status True) that
+/// Kubernetes sets on a pod the taint manager, an eviction or preemption deletes, and that a
+/// delete by its owner or a user (a scale-down, a rollout) does not get.
+pub fn disrupted(pod: &Pod) -> bool {
+    let status = pod.status.as_ref();
+    status.and_then(|s| s.phase.as_deref()) == Some("Failed")
+        || status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "DisruptionTarget" && c.status == "True"))
 }
 
 /// Who a pod belongs to for back-off: its controller owner's uid, else its own uid.
@@ -136,6 +150,11 @@ impl LaunchBackoff {
                     if node == Some(&true) && watched.node_ready.is_none() {
                         watched.node_ready = Some(now);
                     }
+                    if pod.metadata.deletion_timestamp.is_some() && !disrupted(pod) {
+                        // Deleted by its owner or a user: neither placed nor lost.
+                        done.push(uid.clone());
+                        continue;
+                    }
                     let stranded =
                         !watched.bound && (node.is_none() || watched.node_ready.is_some_and(|t| now.duration_since(t) >= NODE_GRACE));
                     failed || pending_again || stranded || pod.metadata.deletion_timestamp.is_some()
@@ -157,6 +176,22 @@ impl LaunchBackoff {
             o.last_launch
                 .is_some_and(|t| now.saturating_duration_since(t) < MAX_DELAY + WATCH_FOR)
         });
+    }
+
+    /// The pod watch saw `pod` being deleted (its last state, which a pass may never see): a
+    /// loss for its owner if it was disrupted or failed, else (a scale-down, a rollout, a user's
+    /// delete) it is only no longer watched.
+    pub fn deleting(&mut self, pod: &Pod) {
+        if pod.metadata.deletion_timestamp.is_none() {
+            return;
+        }
+        let Some(watched) = pod.metadata.uid.as_ref().and_then(|uid| self.watched.remove(uid)) else {
+            return;
+        };
+        if disrupted(pod) {
+            let owner = self.owners.entry(watched.owner).or_default();
+            owner.losses = owner.losses.saturating_add(1);
+        }
     }
 
     /// The room planned for the pod on the node launched for it went to other pods (the
@@ -323,6 +358,52 @@ mod tests {
         let running = [pod("p3", "rs", Some("n3"), Some("2026-12-01T09:58:00Z"))];
         b.observe(&by_uid(&running), &ready(&["n3"]), t2 + Duration::from_secs(61), wall);
         assert_eq!(b.blocked_until(&pod("p4", "rs", None, None), t2 + Duration::from_secs(61)), None);
+    }
+
+    fn deleting(mut pod: Pod, disruption: Option<&str>) -> Pod {
+        pod.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Utc::now()));
+        if let Some(reason) = disruption {
+            pod.status.get_or_insert_with(Default::default).conditions = Some(vec![serde_json::from_value(
+                json!({"type": "DisruptionTarget", "status": "True", "reason": reason}),
+            )
+            .unwrap()]);
+        }
+        pod
+    }
+
+    #[test]
+    fn a_scale_down_is_no_loss_but_a_disruption_is() {
+        let wall = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").unwrap().with_timezone(&Utc);
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(5);
+        // Scaled down (deleted by its ReplicaSet, seen by the pod watch and by a pass): no wait.
+        let mut b = LaunchBackoff::default();
+        b.launched("n1", [(&pod("p1", "rs", None, None), None)], t0);
+        b.deleting(&deleting(pod("p1", "rs", Some("n1"), None), None));
+        assert_eq!(b.blocked_until(&pod("p2", "rs", None, None), later), None);
+        let mut b = LaunchBackoff::default();
+        b.launched("n1", [(&pod("p1", "rs", None, None), None)], t0);
+        let scaled_down = [deleting(pod("p1", "rs", Some("n1"), None), None)];
+        b.observe(&by_uid(&scaled_down), &ready(&["n1"]), later, wall);
+        assert_eq!(b.blocked_until(&pod("p2", "rs", None, None), later), None);
+        // Deleted by the taint manager, or failed: the owner waits.
+        for lost in [
+            deleting(pod("p1", "rs", Some("n1"), None), Some("DeletionByTaintManager")),
+            deleting(pod("p1", "rs", Some("n1"), None), Some("EvictionByEvictionAPI")),
+        ] {
+            let mut b = LaunchBackoff::default();
+            b.launched("n1", [(&pod("p1", "rs", None, None), None)], t0);
+            b.deleting(&lost);
+            assert_eq!(b.blocked_until(&pod("p2", "rs", None, None), later), Some(t0 + BASE_DELAY));
+            let mut b = LaunchBackoff::default();
+            b.launched("n1", [(&pod("p1", "rs", None, None), None)], t0);
+            b.observe(&by_uid(std::slice::from_ref(&lost)), &ready(&["n1"]), later, wall);
+            assert_eq!(b.blocked_until(&pod("p2", "rs", None, None), later), Some(t0 + BASE_DELAY));
+        }
+        let mut failed = pod("p1", "rs", Some("n1"), None);
+        failed.status.get_or_insert_with(Default::default).phase = Some("Failed".into());
+        assert!(disrupted(&failed));
+        assert!(!disrupted(&pod("p1", "rs", Some("n1"), None)));
     }
 
     #[test]

@@ -234,6 +234,9 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
         if pods::is_provisionable(pod) {
             trigger.batcher.trigger();
         }
+        if pod.metadata.deletion_timestamp.is_some() {
+            trigger.backoff.lock().unwrap_or_else(|e| e.into_inner()).deleting(pod);
+        }
         if *observing.borrow() {
             if let Some(seconds) = tracker.lock().unwrap_or_else(|e| e.into_inner()).see(pod) {
                 trigger.metrics.pod_startup_time.observe(&[], seconds);
