@@ -41,8 +41,12 @@ pub const NODE_GRACE: Duration = Duration::from_secs(30);
 /// first): 1 s doubling to at most 30 s. A pass that fails (an outage of the API server or of
 /// EC2) is tried again, but never in a loop.
 pub fn pass_retry_delay(consecutive: u32) -> Duration {
-    let doublings = consecutive.saturating_sub(1).min(5);
-    (Duration::from_secs(1) * 2u32.pow(doublings)).min(Duration::from_secs(30))
+    doubling(Duration::from_secs(1), Duration::from_secs(30), consecutive.max(1))
+}
+
+/// `first × 2^(nth − 1)`, at most `cap` (`nth` counts from 1).
+fn doubling(first: Duration, cap: Duration, nth: u32) -> Duration {
+    first.saturating_mul(2u32.saturating_pow(nth.saturating_sub(1).min(16))).min(cap)
 }
 
 /// Whether `pod` failed or was disrupted: the `DisruptionTarget` condition (status True) that
@@ -222,8 +226,7 @@ impl LaunchBackoff {
 
 /// The wait after `losses` lost pods: none for 0, then 10 s, 20 s, 40 s, ... up to 5 minutes.
 pub fn delay(losses: u32) -> Option<Duration> {
-    let exponent = losses.checked_sub(1)?;
-    Some(BASE_DELAY.saturating_mul(2u32.saturating_pow(exponent.min(16))).min(MAX_DELAY))
+    (losses > 0).then(|| doubling(BASE_DELAY, MAX_DELAY, losses))
 }
 
 /// How long the pod has been Ready, from its Ready condition.

@@ -216,7 +216,11 @@ async fn reconcile(ctx: &Context, node: &Node) -> Result<usize, TerminationError
         }
         if let Err(source) = ctx.metrics.cloud_call("delete", ctx.cloud.delete(instance_id)).await {
             let mut state = ctx.state.lock().await;
-            let delay = next_terminate_delay(state.terminate_backoff.get(&name).map(|(_, d)| *d));
+            let delay = next_delay(
+                state.terminate_backoff.get(&name).map(|(_, d)| *d),
+                MIN_TERMINATE_BACKOFF,
+                MAX_TERMINATE_BACKOFF,
+            );
             state.terminate_backoff.insert(name.clone(), (Instant::now() + delay, delay));
             return Err(TerminationError::Terminate {
                 node: name,
@@ -311,11 +315,7 @@ async fn evict(ctx: &Context, pod: &PodName) {
     };
     let mut state = ctx.state.lock().await;
     if refused {
-        let delay = state
-            .backoff
-            .get(pod)
-            .map(|(_, d)| (*d * 2).min(MAX_EVICTION_BACKOFF))
-            .unwrap_or(MIN_EVICTION_BACKOFF);
+        let delay = next_delay(state.backoff.get(pod).map(|(_, d)| *d), MIN_EVICTION_BACKOFF, MAX_EVICTION_BACKOFF);
         state.backoff.insert(pod.clone(), (Instant::now() + delay, delay));
     } else {
         state.backoff.remove(pod);
@@ -327,9 +327,10 @@ pub const MIN_TERMINATE_BACKOFF: Duration = Duration::from_secs(2);
 /// The longest wait between instance terminations of one node.
 pub const MAX_TERMINATE_BACKOFF: Duration = Duration::from_secs(30);
 
-/// The wait after a failed termination, given the wait before it (none: the first failure).
-pub fn next_terminate_delay(previous: Option<Duration>) -> Duration {
-    previous.map_or(MIN_TERMINATE_BACKOFF, |d| (d * 2).min(MAX_TERMINATE_BACKOFF))
+/// The wait after a failed eviction or termination, given the wait before it (none: the first
+/// failure): `min`, then doubling up to `max`.
+pub fn next_delay(previous: Option<Duration>, min: Duration, max: Duration) -> Duration {
+    previous.map_or(min, |d| (d * 2).min(max))
 }
 
 /// What can go wrong terminating a node.
@@ -384,7 +385,7 @@ mod tests {
         let mut delay = None;
         let waits: Vec<u64> = (0..6)
             .map(|_| {
-                let next = next_terminate_delay(delay);
+                let next = next_delay(delay, MIN_TERMINATE_BACKOFF, MAX_TERMINATE_BACKOFF);
                 delay = Some(next);
                 next.as_secs()
             })
