@@ -34,7 +34,7 @@ use karpenter_rs::controllers::garbagecollection::GarbageCollectionConfig;
 use kube::ResourceExt;
 use serde_json::json;
 use support::fault_proxy::{Fault, FaultProxy, Rule};
-use support::{cluster, fixture, items, kubectl, kubectl_ok, unique, wait_for, AdmissionWebhook, Cluster, Controller, Loops};
+use support::{cluster, items, kubectl, kubectl_ok, unique, wait_for, AdmissionWebhook, Cluster, Controller, FirstWriteUp, Loops};
 
 const SUITE_KEY: &str = "e2e.karpenter-rs/suite";
 const SUITE: &str = "faults";
@@ -101,7 +101,8 @@ struct Scenario {
     template: String,
     provisioner: String,
     namespace: String,
-    node_type: String,
+    /// The Deployment for the scenario's nodes, not yet applied.
+    deployment: serde_json::Value,
 }
 
 impl Scenario {
@@ -111,21 +112,23 @@ impl Scenario {
 
     /// `create`, with `edit` applied to the Provisioner first.
     fn create_with(suite: &Suite, base: &str, edit: impl FnOnce(&mut serde_json::Value)) -> Scenario {
-        let suffix = unique(base);
+        let FirstWriteUp {
+            template_name,
+            provisioner_name,
+            namespace,
+            mut template,
+            mut provisioner,
+            deployment,
+            ..
+        } = FirstWriteUp::named(&unique(base));
         let s = Scenario {
             cluster: suite.cluster,
-            template: format!("lt-{suffix}"),
-            provisioner: format!("service-{suffix}"),
-            namespace: format!("ns-{suffix}"),
-            node_type: format!("service-{suffix}"),
+            template: template_name,
+            provisioner: provisioner_name,
+            namespace,
+            deployment,
         };
-        let mut template = fixture("first-writeup/awsnodetemplate.yaml");
-        template["metadata"]["name"] = json!(s.template);
         template["spec"]["tags"] = json!({SUITE_KEY: SUITE});
-        let mut provisioner = fixture("first-writeup/provisioner.yaml");
-        provisioner["metadata"]["name"] = json!(s.provisioner);
-        provisioner["spec"]["providerRef"]["name"] = json!(s.template);
-        provisioner["spec"]["labels"]["nodeType"] = json!(s.node_type);
         provisioner["spec"]["labels"][SUITE_KEY] = json!(SUITE);
         // Nodes stay until the test deletes them.
         provisioner["spec"].as_object_mut().unwrap().remove("ttlSecondsAfterEmpty");
@@ -138,10 +141,8 @@ impl Scenario {
 
     /// The first write-up's nginx Deployment with `replicas` pods requesting `cpu`/`memory`.
     fn deploy(&self, replicas: i64, cpu: &str, memory: &str) {
-        let mut d = fixture("first-writeup/nginx-deployment.yaml");
-        d["metadata"]["namespace"] = json!(self.namespace);
+        let mut d = self.deployment.clone();
         d["spec"]["replicas"] = json!(replicas);
-        d["spec"]["template"]["spec"]["nodeSelector"]["nodeType"] = json!(self.node_type);
         d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": cpu, "memory": memory}});
         kubectl_ok(self.cluster, &["apply", "-f", "-"], Some(&d.to_string()));
     }

@@ -26,7 +26,7 @@ use karpenter_rs::cloudprovider::{instance_id_from_provider_id, CloudProvider};
 use serde_json::json;
 use support::fault_proxy::{Fault, FaultProxy, Rule};
 use support::process::{http_get, wait_started, Running};
-use support::{cluster, fixture, items, kubectl, kubectl_ok, unique, AdmissionWebhook};
+use support::{cluster, items, kubectl, kubectl_ok, unique, AdmissionWebhook, FirstWriteUp};
 
 /// Replicas, one size a minute, round and round.
 const SIZES: [u32; 8] = [8, 20, 4, 30, 0, 12, 25, 2];
@@ -133,26 +133,19 @@ fn soak_memory_descriptors_threads_and_series_stay_flat_and_nothing_leaks() {
     let addresses = wait_started(&mut binary, &log, Duration::from_secs(60));
     let pid = binary.id();
 
-    let suffix = unique("soak");
-    let (template, provisioner, namespace, node_type) = (
-        format!("lt-{suffix}"),
-        format!("service-{suffix}"),
-        format!("ns-{suffix}"),
-        format!("service-{suffix}"),
-    );
-    let mut t = fixture("first-writeup/awsnodetemplate.yaml");
-    t["metadata"]["name"] = json!(template);
-    let mut p = fixture("first-writeup/provisioner.yaml");
-    p["metadata"]["name"] = json!(provisioner);
-    p["spec"]["providerRef"]["name"] = json!(template);
-    p["spec"]["labels"]["nodeType"] = json!(node_type);
+    let FirstWriteUp {
+        template_name: template,
+        provisioner_name: provisioner,
+        namespace,
+        template: t,
+        provisioner: mut p,
+        deployment: mut d,
+        ..
+    } = FirstWriteUp::named(&unique("soak"));
     let spec = p["spec"].as_object_mut().unwrap();
     spec.remove("ttlSecondsAfterEmpty");
     spec.insert("consolidation".into(), json!({"enabled": true}));
-    let mut d = fixture("first-writeup/nginx-deployment.yaml");
-    d["metadata"]["namespace"] = json!(namespace);
     d["spec"]["replicas"] = json!(0);
-    d["spec"]["template"]["spec"]["nodeSelector"]["nodeType"] = json!(node_type);
     d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "250m", "memory": "256Mi"}});
     kubectl_ok(cluster, &["create", "namespace", &namespace], None);
     kubectl_ok(cluster, &["apply", "-f", "-"], Some(&t.to_string()));

@@ -452,3 +452,47 @@ pub async fn queued_messages(sqs: &aws_sdk_sqs::Client, url: &str) -> u64 {
         .filter_map(|v| v.parse::<u64>().ok())
         .sum()
 }
+
+/// The first write-up's AWSNodeTemplate, Provisioner and nginx Deployment under names of their
+/// own: template `lt-<suffix>`, Provisioner `service-<suffix>` (with `providerRef` and the
+/// `nodeType` label pointing at them), namespace `ns-<suffix>` for the Deployment, whose pods
+/// select that node type. The caller edits and applies them.
+pub struct FirstWriteUp {
+    pub template_name: String,
+    pub provisioner_name: String,
+    pub namespace: String,
+    pub node_type: String,
+    pub template: serde_json::Value,
+    pub provisioner: serde_json::Value,
+    pub deployment: serde_json::Value,
+}
+
+impl FirstWriteUp {
+    pub fn named(suffix: &str) -> FirstWriteUp {
+        use serde_json::json;
+        let (template_name, provisioner_name, namespace, node_type) = (
+            format!("lt-{suffix}"),
+            format!("service-{suffix}"),
+            format!("ns-{suffix}"),
+            format!("service-{suffix}"),
+        );
+        let mut template = fixture("first-writeup/awsnodetemplate.yaml");
+        template["metadata"]["name"] = json!(template_name);
+        let mut provisioner = fixture("first-writeup/provisioner.yaml");
+        provisioner["metadata"]["name"] = json!(provisioner_name);
+        provisioner["spec"]["providerRef"]["name"] = json!(template_name);
+        provisioner["spec"]["labels"]["nodeType"] = json!(node_type);
+        let mut deployment = fixture("first-writeup/nginx-deployment.yaml");
+        deployment["metadata"]["namespace"] = json!(namespace);
+        deployment["spec"]["template"]["spec"]["nodeSelector"]["nodeType"] = json!(node_type);
+        FirstWriteUp {
+            template_name,
+            provisioner_name,
+            namespace,
+            node_type,
+            template,
+            provisioner,
+            deployment,
+        }
+    }
+}
