@@ -884,6 +884,61 @@ fn an_oversized_node_is_replaced_by_a_cheaper_one_with_a_replica_ready_throughou
     });
 }
 
+/// A node of a type its Provisioner no longer allows is still a consolidation candidate: two
+/// 1-CPU pods on a t3.2xlarge, then the requirements narrowed to t3.large and t3.xlarge → the
+/// node is replaced by a t3.xlarge. The controller keeps only the allowed types translated; the
+/// old node's type is translated when consolidation asks for its price.
+#[test]
+fn a_node_of_a_type_no_longer_allowed_is_still_consolidated() {
+    let (cluster, controller) = setup();
+    let requirements = json!([
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["t3.2xlarge"]},
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["ap-northeast-2a", "ap-northeast-2c"]},
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+    ]);
+    let scenario = Scenario::consolidating(cluster, "narrowed", requirements);
+    with_scenario(scenario, controller, |s| {
+        s.deploy("web", 2, "1", |_| {});
+        s.wait_running(2);
+        let big = s.nodes().remove(0);
+        assert_eq!(big.labels()["node.kubernetes.io/instance-type"], "t3.2xlarge");
+        let replaces = "karpenter_deprovisioning_actions_performed{action=\"consolidation/replace\"}";
+        let replaced_before = metric(controller, replaces);
+        let patch = json!({"spec": {"requirements": [
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["t3.large", "t3.xlarge"]},
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["ap-northeast-2a", "ap-northeast-2c"]},
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+        ]}})
+        .to_string();
+        kubectl_ok(
+            cluster,
+            &["patch", "provisioner", &s.provisioner, "--type=merge", "-p", &patch],
+            None,
+        );
+
+        let deadline = Instant::now() + Duration::from_secs(240);
+        let replacement = loop {
+            assert!(
+                Instant::now() < deadline,
+                "the t3.2xlarge its Provisioner no longer allows was not consolidated within 240 s"
+            );
+            let pods = s.pods();
+            let on = ready_on(&pods);
+            let nodes = s.nodes();
+            if s.node(&big.name_any()).is_none() && on.len() == 2 && nodes.len() == 1 && on.iter().all(|n| *n == nodes[0].name_any()) {
+                break nodes[0].clone();
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        };
+        assert_eq!(
+            replacement.labels()["node.kubernetes.io/instance-type"],
+            "t3.xlarge",
+            "the cheapest allowed type that holds two 1-CPU pods"
+        );
+        assert_eq!(metric(controller, replaces), replaced_before + 1.0, "replaced by consolidation");
+    });
+}
+
 /// Three nodes each left with one 1-CPU pod: one multi-node command deletes two of them, their
 /// pods move to the third, and nothing is launched.
 #[test]

@@ -35,4 +35,5 @@ pub use plan::{simulate, NodeRequest, Plan, ProvisionerInput, SimulationInput, S
 pub use pods::{validate_pod, PodKey};
 pub use requirements::{Requirement, Requirements};
 pub use resources::Resources;
+pub use template::provisioner_requirements;
 pub(crate) use topology::Selector;

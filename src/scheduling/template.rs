@@ -60,9 +60,7 @@ impl NodeTemplate {
     pub fn unlimited(provisioner: &Provisioner, instance_types: &[Arc<InstanceType>], daemonset_pods: &[Pod]) -> Self {
         let name = provisioner.metadata.name.clone().unwrap_or_default();
         let spec = &provisioner.spec;
-        let mut requirements = Requirements::from_node_selector_requirements(spec.requirements.as_deref().unwrap_or_default());
-        requirements.add_all(&Requirements::from_labels(spec.labels.iter().flatten()));
-        requirements.add(PROVISIONER_NAME_LABEL, Requirement::in_values([name.clone()]));
+        let requirements = provisioner_requirements(provisioner);
         let taints = spec.taints.clone().unwrap_or_default();
         let max_spot_price = spec
             .provider
@@ -150,6 +148,19 @@ impl NodeTemplate {
     pub fn has_prefer_no_schedule_taint(&self) -> bool {
         self.taints.iter().any(|t| t.effect == PREFER_NO_SCHEDULE)
     }
+}
+
+/// What every node of `provisioner` carries, as requirements: its requirements ∩ its labels ∩
+/// its name. An instance type whose labels do not overlap these is never a candidate.
+pub fn provisioner_requirements(provisioner: &Provisioner) -> Requirements {
+    let spec = &provisioner.spec;
+    let mut requirements = Requirements::from_node_selector_requirements(spec.requirements.as_deref().unwrap_or_default());
+    requirements.add_all(&Requirements::from_labels(spec.labels.iter().flatten()));
+    requirements.add(
+        PROVISIONER_NAME_LABEL,
+        Requirement::in_values([provisioner.metadata.name.clone().unwrap_or_default()]),
+    );
+    requirements
 }
 
 fn cap_spot_price(it: &Arc<InstanceType>, max_spot_price: Option<f64>) -> Arc<InstanceType> {

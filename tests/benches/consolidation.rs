@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use fixture::{allowed, catalogue, lower_bound, provisioner, Rng, Variant};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::chrono::{TimeZone, Utc};
+use karpenter_rs::apis::v1alpha5::labels::INSTANCE_TYPE_LABEL;
 use karpenter_rs::apis::v1alpha5::{Consolidation, Provisioner};
 use karpenter_rs::controllers::deprovisioning::consolidation::{self, Action, Candidate, Choice, NodeView};
 use karpenter_rs::scheduling::resources::pod_requests;
@@ -194,7 +195,14 @@ impl Cluster {
                     node: &m.node,
                     pods: &m.pods,
                     provisioner: Some(&self.provisioner),
-                    instance_types: &self.types,
+                    instance_type: m
+                        .node
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(INSTANCE_TYPE_LABEL))
+                        .and_then(|name| self.types.iter().find(|t| t.name == *name))
+                        .map(|t| &**t),
                     nominated: false,
                     resuming: false,
                 };

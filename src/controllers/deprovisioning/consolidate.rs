@@ -24,12 +24,11 @@ use tracing::{debug, info, warn};
 
 use super::consolidation::{self, Candidate, Choice, Command, Ineligible, NodeView};
 use super::{cordon, delete_node, Context, DeprovisioningError};
-use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
+use crate::apis::v1alpha5::labels::{INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL};
 use crate::controllers::events::publish;
 use crate::controllers::provisioning::Snapshot;
 use crate::metrics::{self, reason::CONSOLIDATION};
 use crate::scheduling::nodes::is_labelled_initialized;
-use crate::scheduling::InstanceType;
 use crate::telemetry;
 
 /// How long a multi-node evaluation may run before it settles for the best command so far.
@@ -199,12 +198,6 @@ fn candidates_and_blocked(ctx: &Context, snapshot: &Snapshot, resuming: bool) ->
     }
     let provisioners = state.provisioners.state();
     let pdbs: Vec<_> = state.pdbs.state().iter().map(|b| (**b).clone()).collect();
-    let types: HashMap<String, &[Arc<InstanceType>]> = snapshot
-        .input
-        .provisioners
-        .iter()
-        .map(|p| (p.provisioner.name_any(), p.instance_types.as_slice()))
-        .collect();
     let prepare = |pod: &Pod| {
         let mut pod = pod.clone();
         if let Some(spec) = pod.spec.as_mut() {
@@ -222,11 +215,14 @@ fn candidates_and_blocked(ctx: &Context, snapshot: &Snapshot, resuming: bool) ->
             .labels()
             .get(PROVISIONER_NAME_LABEL)
             .and_then(|p| provisioners.iter().find(|x| x.name_any() == *p));
+        let instance_type = provisioner
+            .zip(node.labels().get(INSTANCE_TYPE_LABEL))
+            .and_then(|(p, it)| ctx.provisioning.expected_instance_type(&p.name_any(), it));
         let view = NodeView {
             node,
             pods: pods_by_node.get(&name).unwrap_or(&no_pods),
             provisioner: provisioner.map(|p| p.as_ref()),
-            instance_types: provisioner.and_then(|p| types.get(&p.name_any()).copied()).unwrap_or_default(),
+            instance_type: instance_type.as_deref(),
             nominated: state.is_nominated(&name),
             resuming,
         };

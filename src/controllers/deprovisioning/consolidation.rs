@@ -156,8 +156,9 @@ pub struct NodeView<'a> {
     pub pods: &'a [Pod],
     /// Its Provisioner, if it still exists.
     pub provisioner: Option<&'a Provisioner>,
-    /// That Provisioner's instance types.
-    pub instance_types: &'a [Arc<InstanceType>],
+    /// Its instance type as its Provisioner's nodes get it (capacity, offerings and prices), if
+    /// the catalogue has it.
+    pub instance_type: Option<&'a InstanceType>,
     /// Whether a provisioning pass expects pods to land on it soon.
     pub nominated: bool,
     /// Resuming a command of ours that marked the node (`karpenter.sh/voluntary-disruption`)
@@ -221,13 +222,12 @@ pub fn candidate(
         return skip("missing its instance type, zone or capacity type label");
     };
     let Some(price) = view
-        .instance_types
-        .iter()
-        .find(|it| it.name == *instance_type)
+        .instance_type
+        .filter(|it| it.name == *instance_type)
         .and_then(|it| it.offerings.iter().find(|o| o.zone == *zone && o.capacity_type == *capacity_type))
         .map(|o| o.price)
     else {
-        return skip("its instance type or offering is not among its provisioner's");
+        return skip("its instance type or offering is not in the catalogue");
     };
     if let Some(pod) = do_not_evict(view.pods) {
         return Err(Ineligible::Blocked(format!(
@@ -610,6 +610,12 @@ mod tests {
         p
     }
 
+    /// The node's instance type among `types`, as the controller looks it up.
+    fn type_of<'a>(types: &'a [Arc<InstanceType>], node: &Node) -> Option<&'a InstanceType> {
+        let name = node.metadata.labels.as_ref()?.get(INSTANCE_TYPE_LABEL)?;
+        types.iter().find(|it| it.name == *name).map(|it| &**it)
+    }
+
     fn types() -> Vec<Arc<InstanceType>> {
         [SMALL, MEDIUM, LARGE].map(|n| Arc::new(instance_type(n))).to_vec()
     }
@@ -716,7 +722,7 @@ mod tests {
                         node: n,
                         pods: &pods,
                         provisioner: Some(&self.provisioner),
-                        instance_types: &types,
+                        instance_type: type_of(&types, n),
                         nominated: false,
                         resuming: false,
                     };
@@ -924,7 +930,7 @@ mod tests {
                 node: n,
                 pods,
                 provisioner: Some(provisioner),
-                instance_types: &types,
+                instance_type: type_of(&types, n),
                 nominated,
                 resuming: false,
             };
@@ -1003,7 +1009,7 @@ mod tests {
             node: &n,
             pods: &pods,
             provisioner: Some(&p),
-            instance_types: &types,
+            instance_type: type_of(&types, &n),
             nominated: false,
             resuming: false,
         };

@@ -14,11 +14,13 @@ use crate::cloudprovider::aws::instance::MAX_INSTANCE_TYPES;
 use crate::cloudprovider::{Instance, InstanceOption, InstanceTypeInfo, LaunchRequest, NodeTemplate};
 use crate::scheduling::instance_types::{offering_allowed, INSTANCE_SIZE_LABEL};
 use crate::scheduling::resources::{AMD_GPU, AWS_NEURON, HABANA_GAUDI, NVIDIA_GPU};
-use crate::scheduling::{InstanceType, NodeRequest, NodeSettings, Resources};
+use crate::scheduling::{provisioner_requirements, InstanceType, NodeRequest, NodeSettings, Resources};
 
 /// The instance types a Provisioner may launch, with capacity and overhead computed for the
-/// global node settings, its kubelet settings, AMI family and root volume. Only offerings in `zones` (where its subnets are) are kept:
-/// a node planned anywhere else could not be launched.
+/// global node settings, its kubelet settings, AMI family and root volume: only those whose
+/// labels overlap what its nodes must carry (`provisioner_requirements`; the simulation drops
+/// the others), and of those only the offerings in `zones` (where its subnets are): a node
+/// planned anywhere else could not be launched.
 pub fn instance_types(
     catalogue: &[InstanceTypeInfo],
     provisioner: &Provisioner,
@@ -27,32 +29,57 @@ pub fn instance_types(
     region: &str,
     global: &NodeSettings,
 ) -> Vec<Arc<InstanceType>> {
+    let settings = settings_for(provisioner, template, global);
+    let requirements = provisioner_requirements(provisioner);
+    catalogue
+        .iter()
+        .map(|info| translate(info, &settings, zones, region))
+        .filter(|it| it.requirements.overlaps(&requirements))
+        .map(Arc::new)
+        .collect()
+}
+
+/// The node settings `provisioner`'s nodes are computed with.
+fn settings_for(provisioner: &Provisioner, template: &NodeTemplate, global: &NodeSettings) -> NodeSettings {
     let mut settings = global.clone().with_kubelet(provisioner.spec.kubelet_configuration.as_ref());
     settings.ami_family = template.ami_family;
     settings.ephemeral_storage_bytes = Some(template.ephemeral_storage_bytes());
-    catalogue
-        .iter()
-        .map(|info| {
-            let offerings = info.offerings.iter().filter(|o| zones.contains(&o.zone)).cloned().collect();
-            Arc::new(InstanceType::from_facts(&info.facts, offerings, &settings, Some(region)))
-        })
-        .collect()
+    settings
+}
+
+/// One catalogue entry as an instance type, with its offerings in `zones`.
+fn translate(info: &InstanceTypeInfo, settings: &NodeSettings, zones: &BTreeSet<String>, region: &str) -> InstanceType {
+    let offerings = info.offerings.iter().filter(|o| zones.contains(&o.zone)).cloned().collect();
+    InstanceType::from_facts(&info.facts, offerings, settings, Some(region))
 }
 
 /// The instance types of every Provisioner, built once per catalogue and kept until the catalogue
 /// (a refresh, prices, offerings marked unavailable) or what the Provisioner's types are computed
-/// from (kubelet settings, AMI family, root volume, zones) changes. Every pass and every
-/// deprovisioning simulation then shares one set of `Arc`s, instead of translating ~1,400 EC2
-/// types again each time and holding a copy per simulation.
+/// from (requirements, labels, kubelet settings, AMI family, root volume, zones) changes. Every
+/// pass and every deprovisioning simulation then shares one set of `Arc`s, instead of
+/// translating ~1,400 EC2 types again each time and holding a copy per simulation. Only the
+/// types a Provisioner's requirements allow are kept (a dozen for a Provisioner that lists its
+/// types, instead of ~1,400 of about 10 KiB each); a node of any other type (launched before the
+/// requirements changed) is looked up with `instance_type`, translated when asked.
 #[derive(Default)]
 pub struct TypeCache {
     catalogue: Vec<InstanceTypeInfo>,
-    by_provisioner: std::collections::HashMap<String, (TypeInputs, Vec<Arc<InstanceType>>)>,
+    by_provisioner: std::collections::HashMap<String, Built>,
+}
+
+/// One Provisioner's types, and what they were computed from.
+struct Built {
+    inputs: TypeInputs,
+    settings: NodeSettings,
+    region: String,
+    allowed: Vec<Arc<InstanceType>>,
 }
 
 /// What `instance_types` computes a Provisioner's types from, besides the catalogue.
 #[derive(PartialEq)]
 struct TypeInputs {
+    requirements: Option<Vec<k8s_openapi::api::core::v1::NodeSelectorRequirement>>,
+    labels: Option<BTreeMap<String, String>>,
     kubelet: Option<crate::apis::v1alpha5::KubeletConfiguration>,
     ami_family: crate::scheduling::AmiFamily,
     ephemeral_storage_bytes: i64,
@@ -88,6 +115,8 @@ impl TypeCache {
         global: &NodeSettings,
     ) -> Vec<Arc<InstanceType>> {
         let inputs = TypeInputs {
+            requirements: provisioner.spec.requirements.clone(),
+            labels: provisioner.spec.labels.clone(),
             kubelet: provisioner.spec.kubelet_configuration.clone(),
             ami_family: template.ami_family,
             ephemeral_storage_bytes: template.ephemeral_storage_bytes(),
@@ -95,13 +124,31 @@ impl TypeCache {
         };
         let name = provisioner.metadata.name.clone().unwrap_or_default();
         match self.by_provisioner.get(&name) {
-            Some((cached, types)) if *cached == inputs => types.clone(),
+            Some(built) if built.inputs == inputs => built.allowed.clone(),
             _ => {
-                let types = instance_types(&self.catalogue, provisioner, template, zones, region, global);
-                self.by_provisioner.insert(name, (inputs, types.clone()));
-                types
+                let allowed = instance_types(&self.catalogue, provisioner, template, zones, region, global);
+                let built = Built {
+                    inputs,
+                    settings: settings_for(provisioner, template, global),
+                    region: region.to_string(),
+                    allowed: allowed.clone(),
+                };
+                self.by_provisioner.insert(name, built);
+                allowed
             }
         }
+    }
+
+    /// The catalogue's type `name` as `provisioner`'s nodes get it (capacity, overhead, offerings
+    /// in its zones), as of its last `instance_types`, whether or not its requirements allow
+    /// that type now: the shared one when they do, else translated now.
+    pub fn instance_type(&self, provisioner: &str, name: &str) -> Option<Arc<InstanceType>> {
+        let built = self.by_provisioner.get(provisioner)?;
+        if let Some(it) = built.allowed.iter().find(|it| it.name == name) {
+            return Some(it.clone());
+        }
+        let info = self.catalogue.iter().find(|info| info.facts.name == name)?;
+        Some(Arc::new(translate(info, &built.settings, &built.inputs.zones, &built.region)))
     }
 
     /// Forgets Provisioners that are gone.
@@ -343,6 +390,46 @@ mod tests {
         let limited = cache.instance_types(&p, &template, &zones, "ap-northeast-2", &NodeSettings::default());
         assert!(!Arc::ptr_eq(&after_ice[0], &limited[0]));
         assert_eq!(limited[0].allocatable().pods, 10);
+    }
+
+    #[test]
+    fn only_the_types_a_provisioner_allows_are_kept_and_any_other_is_translated_when_asked() {
+        let template = NodeTemplate::from_provider(&AwsProvider::default(), "c", KubernetesVersion { major: 1, minor: 33 }).unwrap();
+        let zones = BTreeSet::from(["ap-northeast-2a".to_string()]);
+        let settings = NodeSettings::default();
+        let mut cache = TypeCache::default();
+        cache.set_catalogue(vec![info("t3.large"), info("t3.xlarge"), info("m5.large")]);
+        let p = provisioner("service")
+            .requirement("node.kubernetes.io/instance-type", "In", &["t3.large", "t3.xlarge"])
+            .build();
+        let allowed = cache.instance_types(&p, &template, &zones, "ap-northeast-2", &settings);
+        assert_eq!(
+            allowed.iter().map(|it| it.name.as_str()).collect::<Vec<_>>(),
+            ["t3.large", "t3.xlarge"]
+        );
+        // The shared one when allowed; a node of a type no longer allowed still gets its
+        // capacity and price, as the Provisioner's nodes would have it.
+        assert!(Arc::ptr_eq(&cache.instance_type("service", "t3.large").unwrap(), &allowed[0]));
+        let other = cache.instance_type("service", "m5.large").expect("in the catalogue");
+        assert_eq!(other.offerings.len(), 1);
+        assert_eq!(other.offerings[0].zone, "ap-northeast-2a");
+        assert!(other.allocatable().pods > 0);
+        assert!(cache.instance_type("service", "x9.huge").is_none(), "not in the catalogue");
+        assert!(cache.instance_type("other", "t3.large").is_none(), "no such Provisioner seen");
+        // Changed requirements rebuild the set.
+        let p = provisioner("service")
+            .requirement("node.kubernetes.io/instance-type", "In", &["m5.large"])
+            .build();
+        let allowed = cache.instance_types(&p, &template, &zones, "ap-northeast-2", &settings);
+        assert_eq!(allowed.iter().map(|it| it.name.as_str()).collect::<Vec<_>>(), ["m5.large"]);
+        // A Provisioner that names no types keeps every one.
+        let everything = provisioner("service").build();
+        assert_eq!(
+            cache
+                .instance_types(&everything, &template, &zones, "ap-northeast-2", &settings)
+                .len(),
+            3
+        );
     }
 
     #[test]

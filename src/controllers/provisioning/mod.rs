@@ -119,9 +119,6 @@ pub struct Context {
     state: Stores,
     /// Held by a pass and by `replace`: one simulation-and-launch at a time.
     pass_lock: Mutex<()>,
-    /// Per Provisioner, its instance types as the last pass saw them: what a node that has not
-    /// initialised yet is expected to offer.
-    instance_types: StdMutex<HashMap<String, Vec<Arc<InstanceType>>>>,
     /// Runaway protection per owner of pods, and the launch rate per Provisioner.
     backoff: StdMutex<backoff::LaunchBackoff>,
     launch_rate: StdMutex<backoff::LaunchRate>,
@@ -161,7 +158,6 @@ impl Context {
             planned: Mutex::new(HashMap::new()),
             state,
             pass_lock: Mutex::new(()),
-            instance_types: StdMutex::new(HashMap::new()),
             backoff: StdMutex::new(backoff::LaunchBackoff::default()),
             launch_rate: StdMutex::new(backoff::LaunchRate::new(config.max_launches_per_minute)),
             api_server_version: StdMutex::new(None),
@@ -175,21 +171,35 @@ impl Context {
         })
     }
 
-    /// The instance type `name` as `provisioner`'s last pass saw it.
+    /// The instance type `name` as `provisioner`'s last pass saw it (what a node that has not
+    /// initialised yet is expected to offer), whether or not its requirements still allow it.
     pub fn expected_instance_type(&self, provisioner: &str, name: &str) -> Option<Arc<InstanceType>> {
-        let types = self.instance_types.lock().unwrap_or_else(|e| e.into_inner());
-        types.get(provisioner)?.iter().find(|it| it.name == name).cloned()
+        self.type_cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .instance_type(provisioner, name)
     }
 
     /// `nodes` as the simulation sees them, with the pods bound to them: a node of ours that has
     /// not initialised counts what its instance type offers (karpenter-behavior.md §4.3).
     fn existing_nodes(&self, nodes: &[Arc<Node>], all_pods: &[Arc<Pod>], provisioners: &[Arc<Provisioner>]) -> Vec<ExistingNode> {
+        let types = self.type_cache.lock().unwrap_or_else(|e| e.into_inner());
+        Self::existing_nodes_with(&types, nodes, all_pods, provisioners)
+    }
+
+    /// `existing_nodes` with the type cache already held.
+    fn existing_nodes_with(
+        types: &catalogue::TypeCache,
+        nodes: &[Arc<Node>],
+        all_pods: &[Arc<Pod>],
+        provisioners: &[Arc<Provisioner>],
+    ) -> Vec<ExistingNode> {
         let mut existing = existing_nodes(nodes, all_pods, provisioners);
         for node in existing.iter_mut().filter(|n| !n.initialized) {
             let expected = node
                 .provisioner()
                 .zip(node.labels.get(INSTANCE_TYPE_LABEL))
-                .and_then(|(p, name)| self.expected_instance_type(p, name));
+                .and_then(|(p, name)| types.instance_type(p, name));
             if let Some(it) = expected {
                 node.expect(&it);
             }
@@ -577,13 +587,7 @@ async fn snapshot(
                 .map(|n| (n.name_any(), n.labels().clone()))
                 .collect(),
         };
-        {
-            let mut types = ctx.instance_types.lock().unwrap_or_else(|e| e.into_inner());
-            for p in &input.provisioners {
-                types.insert(p.provisioner.name_any(), p.instance_types.clone());
-            }
-        }
-        input.nodes = ctx.existing_nodes(nodes, all_pods, &provisioners);
+        input.nodes = Context::existing_nodes_with(&type_cache, nodes, all_pods, &provisioners);
         input
     });
     Ok(Snapshot {
