@@ -29,11 +29,21 @@ pub fn instance_types(
     region: &str,
     global: &NodeSettings,
 ) -> Vec<Arc<InstanceType>> {
-    let settings = settings_for(provisioner, template, global);
+    allowed(catalogue, provisioner, &settings_for(provisioner, template, global), zones, region)
+}
+
+/// `instance_types` with the node settings already computed.
+fn allowed(
+    catalogue: &[InstanceTypeInfo],
+    provisioner: &Provisioner,
+    settings: &NodeSettings,
+    zones: &BTreeSet<String>,
+    region: &str,
+) -> Vec<Arc<InstanceType>> {
     let requirements = provisioner_requirements(provisioner);
     catalogue
         .iter()
-        .map(|info| translate(info, &settings, zones, region))
+        .map(|info| translate(info, settings, zones, region))
         .filter(|it| it.requirements.overlaps(&requirements))
         .map(Arc::new)
         .collect()
@@ -126,15 +136,16 @@ impl TypeCache {
         match self.by_provisioner.get(&name) {
             Some(built) if built.inputs == inputs => built.allowed.clone(),
             _ => {
-                let allowed = instance_types(&self.catalogue, provisioner, template, zones, region, global);
+                let settings = settings_for(provisioner, template, global);
+                let types = allowed(&self.catalogue, provisioner, &settings, zones, region);
                 let built = Built {
                     inputs,
-                    settings: settings_for(provisioner, template, global),
+                    settings,
                     region: region.to_string(),
-                    allowed: allowed.clone(),
+                    allowed: types.clone(),
                 };
                 self.by_provisioner.insert(name, built);
-                allowed
+                types
             }
         }
     }
