@@ -10,7 +10,7 @@ use super::pods::{HostPort, PodState};
 use super::requirements::{Requirement, Requirements};
 use super::resources::Resources;
 use super::taints::{first_untolerated, tolerates_all};
-use super::template::NodeTemplate;
+use super::template::{CandidateMatches, NodeTemplate};
 use super::topology::{GroupRef, Topology};
 
 /// The largest cpu, memory, pods and ephemeral-storage among a node's options: a pod that does
@@ -151,9 +151,11 @@ pub(crate) fn add_to_existing(node: &mut ExistingState, i: usize, pod: &PodState
 }
 
 /// Places pod `i` on a node planned earlier in this run if some remaining option holds it.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn add_to_planned(
     node: &mut PlannedNode,
     template: &NodeTemplate,
+    matches: &mut CandidateMatches,
     i: usize,
     pod: &PodState,
     groups: &[GroupRef],
@@ -169,15 +171,15 @@ pub(crate) fn add_to_planned(
         return false;
     };
     let requests = node.requests.plus(&pod.requests);
-    let narrowed = merged.as_ref().filter(|m| narrows_instance_types(m, &node.requirements, template));
+    let allowed = merged
+        .as_ref()
+        .filter(|m| narrows_instance_types(m, &node.requirements, template))
+        .map(|m| matches.of(node.template, template, m));
     let options: Vec<usize> = node
         .options
         .iter()
         .copied()
-        .filter(|o| {
-            let c = &template.candidates[*o];
-            requests.fits(&c.allocatable) && narrowed.is_none_or(|m| c.it.requirements.overlaps(m) && c.it.has_matching_offering(m))
-        })
+        .filter(|o| requests.fits(&template.candidates[*o].allocatable) && allowed.as_ref().is_none_or(|a| a[*o]))
         .collect();
     if options.is_empty() {
         return false;
@@ -226,6 +228,7 @@ pub(crate) enum Refusal {
 pub(crate) fn new_node(
     template: &NodeTemplate,
     template_index: usize,
+    matches: &mut CandidateMatches,
     i: usize,
     pod: &PodState,
     groups: &[GroupRef],
@@ -263,9 +266,7 @@ pub(crate) fn new_node(
             .map_err(|e| incompatible(format!("incompatible topology requirements, {e}")))?;
         reqs.add_all(&extra);
     }
-    let within_limits: Vec<usize> = (0..template.candidates.len())
-        .filter(|c| template.within_limits(&template.candidates[*c].it))
-        .collect();
+    let within_limits: Vec<usize> = (0..template.candidates.len()).filter(|c| template.within_limits(*c)).collect();
     if within_limits.is_empty() {
         return Err(if template.candidates.is_empty() {
             no_offering(format!(
@@ -279,11 +280,8 @@ pub(crate) fn new_node(
         });
     }
     let requests = template.daemon_overhead.plus(&pod.requests);
-    let narrowed = narrows_instance_types(&reqs, &template.requirements, template);
-    let matches = |c: usize| {
-        let it = &template.candidates[c].it;
-        !narrowed || (it.requirements.overlaps(&reqs) && it.has_matching_offering(&reqs))
-    };
+    let allowed = narrows_instance_types(&reqs, &template.requirements, template).then(|| matches.of(template_index, template, &reqs));
+    let matches = |c: usize| allowed.as_ref().is_none_or(|a| a[c]);
     let options: Vec<usize> = within_limits
         .iter()
         .copied()

@@ -21,7 +21,7 @@ use super::preferences::relax;
 use super::requirements::{normalize_key, Requirement, Requirements};
 use super::resources::{pod_requests, Resources};
 use super::taints::first_untolerated;
-use super::template::{domain_seeds, NodeTemplate};
+use super::template::{domain_seeds, CandidateMatches, NodeTemplate};
 use super::topology::Topology;
 
 /// Most instance types a node request carries (Karpenter core's cap; the AWS launch caps at 60).
@@ -31,8 +31,9 @@ pub const MAX_INSTANCE_TYPE_OPTIONS: usize = 100;
 #[derive(Clone, Debug, Default)]
 pub struct SimulationInput {
     /// Pending, provisionable pods (the controller applies `is_provisionable`), plus pods of
-    /// nodes being deleted that need a new home.
-    pub pods: Vec<Pod>,
+    /// nodes being deleted that need a new home. Shared with the controller's cache: a pass
+    /// never copies the pods it simulates.
+    pub pods: Vec<Arc<Pod>>,
     /// Provisioners with the instance types each may launch; any order (sorted here by weight,
     /// then name). Provisioners being deleted are skipped.
     pub provisioners: Vec<ProvisionerInput>,
@@ -185,7 +186,7 @@ fn solve(input: &SimulationInput, templates: Vec<NodeTemplate>, daemons: &[Daemo
     let mut plan = Plan::default();
     let nodes: Vec<&ExistingNode> = input.nodes.iter().filter(|n| !removed.contains(n.name.as_str())).collect();
     let mut pods: Vec<PodState> = Vec::new();
-    for p in input.pods.iter().chain(moved.iter().copied()) {
+    for p in input.pods.iter().map(Arc::as_ref).chain(moved.iter().copied()) {
         match validate_pod(p) {
             Ok(()) => pods.push(PodState::new(p)),
             Err(reason) => plan.ignored.push((PodKey::of(p), reason)),
@@ -225,6 +226,7 @@ fn solve(input: &SimulationInput, templates: Vec<NodeTemplate>, daemons: &[Daemo
         buckets: Vec::new(),
         bucket_of: Vec::new(),
         price_orders: HashMap::new(),
+        matches: CandidateMatches::default(),
         limited: BTreeSet::new(),
         unfit: HashMap::new(),
     };
@@ -309,6 +311,8 @@ struct Solver<'a> {
     /// Per (template, zone requirement, capacity-type requirement): candidate indices with an
     /// allowed offering, cheapest first.
     price_orders: HashMap<(usize, Option<Requirement>, Option<Requirement>), Vec<usize>>,
+    /// Which candidates of each template given requirements allow.
+    matches: CandidateMatches,
     /// Provisioners whose limits turned a compatible pod away.
     limited: BTreeSet<String>,
     /// Per pod, from its last attempt: (Provisioner, reason) of the compatible Provisioners
@@ -388,7 +392,15 @@ impl Solver<'_> {
                 };
                 open[k].next();
                 let node = &mut self.planned[n];
-                if add_to_planned(node, &self.templates[node.template], i, pod, &groups, &mut self.topology) {
+                if add_to_planned(
+                    node,
+                    &self.templates[node.template],
+                    &mut self.matches,
+                    i,
+                    pod,
+                    &groups,
+                    &mut self.topology,
+                ) {
                     placed = Some(n);
                     break;
                 }
@@ -409,9 +421,19 @@ impl Solver<'_> {
         let mut errs = Vec::new();
         self.unfit.remove(&i);
         for t in 0..self.templates.len() {
-            match new_node(&self.templates[t], t, i, pod, &groups, &mut self.topology, &hostname, host) {
+            match new_node(
+                &self.templates[t],
+                t,
+                &mut self.matches,
+                i,
+                pod,
+                &groups,
+                &mut self.topology,
+                &hostname,
+                host,
+            ) {
                 Ok(node) => {
-                    self.templates[t].reserve(node.options.iter().copied());
+                    self.templates[t].reserve(&node.options);
                     self.planned.push(node);
                     self.bucket_of.push(0);
                     self.file(self.planned.len() - 1);
@@ -539,7 +561,7 @@ mod tests {
 
     fn input(provisioners: Vec<Provisioner>, pods: Vec<PodBuilder>) -> SimulationInput {
         SimulationInput {
-            pods: pods.into_iter().map(PodBuilder::build).collect(),
+            pods: pods.into_iter().map(|p| Arc::new(p.build())).collect(),
             provisioners: provisioners
                 .into_iter()
                 .map(|p| ProvisionerInput {
@@ -1006,7 +1028,7 @@ mod tests {
             })
             .collect();
         let inp = SimulationInput {
-            pods: vec![pod("p").build()],
+            pods: vec![Arc::new(pod("p").build())],
             provisioners: vec![ProvisionerInput {
                 provisioner: provisioner("default").build(),
                 instance_types: many,

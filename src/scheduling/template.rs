@@ -3,13 +3,14 @@
 //! DaemonSet overhead every node it launches starts with, and what its limits still allow.
 //! No I/O here.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::rc::Rc;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Taint};
 
 use crate::apis::quantity::parse_quantity;
-use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_SPOT, PROVISIONER_NAME_LABEL};
+use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, CAPACITY_TYPE_SPOT, PROVISIONER_NAME_LABEL, ZONE_LABEL};
 use crate::apis::v1alpha5::Provisioner;
 
 use super::instance_types::InstanceType;
@@ -43,6 +44,9 @@ pub(crate) struct NodeTemplate {
     pub limits: Option<BTreeMap<String, i64>>,
     /// Per limited resource: limit − capacity of the Provisioner's nodes − what planned nodes may take.
     pub remaining: Option<BTreeMap<String, i64>>,
+    /// Per limited resource (in `limits` order), each candidate's capacity of it: the limit
+    /// checks of every new node read these instead of looking each resource up by name.
+    limited_capacity: Vec<Vec<i64>>,
     /// `spec.provider.spotPrice`: dearer spot offerings count as unavailable.
     pub max_spot_price: Option<f64>,
 }
@@ -99,6 +103,11 @@ impl NodeTemplate {
                 .filter_map(|(res, q)| parse_quantity(&q.0).map(|v| (res.clone(), to_units(res, v))))
                 .collect()
         });
+        let limited_capacity = limits
+            .iter()
+            .flat_map(BTreeMap::keys)
+            .map(|res| candidates.iter().map(|c| c.it.capacity.get(res)).collect())
+            .collect();
         NodeTemplate {
             provisioner: name,
             requirements,
@@ -109,6 +118,7 @@ impl NodeTemplate {
             daemon_overhead,
             remaining: limits.clone(),
             limits,
+            limited_capacity,
             max_spot_price,
         }
     }
@@ -122,25 +132,21 @@ impl NodeTemplate {
         self
     }
 
-    /// Whether a node of this type would stay within the remaining limits.
-    pub fn within_limits(&self, it: &InstanceType) -> bool {
+    /// Whether a node of candidate `c` would stay within the remaining limits.
+    pub fn within_limits(&self, c: usize) -> bool {
         self.remaining
             .as_ref()
-            .is_none_or(|rem| rem.iter().all(|(res, left)| it.capacity.get(res) <= *left))
+            .is_none_or(|rem| rem.values().zip(&self.limited_capacity).all(|(left, caps)| caps[c] <= *left))
     }
 
-    /// Reserves the largest capacity among `options` against the remaining limits (pessimistic:
-    /// the launch may pick any of them).
-    pub fn reserve(&mut self, options: impl Iterator<Item = usize>) {
+    /// Reserves the largest capacity among the candidates `options` against the remaining
+    /// limits (pessimistic: the launch may pick any of them).
+    pub fn reserve(&mut self, options: &[usize]) {
         let Some(rem) = self.remaining.as_mut() else {
             return;
         };
-        let mut max = Resources::zero();
-        for i in options {
-            max = max.max(&self.candidates[i].it.capacity);
-        }
-        for (res, left) in rem.iter_mut() {
-            *left -= max.get(res);
+        for (left, caps) in rem.values_mut().zip(&self.limited_capacity) {
+            *left -= options.iter().map(|o| caps[*o]).max().unwrap_or(0);
         }
     }
 
@@ -161,6 +167,37 @@ pub fn provisioner_requirements(provisioner: &Provisioner) -> Requirements {
         Requirement::in_values([provisioner.metadata.name.clone().unwrap_or_default()]),
     );
     requirements
+}
+
+/// Which of a template's candidates have labels and an available offering that given
+/// requirements allow, remembered by the requirements on the keys that decide it (those the
+/// candidates carry, zone and capacity type): the pods of one pass share a handful of them (a
+/// zone, a capacity type), so each set is worked out over the candidates once.
+#[derive(Default)]
+pub(crate) struct CandidateMatches {
+    by_requirements: HashMap<(usize, Requirements), Rc<[bool]>>,
+}
+
+impl CandidateMatches {
+    /// Per candidate of `template` (the `index`th template), whether `requirements` allow it.
+    pub fn of(&mut self, index: usize, template: &NodeTemplate, requirements: &Requirements) -> Rc<[bool]> {
+        let mut deciding = Requirements::new();
+        for (k, r) in requirements.iter() {
+            if template.instance_type_keys.contains(k) || k == ZONE_LABEL || k == CAPACITY_TYPE_LABEL {
+                deciding.add(k, r.clone());
+            }
+        }
+        self.by_requirements
+            .entry((index, deciding))
+            .or_insert_with_key(|(_, deciding)| {
+                template
+                    .candidates
+                    .iter()
+                    .map(|c| c.it.requirements.overlaps(deciding) && c.it.has_matching_offering(deciding))
+                    .collect()
+            })
+            .clone()
+    }
 }
 
 fn cap_spot_price(it: &Arc<InstanceType>, max_spot_price: Option<f64>) -> Arc<InstanceType> {
@@ -263,9 +300,10 @@ mod tests {
         let mut t = NodeTemplate::new(&p, &catalogue(), &[&mine, &theirs], &[]);
         assert_eq!(t.remaining.as_ref().and_then(|r| r.get("cpu")), Some(&6000));
         let big = t.candidates.iter().position(|c| c.it.name == "m5.2xlarge").expect("in catalogue");
-        assert!(!t.within_limits(&t.candidates[big].it));
+        assert!(!t.within_limits(big));
         let small = t.candidates.iter().position(|c| c.it.name == "m5.xlarge").expect("in catalogue");
-        t.reserve([small].into_iter());
+        assert!(t.within_limits(small));
+        t.reserve(&[small]);
         assert_eq!(t.remaining.as_ref().and_then(|r| r.get("cpu")), Some(&2000));
     }
 

@@ -112,7 +112,7 @@ pub fn simulate(manifests: &Manifests, catalogue: &Catalogue, options: &Options)
     let bound: Vec<Arc<Pod>> = manifests.bound.iter().cloned().map(Arc::new).collect();
     let daemonsets: Vec<Arc<DaemonSet>> = manifests.daemonsets.iter().cloned().map(Arc::new).collect();
     let input = SimulationInput {
-        pods: manifests.pending.clone(),
+        pods: manifests.pending.iter().cloned().map(Arc::new).collect(),
         nodes: existing_nodes(manifests, &provisioners, &mut warnings),
         daemonset_pods: daemonset_overhead_pods(&daemonsets, &bound),
         provisioners,

@@ -117,7 +117,7 @@ impl Cluster {
         let pods = fixture::pods(nodes * BATCH, Variant::Plain);
         for batch in pods.chunks(BATCH) {
             let plan = simulate(&SimulationInput {
-                pods: batch.to_vec(),
+                pods: batch.iter().cloned().map(Arc::new).collect(),
                 provisioners: cluster.provisioner_input(),
                 ..Default::default()
             });
@@ -247,7 +247,7 @@ impl Cluster {
             return true;
         }
         let mut input = self.input();
-        input.pods = moved.clone();
+        input.pods = moved.iter().cloned().map(Arc::new).collect();
         let plan = simulate(&input);
         assert!(
             plan.new_nodes.is_empty() && plan.unschedulable.is_empty(),
@@ -268,7 +268,7 @@ impl Cluster {
     /// What the remaining pods would cost on nodes planned from scratch.
     fn rebuilt_cost(&self) -> f64 {
         let plan = simulate(&SimulationInput {
-            pods: self.pods(),
+            pods: self.pods().into_iter().map(Arc::new).collect(),
             provisioners: self.provisioner_input(),
             ..Default::default()
         });

@@ -245,7 +245,7 @@ pub fn pods(n: usize, variant: Variant) -> Vec<Pod> {
 
 pub fn input(n: usize, variant: Variant, types: &[Arc<InstanceType>]) -> SimulationInput {
     SimulationInput {
-        pods: pods(n, variant),
+        pods: pods(n, variant).into_iter().map(Arc::new).collect(),
         provisioners: vec![ProvisionerInput {
             provisioner: provisioner(),
             instance_types: types.to_vec(),
@@ -453,7 +453,7 @@ pub fn diverse_pods(count: usize, rng: &mut Rng) -> Vec<Pod> {
 /// The simulation input of Karpenter's scheduling benchmark for `count` pods.
 pub fn karpenter_bench_input(count: usize, types: &[Arc<InstanceType>]) -> SimulationInput {
     SimulationInput {
-        pods: diverse_pods(count, &mut Rng(42)),
+        pods: diverse_pods(count, &mut Rng(42)).into_iter().map(Arc::new).collect(),
         provisioners: vec![ProvisionerInput {
             provisioner: karpenter_bench_provisioner(),
             instance_types: types.to_vec(),

@@ -5,9 +5,11 @@
 # (the floor the API server, kube-scheduler and kwok set on their own). See scale.py for what is
 # measured and how.
 #
-# Usage: tests/benches/scale.sh [--sizes 100,1000,5000,10000] [--quick] [--autoscalers LIST]
+# Usage: tests/benches/scale.sh [--sizes 100,1000,5000,10000] [--quick] [--autoscalers LIST] [--append]
 #   --quick: 30 pods, karpenter-rs's debug build: what tests/run.sh runs so the script cannot rot.
 #            Writes nothing under tests/benches/results.
+#   --append: keep the rows of scale.jsonl from an earlier run (e.g. the large sizes measured in a
+#            second sitting) and render them all; a size run again replaces its rows.
 # Results: tests/benches/results/scale.md (+ scale.jsonl, the raw figures), unless --quick.
 #
 # The cluster is started afresh with the API server's audit log on (API requests are counted from
@@ -19,12 +21,14 @@ SIZES=100,1000,5000,10000
 AUTOSCALERS=karpenter-rs,karpenter,floor
 PROFILE=release
 QUICK=0
+APPEND=0
 while (($#)); do
   case "$1" in
     --sizes) SIZES="$2"; shift ;;
     --autoscalers) AUTOSCALERS="$2"; shift ;;
     --quick) QUICK=1; SIZES=30; PROFILE=debug ;;
-    -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --append) APPEND=1 ;;
+    -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 64 ;;
   esac
   shift
@@ -58,7 +62,17 @@ if ((QUICK)); then
   out="$work/scale.jsonl"
 else
   out=tests/benches/results/scale.jsonl
-  : >"$out"
+  if ((APPEND)) && [[ -f "$out" ]]; then
+    # Rows of the sizes about to be measured again are dropped; the rest stay.
+    "$LOCAL_CLUSTER_PYTHON" - "$out" "$SIZES" <<'PY'
+import json, sys
+path, sizes = sys.argv[1], {int(s) for s in sys.argv[2].split(",")}
+rows = [l for l in open(path) if l.strip() and json.loads(l)["pods"] not in sizes]
+open(path, "w").writelines(rows)
+PY
+  else
+    : >"$out"
+  fi
 fi
 "$LOCAL_CLUSTER_PYTHON" tests/benches/scale.py --sizes "$SIZES" --autoscalers "$AUTOSCALERS" \
   --profile "$PROFILE" --instance-types "$types" --out "$out"

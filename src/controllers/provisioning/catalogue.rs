@@ -603,7 +603,7 @@ mod tests {
         let p = provisioner("default").build();
         let simulate = |template: &NodeTemplate| {
             let input = crate::scheduling::SimulationInput {
-                pods: vec![pod("scratch").cpu("100m").ephemeral_storage("50Gi").build()],
+                pods: vec![Arc::new(pod("scratch").cpu("100m").ephemeral_storage("50Gi").build())],
                 provisioners: vec![crate::scheduling::ProvisionerInput {
                     provisioner: p.clone(),
                     instance_types: instance_types(&[info("t3.large")], &p, template, &zones, "ap-northeast-2", &Default::default()),

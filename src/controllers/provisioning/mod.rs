@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Taint};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector;
 use kube::{Resource, ResourceExt};
@@ -406,7 +406,7 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
 
 /// The pending pods new capacity must not be launched for now (`backoff::LaunchBackoff`), after
 /// the history has looked at every pod and node.
-fn held_back(ctx: &Context, pending: &[Pod], all_pods: &[Arc<Pod>], nodes: &[Arc<Node>]) -> HashSet<PodKey> {
+fn held_back(ctx: &Context, pending: &[Arc<Pod>], all_pods: &[Arc<Pod>], nodes: &[Arc<Node>]) -> HashSet<PodKey> {
     let now = Instant::now();
     let by_uid: HashMap<String, &Pod> = all_pods
         .iter()
@@ -488,7 +488,7 @@ const NOMINATION: Duration = Duration::from_secs(20);
 async fn snapshot(
     ctx: &Context,
     stores: &Stores,
-    pending: Vec<Pod>,
+    pending: Vec<Arc<Pod>>,
     nodes: &[Arc<Node>],
     all_pods: &[Arc<Pod>],
     report: bool,
@@ -511,12 +511,12 @@ async fn snapshot(
     let mut valid = Vec::with_capacity(pending.len());
     for pod in pending {
         match volumes.validate(&pod) {
-            Ok(()) => valid.push(volumes.constrain(pod)),
+            Ok(()) => valid.push(volumes.constrain_shared(pod)),
             Err(reason) => {
                 debug!(pod = %pods::pod_key(&pod), %reason, "ignoring pod: its volumes cannot be provided");
                 if report {
                     let note = format!("Failed to provision new node: {reason}");
-                    publish(ctx, &pod, EventType::Warning, "FailedProvisioning", &note).await;
+                    publish(ctx, pod.as_ref(), EventType::Warning, "FailedProvisioning", &note).await;
                 }
             }
         }
@@ -604,7 +604,7 @@ async fn snapshot(
 async fn provision(
     ctx: &Context,
     stores: &Stores,
-    pending: Vec<Pod>,
+    pending: Vec<Arc<Pod>>,
     nodes: &[Arc<Node>],
     all_pods: &[Arc<Pod>],
     held: &HashSet<PodKey>,
@@ -619,13 +619,13 @@ async fn provision(
         return Ok(Vec::new());
     }
     let pending = input.pods.clone();
-    let by_key: HashMap<PodKey, &Pod> = pending.iter().map(|p| (PodKey::of(p), p)).collect();
+    let by_key: HashMap<PodKey, &Pod> = pending.iter().map(|p| (PodKey::of(p), p.as_ref())).collect();
     // The simulation is CPU work of up to seconds, like the translation above.
     let simulating = Instant::now();
     let mut plan = tokio::task::block_in_place(|| scheduling::simulate(&input));
     ctx.metrics.simulation_duration.observe(simulating.elapsed().as_secs_f64());
     // Nodes the plan expects pending pods on are nominated: deprovisioning leaves them alone.
-    let displaced: HashSet<PodKey> = pending.iter().filter(|p| !pods::is_provisionable(p)).map(PodKey::of).collect();
+    let displaced: HashSet<PodKey> = pending.iter().filter(|p| !pods::is_provisionable(p)).map(|p| PodKey::of(p)).collect();
     for (key, node) in &plan.existing_assignments {
         if !displaced.contains(key) {
             stores.nominate(node, NOMINATION);
@@ -793,10 +793,13 @@ fn existing_nodes(nodes: &[Arc<Node>], all_pods: &[Arc<Pod>], provisioners: &[Ar
 /// `NOMINATION_EVENTS` allows (the rest are dropped, as Karpenter drops them): thousands of pods
 /// on new nodes would otherwise send thousands of requests before the next pass could start.
 fn nominated(ctx: &Context, pods: &[&Pod], node_name: &str) {
-    let allowed: Vec<Pod> = {
+    let allowed: Vec<ObjectReference> = {
         let mut bucket = ctx.nomination_events.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
-        pods.iter().take_while(|_| bucket.take(now).is_ok()).map(|p| (*p).clone()).collect()
+        pods.iter()
+            .take_while(|_| bucket.take(now).is_ok())
+            .map(|p| p.object_ref(&()))
+            .collect()
     };
     if allowed.len() < pods.len() {
         debug!(
@@ -810,8 +813,8 @@ fn nominated(ctx: &Context, pods: &[&Pod], node_name: &str) {
     }
     let (recorder, note) = (ctx.recorder.clone(), format!("Pod should schedule on node {node_name}"));
     tokio::spawn(async move {
-        for pod in allowed {
-            events::publish(&recorder, &pod, EventType::Normal, "Nominated", ACTION, &note).await;
+        for pod in &allowed {
+            events::publish_to(&recorder, pod, EventType::Normal, "Nominated", ACTION, &note).await;
         }
     });
 }

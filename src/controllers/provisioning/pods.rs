@@ -55,12 +55,12 @@ pub fn is_displaced_by_drain(pod: &Pod) -> bool {
 /// the simulation finds them a new home before they are evicted. The leaving nodes are left out
 /// (karpenter-behavior.md §1.1, `core@v0.27.0:pkg/controllers/provisioning/provisioner.go`
 /// `Schedule`, "deletingNodePods"). `nodes` should be read before `all_pods` (see the pass).
-pub fn to_place(nodes: &[Arc<Node>], all_pods: &[Arc<Pod>], replacing: Option<&str>) -> (Vec<Arc<Node>>, Vec<Pod>) {
+pub fn to_place(nodes: &[Arc<Node>], all_pods: &[Arc<Pod>], replacing: Option<&str>) -> (Vec<Arc<Node>>, Vec<Arc<Pod>>) {
     let (leaving, staying): (Vec<&Arc<Node>>, Vec<&Arc<Node>>) = nodes
         .iter()
         .partition(|n| n.metadata.deletion_timestamp.is_some() || n.metadata.name.as_deref() == replacing);
     let leaving: BTreeSet<&str> = leaving.iter().filter_map(|n| n.metadata.name.as_deref()).chain(replacing).collect();
-    let mut pods: Vec<Pod> = all_pods.iter().filter(|p| is_provisionable(p)).map(|p| (**p).clone()).collect();
+    let mut pods: Vec<Arc<Pod>> = all_pods.iter().filter(|p| is_provisionable(p)).cloned().collect();
     for pod in all_pods {
         let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
         if node.is_some_and(|n| leaving.contains(n)) && is_displaced_by_drain(pod) {
@@ -68,7 +68,7 @@ pub fn to_place(nodes: &[Arc<Node>], all_pods: &[Arc<Pod>], replacing: Option<&s
             if let Some(spec) = pod.spec.as_mut() {
                 spec.node_name = None;
             }
-            pods.push(pod);
+            pods.push(Arc::new(pod));
         }
     }
     (staying.into_iter().cloned().collect(), pods)
@@ -370,7 +370,7 @@ mod tests {
         Arc::new(serde_json::from_value(json!({"metadata": metadata})).unwrap())
     }
 
-    fn names(pods: &[Pod]) -> Vec<&str> {
+    fn names(pods: &[Arc<Pod>]) -> Vec<&str> {
         pods.iter().map(|p| p.metadata.name.as_deref().unwrap()).collect()
     }
 

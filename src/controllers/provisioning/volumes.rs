@@ -7,6 +7,7 @@
 //! a node launched for it could not run it. Pure; the caller passes the objects it has cached.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume, PersistentVolumeClaim, Pod,
@@ -95,6 +96,14 @@ impl Volumes {
             .flat_map(|s| s.volumes.iter().flatten())
             .filter_map(|v| v.persistent_volume_claim.as_ref().map(|c| c.claim_name.as_str()))
             .map(move |name| (name, self.claims.get(&format!("{namespace}/{name}"))))
+    }
+
+    /// `constrain` on a shared pod: copied only when its volumes add requirements.
+    pub fn constrain_shared(&self, pod: Arc<Pod>) -> Arc<Pod> {
+        if self.requirements(&pod).is_empty() {
+            return pod;
+        }
+        Arc::new(self.constrain(Arc::unwrap_or_clone(pod)))
     }
 
     /// `pod` with its volumes' requirements added to every required node-affinity term (one
