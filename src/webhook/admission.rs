@@ -7,6 +7,7 @@
 //! second time, to name the field at fault.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use base64::Engine;
 use kube::Resource;
@@ -286,7 +287,9 @@ fn decode_object<T: DeserializeOwned>(object: &RawValue) -> Result<T, FieldError
 /// the difference as a JSON patch under `/spec` (or a plain allow when nothing changed). The
 /// patch is computed between the decoded spec re-encoded and the defaulted one, so it carries
 /// only the defaults, never re-encoding noise; the rest of the object (metadata with its
-/// managed fields, status) is decoded once and never encoded.
+/// managed fields, status) is decoded once and never encoded. The spec is encoded to bytes
+/// (cheap) before and after; only the top-level fields whose bytes differ are read into trees
+/// and diffed.
 fn mutate<T: Resource + DeserializeOwned, S: Serialize>(
     object: &RawValue,
     name: &mut String,
@@ -298,16 +301,38 @@ fn mutate<T: Resource + DeserializeOwned, S: Serialize>(
         name.clone_from(n);
     }
     let spec = spec_of(&mut decoded);
-    let encode = |spec: &S| serde_json::json!({ "spec": serde_json::to_value(spec).expect("API types always serialize") });
-    let before = encode(spec);
+    let before = serde_json::to_vec(spec).expect("API types always serialize");
     set_defaults(spec);
-    let after = encode(spec);
-    let patch = json_patch::diff(&before, &after);
+    let after = serde_json::to_vec(spec).expect("API types always serialize");
+    if before == after {
+        return Ok(Decision::Allow { warnings: Vec::new() });
+    }
+    let patch = spec_patch(&before, &after);
     Ok(if patch.0.is_empty() {
         Decision::Allow { warnings: Vec::new() }
     } else {
         Decision::Patch(patch)
     })
+}
+
+/// The JSON patch from one encoded spec to another, with paths under `/spec`: the same patch as
+/// diffing the two whole specs, from the top-level fields that differ only.
+fn spec_patch(before: &[u8], after: &[u8]) -> json_patch::Patch {
+    type Fields<'a> = BTreeMap<String, &'a RawValue>;
+    fn fields(bytes: &[u8]) -> Fields<'_> {
+        serde_json::from_slice(bytes).expect("an encoded spec is a JSON object")
+    }
+    let (old, new) = (fields(before), fields(after));
+    let changed = |key: &String| old.get(key).map(|v| v.get()) != new.get(key).map(|v| v.get());
+    let subtree = |side: &Fields<'_>| {
+        let fields: serde_json::Map<String, Value> = side
+            .iter()
+            .filter(|(k, _)| changed(k))
+            .map(|(k, v)| (k.clone(), serde_json::from_str(v.get()).expect("an encoded field is JSON")))
+            .collect();
+        serde_json::json!({ "spec": fields })
+    };
+    json_patch::diff(&subtree(&old), &subtree(&new))
 }
 
 /// Writes the AdmissionReview for `decision` into `outcome`.
@@ -387,4 +412,45 @@ fn invalid(uid: Option<&str>, message: String) -> Outcome {
     let mut outcome = respond(outcome, uid.unwrap_or_default(), Decision::Deny(message));
     outcome.result = result::INVALID;
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_patch_from_the_changed_fields_is_the_patch_of_the_whole_specs() {
+        let before = serde_json::json!({
+            "labels": {"team": "a"},
+            "requirements": [{"key": "zone", "operator": "In", "values": ["a"]}],
+            "ttlSecondsAfterEmpty": 30,
+            "weight": 1
+        });
+        let after = serde_json::json!({
+            "labels": {"team": "a"},
+            "requirements": [{"key": "zone", "operator": "In", "values": ["a"]}, {"key": "os", "operator": "In", "values": ["linux"]}],
+            "ttlSecondsAfterEmpty": 60,
+            "ttlSecondsUntilExpired": 2592000
+        });
+        let whole = json_patch::diff(&serde_json::json!({"spec": before}), &serde_json::json!({"spec": after}));
+        let bytes = |v: &Value| serde_json::to_vec(v).unwrap();
+        let fields = spec_patch(&bytes(&before), &bytes(&after));
+        assert_eq!(serde_json::to_value(&fields).unwrap(), serde_json::to_value(&whole).unwrap());
+        let paths: Vec<String> = serde_json::to_value(&fields)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|op| op["path"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "/spec/requirements/1",
+                "/spec/ttlSecondsAfterEmpty",
+                "/spec/weight",
+                "/spec/ttlSecondsUntilExpired"
+            ]
+        );
+    }
 }

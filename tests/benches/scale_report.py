@@ -96,6 +96,57 @@ def main():
         print("\nThe floor: with karpenter-rs's nodes made before the workload and no autoscaler running, "
               "`all Running` is what the API server, kube-controller-manager, kube-scheduler and kwok need "
               "on their own for that many pods on this machine.")
+    targets(by)
+
+
+def targets(by):
+    """The scale issue's targets against the rows measured (a target whose sizes were not run
+    says so)."""
+    def row(side, n):
+        r = by.get((side, n))
+        return r if r and r["running"] >= r["pods"] else None
+
+    def verdict(ok):
+        return "–" if ok is None else ("yes" if ok else "**no**")
+
+    lines = []
+    ours, theirs, floor = row("karpenter-rs", 5000), row("karpenter", 5000), row("floor", 5000)
+    if ours and theirs:
+        speed = theirs["all_running_s"] / ours["all_running_s"]
+        lines.append(("5,000 pods all Running at least 3× sooner than Karpenter",
+                      f"{speed:.2f}× sooner ({ours['all_running_s']:.0f} s vs {theirs['all_running_s']:.0f} s)"
+                      + (f"; the floor takes {floor['all_running_s']:.0f} s" if floor else ""), verdict(speed >= 3)))
+        lines.append(("… with no more nodes", f"{ours['nodes']} vs {theirs['nodes']}", verdict(ours["nodes"] <= theirs["nodes"])))
+        lines.append(("… and no higher $/h", f"${ours['price_per_hour']:.2f} vs ${theirs['price_per_hour']:.2f}",
+                      verdict(ours["price_per_hour"] <= theirs["price_per_hour"])))
+    for n, limit in ((1000, 64), (10000, 256)):
+        r = by.get(("karpenter-rs", n))
+        if r and r.get("peak_rss_mib") is not None:
+            lines.append((f"peak RSS under {limit} MiB at {n:,} pods", f"{r['peak_rss_mib']:.0f} MiB", verdict(r["peak_rss_mib"] < limit)))
+    quarter = []
+    for n in sorted({n for (_, n) in by}):
+        a, b = by.get(("karpenter-rs", n)), by.get(("karpenter", n))
+        if a and b and a.get("peak_rss_mib") and b.get("peak_rss_mib"):
+            quarter.append((n, a["peak_rss_mib"] / b["peak_rss_mib"]))
+    if quarter:
+        lines.append(("peak RSS at most a quarter of Karpenter's", ", ".join(f"{q:.2f}× at {n:,}" for n, q in quarter),
+                      verdict(all(q <= 0.25 for _, q in quarter))))
+    back = []
+    for n in sorted({n for (_, n) in by}):
+        r = by.get(("karpenter-rs", n))
+        if r and r.get("idle_rss_mib") and r.get("after_rss_mib"):
+            back.append((n, r["idle_rss_mib"], r["after_rss_mib"]))
+    if back:
+        lines.append(("back near idle once the workload is gone (within 25%)",
+                      ", ".join(f"{i:.0f} → {a:.0f} MiB at {n:,}" for n, i, a in back),
+                      verdict(all(a <= 1.25 * i for _, i, a in back))))
+    if not lines:
+        return
+    print("\n## Targets (scale issue), measured\n")
+    print("| target | measured | met |")
+    print("|---|---|---|")
+    for target, measured, met in lines:
+        print(f"| {target} | {measured} | {met} |")
 
 
 if __name__ == "__main__":

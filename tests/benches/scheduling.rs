@@ -100,7 +100,11 @@ fn report(n: usize, variant: Variant, types: &[Arc<InstanceType>]) {
         .iter()
         .map(|node| node.cheapest().map_or(0.0, |(_, o)| o.price))
         .sum();
-    let requests: Vec<Resources> = inp.pods.iter().map(|p| karpenter_rs::scheduling::resources::pod_requests(p)).collect();
+    let requests: Vec<Resources> = inp
+        .pods
+        .iter()
+        .map(|p| karpenter_rs::scheduling::resources::pod_requests(p))
+        .collect();
     let mut total = Resources::zero();
     for r in &requests {
         total.add(r);

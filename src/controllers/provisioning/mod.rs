@@ -625,7 +625,11 @@ async fn provision(
     let mut plan = tokio::task::block_in_place(|| scheduling::simulate(&input));
     ctx.metrics.simulation_duration.observe(simulating.elapsed().as_secs_f64());
     // Nodes the plan expects pending pods on are nominated: deprovisioning leaves them alone.
-    let displaced: HashSet<PodKey> = pending.iter().filter(|p| !pods::is_provisionable(p)).map(|p| PodKey::of(p)).collect();
+    let displaced: HashSet<PodKey> = pending
+        .iter()
+        .filter(|p| !pods::is_provisionable(p))
+        .map(|p| PodKey::of(p))
+        .collect();
     for (key, node) in &plan.existing_assignments {
         if !displaced.contains(key) {
             stores.nominate(node, NOMINATION);
