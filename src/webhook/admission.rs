@@ -448,8 +448,8 @@ mod tests {
             [
                 "/spec/requirements/1",
                 "/spec/ttlSecondsAfterEmpty",
-                "/spec/weight",
-                "/spec/ttlSecondsUntilExpired"
+                "/spec/ttlSecondsUntilExpired",
+                "/spec/weight"
             ]
         );
     }
