@@ -14,7 +14,8 @@ DURATION="${DURATION:-15s}"
 CONNECTIONS="${CONNECTIONS:-8}"
 RATE="${RATE:-2000}"
 OUT="${OUT:-tests/benches/results/https-load.md}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/karpenter-rs/target}"
+# The Cargo build directory .ci/run shares between clones (see there).
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/karpenter-rs/target-$(rustc -vV | sha256sum | cut -c1-12)}"
 
 command -v wrk >/dev/null || { apt-get install -y -qq wrk >/dev/null || { echo "wrk is needed: apt-get install wrk" >&2; exit 1; }; }
 
