@@ -138,9 +138,9 @@ async fn handle(endpoint: Endpoint, State(state): State<Arc<AppState>>, headers:
         .webhook_duration
         .with_label_values(&[endpoint.path(), outcome.kind])
         .observe(started.elapsed().as_secs_f64());
-    // A refusal (or an unreadable review) is what a user looks for in the log (their apply failed); every other review is
-    // in the metrics, and logged at debug: a line per review costs the webhook about a seventh
-    // of its throughput.
+    // A refusal (or an unreadable review) is what a user looks for in the log: their apply
+    // failed. Every other review is in the metrics, and logged at debug: a line per review costs
+    // the webhook about a seventh of its throughput.
     if matches!(outcome.result, result::DENIED | result::INVALID) {
         let reason = outcome.reason.as_deref().unwrap_or("");
         info!(path = endpoint.path(), kind = outcome.kind, name = %outcome.name, operation = outcome.operation, result = outcome.result, reason, "admission");

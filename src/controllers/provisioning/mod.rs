@@ -618,7 +618,7 @@ async fn provision(
     if input.pods.is_empty() {
         return Ok(Vec::new());
     }
-    let pending = input.pods.clone();
+    let pending = &input.pods;
     let by_key: HashMap<PodKey, &Pod> = pending.iter().map(|p| (PodKey::of(p), p.as_ref())).collect();
     // The simulation is CPU work of up to seconds, like the translation above.
     let simulating = Instant::now();

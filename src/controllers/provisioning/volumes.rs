@@ -100,37 +100,44 @@ impl Volumes {
 
     /// `constrain` on a shared pod: copied only when its volumes add requirements.
     pub fn constrain_shared(&self, pod: Arc<Pod>) -> Arc<Pod> {
-        if self.requirements(&pod).is_empty() {
-            return pod;
-        }
-        Arc::new(self.constrain(Arc::unwrap_or_clone(pod)))
-    }
-
-    /// `pod` with its volumes' requirements added to every required node-affinity term (one
-    /// term holding only them when it has none). A pod without such volumes is returned as is.
-    pub fn constrain(&self, mut pod: Pod) -> Pod {
         let requirements = self.requirements(&pod);
         if requirements.is_empty() {
             return pod;
         }
-        let spec = pod.spec.get_or_insert_with(Default::default);
-        let required = spec
-            .affinity
-            .get_or_insert_with(Affinity::default)
-            .node_affinity
-            .get_or_insert_with(NodeAffinity::default)
-            .required_during_scheduling_ignored_during_execution
-            .get_or_insert_with(NodeSelector::default);
-        if required.node_selector_terms.is_empty() {
-            required.node_selector_terms.push(NodeSelectorTerm::default());
-        }
-        for term in &mut required.node_selector_terms {
-            term.match_expressions
-                .get_or_insert_with(Vec::new)
-                .extend(requirements.iter().cloned());
-        }
-        pod
+        Arc::new(with_requirements(Arc::unwrap_or_clone(pod), &requirements))
     }
+
+    /// `pod` with its volumes' requirements added to every required node-affinity term (one
+    /// term holding only them when it has none). A pod without such volumes is returned as is.
+    pub fn constrain(&self, pod: Pod) -> Pod {
+        let requirements = self.requirements(&pod);
+        if requirements.is_empty() {
+            return pod;
+        }
+        with_requirements(pod, &requirements)
+    }
+}
+
+/// `pod` with `requirements` added to every required node-affinity term (one term holding only
+/// them when it has none).
+fn with_requirements(mut pod: Pod, requirements: &[NodeSelectorRequirement]) -> Pod {
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    let required = spec
+        .affinity
+        .get_or_insert_with(Affinity::default)
+        .node_affinity
+        .get_or_insert_with(NodeAffinity::default)
+        .required_during_scheduling_ignored_during_execution
+        .get_or_insert_with(NodeSelector::default);
+    if required.node_selector_terms.is_empty() {
+        required.node_selector_terms.push(NodeSelectorTerm::default());
+    }
+    for term in &mut required.node_selector_terms {
+        term.match_expressions
+            .get_or_insert_with(Vec::new)
+            .extend(requirements.iter().cloned());
+    }
+    pod
 }
 
 #[cfg(test)]
