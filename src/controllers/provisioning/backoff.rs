@@ -8,10 +8,14 @@
 //!   owner that runs for `STABLE_RUN` resets it. A pod is lost when it failed, was disrupted
 //!   (deleted with the `DisruptionTarget` condition Kubernetes sets when the taint manager, an
 //!   eviction or preemption deletes it) or vanished unseen, or is still unbound `NODE_GRACE`
-//!   after the node launched for it became Ready (that node cannot take it: a taint it got, a
-//!   kubelet that rejects it), or that node is gone. A pod its owner or a user deleted (a
-//!   scale-down, a rollout) is no loss: it is only no longer watched. Until then the pod waits
-//!   for its node: nothing more is launched for it.
+//!   after the node launched for it became Ready while the node cannot take it (a taint or
+//!   labels it got, too little allocatable), or that node is gone. A pod its owner or a user
+//!   deleted (a scale-down, a rollout) is no loss: it is only no longer watched. Neither is a
+//!   pod still unbound `CONTESTED_GRACE` after its node became Ready when the node could take
+//!   it: other pods took its room, or its place in a topology spread (kube-scheduler binds any
+//!   pending pod to any ready node with room); the capacity was used, and the pod is placed
+//!   anew by the next pass. Until then the pod waits for its node: nothing more is launched
+//!   for it.
 //! - Held pods still count in the simulation, so they land on existing nodes with room; only
 //!   new capacity for them waits.
 //! - **Per Provisioner**: at most `max_per_minute` launches in any minute (a token bucket that
@@ -23,8 +27,10 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::chrono::{DateTime, Utc};
+
+use super::bind;
 
 /// The first delay after a lost pod.
 pub const BASE_DELAY: Duration = Duration::from_secs(10);
@@ -36,6 +42,10 @@ pub const STABLE_RUN: Duration = Duration::from_secs(60);
 const WATCH_FOR: Duration = Duration::from_secs(15 * 60);
 /// How long a pod may stay unbound after the node launched for it is Ready.
 pub const NODE_GRACE: Duration = Duration::from_secs(30);
+/// How long a pod may stay unbound after the node launched for it is Ready when that node could
+/// take it: kube-scheduler binds within a second or two of a node turning Ready, so a pod still
+/// pending after this lost its room to others.
+pub const CONTESTED_GRACE: Duration = Duration::from_secs(5);
 
 /// The wait before retrying after `consecutive` failed provisioning passes in a row (1 for the
 /// first): 1 s doubling to at most 30 s. A pass that fails (an outage of the API server or of
@@ -127,11 +137,11 @@ impl LaunchBackoff {
         }
     }
 
-    /// Looks at every pod of the cluster (`all`, by uid) and every node (`nodes`, name → Ready)
-    /// at `now` (`wall` is the same moment by the wall clock, for the pods' condition times): a
+    /// Looks at every pod of the cluster (`all`, by uid) and every node (`nodes`, by name) at
+    /// `now` (`wall` is the same moment by the wall clock, for the pods' condition times): a
     /// watched pod that is lost (see the module) is a loss for its owner; one Ready for
-    /// `STABLE_RUN` resets its owner.
-    pub fn observe(&mut self, all: &HashMap<String, &Pod>, nodes: &HashMap<String, bool>, now: Instant, wall: DateTime<Utc>) {
+    /// `STABLE_RUN` resets its owner; one whose room others took is no longer watched.
+    pub fn observe(&mut self, all: &HashMap<String, &Pod>, nodes: &HashMap<String, &Node>, now: Instant, wall: DateTime<Utc>) {
         let mut done = Vec::new();
         for (uid, watched) in &mut self.watched {
             let lost = match all.get(uid) {
@@ -151,7 +161,7 @@ impl LaunchBackoff {
                     let pending_again = watched.bound && !bound;
                     watched.bound |= bound;
                     let node = nodes.get(&watched.node);
-                    if node == Some(&true) && watched.node_ready.is_none() {
+                    if watched.node_ready.is_none() && node.is_some_and(|n| bind::is_ready_for_pods(n, &[], &Default::default())) {
                         watched.node_ready = Some(now);
                     }
                     if pod.metadata.deletion_timestamp.is_some() && !disrupted(pod) {
@@ -159,8 +169,18 @@ impl LaunchBackoff {
                         done.push(uid.clone());
                         continue;
                     }
-                    let stranded =
-                        !watched.bound && (node.is_none() || watched.node_ready.is_some_and(|t| now.duration_since(t) >= NODE_GRACE));
+                    let ready_for = watched.node_ready.map(|t| now.duration_since(t));
+                    let pending = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_none_or(str::is_empty);
+                    if pending
+                        && !watched.bound
+                        && ready_for.is_some_and(|d| d >= CONTESTED_GRACE)
+                        && node.is_some_and(|n| bind::could_take(n, pod))
+                    {
+                        // Its node could take it, and others took the room: no loss.
+                        done.push(uid.clone());
+                        continue;
+                    }
+                    let stranded = !watched.bound && (node.is_none() || ready_for.is_some_and(|d| d >= NODE_GRACE));
                     failed || pending_again || stranded || pod.metadata.deletion_timestamp.is_some()
                 }
             };
@@ -301,8 +321,30 @@ mod tests {
         pods.iter().map(|p| (p.metadata.uid.clone().unwrap(), p)).collect()
     }
 
-    fn ready(names: &[&str]) -> HashMap<String, bool> {
-        names.iter().map(|n| (n.to_string(), true)).collect()
+    /// A node, Ready or not, and with a taint the tests' pods do not tolerate (it cannot take
+    /// them) or without (it could).
+    fn node(name: &str, ready: bool, tainted: bool) -> Node {
+        let taints = if tainted {
+            json!([{"key": "evicts", "effect": "NoExecute"}])
+        } else {
+            json!([])
+        };
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
+                "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "10"}},
+        }))
+        .unwrap()
+    }
+
+    /// Ready nodes that cannot take the tests' pods.
+    fn ready(names: &[&str]) -> Vec<Node> {
+        names.iter().map(|n| node(n, true, true)).collect()
+    }
+
+    fn by_name(nodes: &[Node]) -> HashMap<String, &Node> {
+        nodes.iter().map(|n| (n.metadata.name.clone().unwrap(), n)).collect()
     }
 
     #[test]
@@ -328,8 +370,8 @@ mod tests {
         );
         // Bound, then evicted: gone; the ReplicaSet's new pod waits 10 s after the launch.
         let bound = [pod("p1", "rs", Some("n1"), None)];
-        b.observe(&by_uid(&bound), &ready(&["n1"]), t0 + Duration::from_secs(3), wall);
-        b.observe(&by_uid(&[]), &ready(&["n1"]), t0 + Duration::from_secs(5), wall);
+        b.observe(&by_uid(&bound), &by_name(&ready(&["n1"])), t0 + Duration::from_secs(3), wall);
+        b.observe(&by_uid(&[]), &by_name(&ready(&["n1"])), t0 + Duration::from_secs(5), wall);
         let second = pod("p2", "rs", None, None);
         assert_eq!(b.blocked_until(&second, t0 + Duration::from_secs(5)), Some(t0 + BASE_DELAY));
         assert_eq!(b.blocked_until(&second, t0 + BASE_DELAY), None);
@@ -340,13 +382,13 @@ mod tests {
         b.launched("n2", [(&second, None)], t1);
         b.observe(
             &by_uid(&[pod("p2", "rs", Some("n2"), None)]),
-            &ready(&["n2"]),
+            &by_name(&ready(&["n2"])),
             t1 + Duration::from_secs(2),
             wall,
         );
         b.observe(
             &by_uid(&[pod("p2", "rs", None, None)]),
-            &ready(&["n2"]),
+            &by_name(&ready(&["n2"])),
             t1 + Duration::from_secs(4),
             wall,
         );
@@ -359,7 +401,7 @@ mod tests {
         let third = pod("p3", "rs", None, None);
         b.launched("n3", [(&third, None)], t2);
         let running = [pod("p3", "rs", Some("n3"), Some("2026-12-01T09:58:00Z"))];
-        b.observe(&by_uid(&running), &ready(&["n3"]), t2 + Duration::from_secs(61), wall);
+        b.observe(&by_uid(&running), &by_name(&ready(&["n3"])), t2 + Duration::from_secs(61), wall);
         assert_eq!(b.blocked_until(&pod("p4", "rs", None, None), t2 + Duration::from_secs(61)), None);
     }
 
@@ -387,7 +429,7 @@ mod tests {
         let mut b = LaunchBackoff::default();
         b.launched("n1", [(&pod("p1", "rs", None, None), None)], t0);
         let scaled_down = [deleting(pod("p1", "rs", Some("n1"), None), None)];
-        b.observe(&by_uid(&scaled_down), &ready(&["n1"]), later, wall);
+        b.observe(&by_uid(&scaled_down), &by_name(&ready(&["n1"])), later, wall);
         assert_eq!(b.blocked_until(&pod("p2", "rs", None, None), later), None);
         // Deleted by the taint manager, or failed: the owner waits.
         for lost in [
@@ -400,7 +442,7 @@ mod tests {
             assert_eq!(b.blocked_until(&pod("p2", "rs", None, None), later), Some(t0 + BASE_DELAY));
             let mut b = LaunchBackoff::default();
             b.launched("n1", [(&pod("p1", "rs", None, None), None)], t0);
-            b.observe(&by_uid(std::slice::from_ref(&lost)), &ready(&["n1"]), later, wall);
+            b.observe(&by_uid(std::slice::from_ref(&lost)), &by_name(&ready(&["n1"])), later, wall);
             assert_eq!(b.blocked_until(&pod("p2", "rs", None, None), later), Some(t0 + BASE_DELAY));
         }
         let mut failed = pod("p1", "rs", Some("n1"), None);
@@ -417,15 +459,52 @@ mod tests {
         let p = pod("p1", "rs", None, None);
         b.launched("n1", [(&p, None)], t0);
         let pending = [p.clone()];
-        b.observe(&by_uid(&pending), &ready(&["n1"]), t0 + Duration::from_secs(2), wall);
+        b.observe(&by_uid(&pending), &by_name(&ready(&["n1"])), t0 + Duration::from_secs(2), wall);
         assert!(b.blocked_until(&p, t0 + Duration::from_secs(2)).is_some(), "waits for its node");
         b.seat_taken("p1");
         assert_eq!(b.blocked_until(&p, t0 + Duration::from_secs(2)), None);
         // Not a loss: well past the grace, the owner's next pod is not held back either.
         let later = t0 + NODE_GRACE + Duration::from_secs(5);
-        b.observe(&by_uid(&pending), &ready(&["n1"]), later, wall);
+        b.observe(&by_uid(&pending), &by_name(&ready(&["n1"])), later, wall);
         assert_eq!(b.blocked_until(&pod("p2", "rs", None, None), later), None);
         assert_eq!(b.blocked_until(&p, later), None);
+    }
+
+    #[test]
+    fn a_pod_its_ready_node_could_take_is_released_after_a_few_seconds_at_no_cost() {
+        // A zonal-spread pod: the scheduler filled the node launched for it with other pods, or
+        // put the pod's siblings where its zone is now one too many. The node could take it.
+        let wall = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").unwrap().with_timezone(&Utc);
+        let t0 = Instant::now();
+        let mut b = LaunchBackoff::default();
+        let p = pod("p1", "rs", None, None);
+        b.launched("n1", [(&p, None)], t0);
+        let pending = [p.clone()];
+        let open = [node("n1", true, false)];
+        b.observe(&by_uid(&pending), &by_name(&open), t0 + Duration::from_secs(10), wall);
+        assert!(
+            b.blocked_until(&p, t0 + Duration::from_secs(12)).is_some(),
+            "the scheduler gets a few seconds"
+        );
+        let after = t0 + Duration::from_secs(10) + CONTESTED_GRACE;
+        b.observe(&by_uid(&pending), &by_name(&open), after, wall);
+        assert_eq!(b.blocked_until(&p, after), None, "placed anew by the next pass");
+        assert_eq!(b.blocked_until(&pod("p2", "rs", None, None), after), None, "no loss for the owner");
+        assert!(b.owners.get(&owner_key(&p)).is_none_or(|o| o.losses == 0));
+        // The same while the node refuses the pod: it waits out the whole grace, and is lost.
+        let mut b = LaunchBackoff::default();
+        b.launched("n1", [(&p, None)], t0);
+        let tainted = [node("n1", true, true)];
+        b.observe(&by_uid(&pending), &by_name(&tainted), t0 + Duration::from_secs(10), wall);
+        b.observe(&by_uid(&pending), &by_name(&tainted), after, wall);
+        assert!(b.blocked_until(&p, after).is_some());
+        b.observe(
+            &by_uid(&pending),
+            &by_name(&tainted),
+            t0 + Duration::from_secs(10) + NODE_GRACE,
+            wall,
+        );
+        assert_eq!(b.owners[&owner_key(&p)].losses, 1);
     }
 
     #[test]
@@ -439,7 +518,7 @@ mod tests {
         // The node is launching: the pod waits for it, nothing more is launched for it.
         b.observe(
             &by_uid(&pending),
-            &HashMap::from([("n1".to_string(), false)]),
+            &by_name(&[node("n1", false, true)]),
             t0 + Duration::from_secs(5),
             wall,
         );
@@ -449,12 +528,12 @@ mod tests {
         );
         // Ready at 10 s; the pod is still unbound 30 s later (a taint the node got evicts it):
         // lost, and the owner backs off from the launch.
-        b.observe(&by_uid(&pending), &ready(&["n1"]), t0 + Duration::from_secs(10), wall);
+        b.observe(&by_uid(&pending), &by_name(&ready(&["n1"])), t0 + Duration::from_secs(10), wall);
         assert_eq!(
             b.blocked_until(&p, t0 + Duration::from_secs(20)),
             Some(t0 + Duration::from_secs(40))
         );
-        b.observe(&by_uid(&pending), &ready(&["n1"]), t0 + Duration::from_secs(40), wall);
+        b.observe(&by_uid(&pending), &by_name(&ready(&["n1"])), t0 + Duration::from_secs(40), wall);
         assert_eq!(
             b.blocked_until(&p, t0 + Duration::from_secs(40)),
             None,
@@ -483,6 +562,7 @@ mod tests {
         let stuck = pod("web", "rs", Some("old"), Some("2026-12-01T08:00:00Z"));
         b.launched("new", [(&stuck, Some("old".to_string()))], t0);
         let nodes = ready(&["old", "new"]);
+        let nodes = by_name(&nodes);
         b.observe(&by_uid(std::slice::from_ref(&stuck)), &nodes, t0 + Duration::from_secs(5), wall);
         assert!(
             b.blocked_until(&stuck, t0 + Duration::from_secs(5)).is_some(),
@@ -505,13 +585,23 @@ mod tests {
         b.launched("n1", [(&p, None)], t0);
         let running = [pod("p1", "rs", Some("n1"), Some("2026-12-01T09:59:30Z"))];
         for s in 1..20 {
-            b.observe(&by_uid(&running), &ready(&["n1"]), t0 + Duration::from_secs(s), wall);
+            b.observe(&by_uid(&running), &by_name(&ready(&["n1"])), t0 + Duration::from_secs(s), wall);
         }
         assert_eq!(b.blocked_until(&p, t0 + Duration::from_secs(20)), None);
-        b.observe(&by_uid(&running), &ready(&["n1"]), t0 + WATCH_FOR + Duration::from_secs(1), wall);
+        b.observe(
+            &by_uid(&running),
+            &by_name(&ready(&["n1"])),
+            t0 + WATCH_FOR + Duration::from_secs(1),
+            wall,
+        );
         assert!(b.watched.is_empty());
         // Deleted much later: not watched any more, not a loss.
-        b.observe(&by_uid(&[]), &ready(&["n1"]), t0 + WATCH_FOR + Duration::from_secs(2), wall);
+        b.observe(
+            &by_uid(&[]),
+            &by_name(&ready(&["n1"])),
+            t0 + WATCH_FOR + Duration::from_secs(2),
+            wall,
+        );
         assert_eq!(b.blocked_until(&p, t0 + WATCH_FOR + Duration::from_secs(2)), None);
     }
 

@@ -43,12 +43,17 @@ pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
 
 /// Why a planned pod is left to kube-scheduler rather than bound (differences.md item 10), or
 /// `None` when the binder can verify everything the scheduler and the kubelet would check:
-/// a pod of another scheduler; a pod with a claim that is not bound yet (for a
-/// `WaitForFirstConsumer` claim the scheduler picks the node and the volume together);
-/// required pod (anti-)affinity or a `DoNotSchedule` topology spread, which depend on the pods
-/// on other nodes at this moment; and a pod whose node selector, required node affinity or
-/// tolerations do not admit `node` as it is now (its labels and taints).
+/// what only the scheduler can decide (`scheduler_decides`), and a pod whose node selector,
+/// required node affinity or tolerations do not admit `node` as it is now (`node_refuses`).
 pub fn leave_to_scheduler(node: &Node, pod: &Pod, claim_bound: &dyn Fn(&str, &str) -> bool) -> Option<String> {
+    scheduler_decides(pod, claim_bound).or_else(|| node_refuses(node, pod))
+}
+
+/// What makes a pod's placement the scheduler's to decide, whatever the node: a pod of another
+/// scheduler; a pod with a claim that is not bound yet (for a `WaitForFirstConsumer` claim the
+/// scheduler picks the node and the volume together); required pod (anti-)affinity or a
+/// `DoNotSchedule` topology spread, which depend on the pods on other nodes at this moment.
+pub fn scheduler_decides(pod: &Pod, claim_bound: &dyn Fn(&str, &str) -> bool) -> Option<String> {
     let spec = pod.spec.as_ref()?;
     let scheduler = spec.scheduler_name.as_deref().unwrap_or(DEFAULT_SCHEDULER);
     if scheduler != DEFAULT_SCHEDULER {
@@ -83,6 +88,12 @@ pub fn leave_to_scheduler(node: &Node, pod: &Pod, claim_bound: &dyn Fn(&str, &st
     {
         return Some("it has a DoNotSchedule topology spread constraint".into());
     }
+    None
+}
+
+/// Why `node` as it is now (its labels and taints) cannot take the pod, whatever else runs on
+/// it: its node selector, required node affinity or tolerations.
+pub fn node_refuses(node: &Node, pod: &Pod) -> Option<String> {
     let labels = node.metadata.labels.clone().unwrap_or_default();
     if let Err(why) = matches_node_affinity(pod, &labels) {
         return Some(why);
@@ -95,7 +106,19 @@ pub fn leave_to_scheduler(node: &Node, pod: &Pod, claim_bound: &dyn Fn(&str, &st
         .into_iter()
         .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
         .collect();
-    taints::tolerates_all(spec.tolerations.as_deref().unwrap_or_default(), &taints).err()
+    let tolerations = pod.spec.as_ref().and_then(|s| s.tolerations.as_deref()).unwrap_or_default();
+    taints::tolerates_all(tolerations, &taints).err()
+}
+
+/// Whether `node` could take the pod if nothing else ran on it: it admits the pod
+/// (`node_refuses`) and its allocatable holds the pod's requests. A pod its node could take
+/// that is still pending lost the node's room (or its place in a topology) to other pods.
+pub fn could_take(node: &Node, pod: &Pod) -> bool {
+    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+    let Some(Ok(allocatable)) = allocatable.map(Resources::from_quantities) else {
+        return false;
+    };
+    node_refuses(node, pod).is_none() && pod_requests(pod).fits(&allocatable)
 }
 
 /// Whether `labels` satisfy the pod's node selector and one of its required node-affinity
@@ -112,14 +135,16 @@ pub fn matches_node_affinity(pod: &Pod, labels: &BTreeMap<String, String>) -> Re
     Err("the node matches none of its required node-affinity terms".into())
 }
 
-/// Of the pods planned for `node`, in order, those that may be bound to it now: nothing left
-/// to the scheduler (`leave_to_scheduler`), and room beside `on_node` (the pods already bound
-/// to it; Succeeded and Failed ones hold nothing) and the ones taken before them. The
-/// scheduler may have put other pending pods on the node since the plan was made (it binds to
-/// any ready node with room), and the API server does not check a Binding against anything:
-/// binding regardless would overcommit the node or break the pod's constraints, and its
-/// kubelet would reject the pod. Each pod left out comes with the reason; it stays pending for
-/// the scheduler.
+/// Of the pods planned for `node`, in order, those that may be bound to it now: admitted by the
+/// node (`node_refuses`), room beside `on_node` (the pods already bound to it; Succeeded and
+/// Failed ones hold nothing) and the ones before them, and nothing only the scheduler can
+/// decide (`scheduler_decides`). The scheduler may have put other pending pods on the node
+/// since the plan was made (it binds to any ready node with room), and the API server does not
+/// check a Binding against anything: binding regardless would overcommit the node or break the
+/// pod's constraints, and its kubelet would reject the pod. A pod left to the scheduler keeps
+/// its room from the pods after it, so the scheduler can still put it where it was planned.
+/// Each pod left out comes with the reason (`NO_ROOM` when the room is gone, whoever decides);
+/// it stays pending for the scheduler.
 pub fn bindable<'a>(
     node: &Node,
     on_node: &[Pod],
@@ -140,16 +165,19 @@ pub fn bindable<'a>(
     }
     let (mut taken, mut left) = (Vec::new(), Vec::new());
     for pod in planned {
-        if let Some(why) = leave_to_scheduler(node, pod, claim_bound) {
+        if let Some(why) = node_refuses(node, pod) {
             left.push((*pod, why));
             continue;
         }
         let with_pod = used.plus(&pod_requests(pod));
-        if with_pod.fits(&allocatable) {
-            used = with_pod;
-            taken.push(*pod);
-        } else {
+        if !with_pod.fits(&allocatable) {
             left.push((*pod, NO_ROOM.to_string()));
+            continue;
+        }
+        used = with_pod;
+        match scheduler_decides(pod, claim_bound) {
+            Some(why) => left.push((*pod, why)),
+            None => taken.push(*pod),
         }
     }
     (taken, left)
@@ -334,6 +362,51 @@ mod tests {
         let (taken, left) = bindable(&node, &[], &refs, &all_bound);
         assert!(taken.is_empty());
         assert!(left[0].1.contains("node selector"), "{left:?}");
+    }
+
+    #[test]
+    fn a_pod_left_to_the_scheduler_keeps_its_room_and_is_told_when_the_room_is_gone() {
+        // 2 CPUs: a 1500m zonal-spread pod planned first, then a plain 1500m pod.
+        let node = ready(json!([]), json!({"cpu": "2", "pods": "10"}));
+        let mut spread = pod_on("spread", "1500m", None, "Pending");
+        spread.spec.as_mut().unwrap().topology_spread_constraints = Some(vec![serde_json::from_value(json!(
+            {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "x"}}}
+        ))
+        .unwrap()]);
+        let plain = pod_on("plain", "1500m", None, "Pending");
+        let (taken, left) = bindable(&node, &[], &[&spread, &plain], &|_, _| true);
+        assert!(
+            taken.is_empty(),
+            "the plain pod must not take the room the scheduler may give the spread pod"
+        );
+        assert!(left[0].1.contains("topology spread"), "{left:?}");
+        assert_eq!(left[1].1, NO_ROOM);
+        // The scheduler gave the room to another pod: the spread pod's room is gone too.
+        let other = [pod_on("other", "1", Some("n"), "Running")];
+        let (taken, left) = bindable(&node, &other, &[&spread], &|_, _| true);
+        assert!(taken.is_empty());
+        assert_eq!(left[0].1, NO_ROOM, "{left:?}");
+        // A node that refuses the pod says so, whatever the room.
+        let tainted = ready(
+            json!([{"key": "gpu", "value": "true", "effect": "NoSchedule"}]),
+            json!({"cpu": "2", "pods": "10"}),
+        );
+        let (_, left) = bindable(&tainted, &other, &[&spread], &|_, _| true);
+        assert!(left[0].1.contains("did not tolerate"), "{left:?}");
+    }
+
+    #[test]
+    fn a_node_could_take_a_pod_its_labels_taints_and_allocatable_admit() {
+        let open = ready(json!([]), json!({"cpu": "2", "pods": "10"}));
+        assert!(could_take(&open, &pod_on("p", "1500m", None, "Pending")));
+        assert!(!could_take(&open, &pod_on("p", "3", None, "Pending")), "larger than the node");
+        let tainted = ready(
+            json!([{"key": "gpu", "value": "true", "effect": "NoSchedule"}]),
+            json!({"cpu": "2", "pods": "10"}),
+        );
+        assert!(!could_take(&tainted, &pod_on("p", "1", None, "Pending")));
+        let no_status = node(json!({"metadata": {"name": "n"}}));
+        assert!(!could_take(&no_status, &pod_on("p", "1", None, "Pending")));
     }
 
     #[test]

@@ -412,12 +412,9 @@ fn held_back(ctx: &Context, pending: &[Arc<Pod>], all_pods: &[Arc<Pod>], nodes: 
         .iter()
         .filter_map(|p| Some((p.metadata.uid.clone()?, p.as_ref())))
         .collect();
-    let ready: HashMap<String, bool> = nodes
-        .iter()
-        .map(|n| (n.name_any(), bind::is_ready_for_pods(n, &[], &BTreeMap::new())))
-        .collect();
+    let by_name: HashMap<String, &Node> = nodes.iter().map(|n| (n.name_any(), n.as_ref())).collect();
     let mut history = ctx.backoff.lock().unwrap_or_else(|e| e.into_inner());
-    history.observe(&by_uid, &ready, now, Utc::now());
+    history.observe(&by_uid, &by_name, now, Utc::now());
     let mut held = HashSet::new();
     for pod in pending {
         if let Some(until) = history.blocked_until(pod, now) {
