@@ -123,7 +123,12 @@ async fn run(args: RunArgs, with_controllers: bool) -> anyhow::Result<()> {
 
 /// mimalloc rather than the system allocator: glibc's per-thread arenas keep the peak of every
 /// thread that ever allocated (a burst of thousands of pods left the process at its peak RSS
-/// after the pods were gone); mimalloc returns freed pages to the system.
+/// after the pods were gone); mimalloc returns freed pages to the system. Built without
+/// transparent huge pages (`no_thp`: it never asks for them): with them, each 2 MiB page the heap
+/// touched counted in full, 20-25 MiB of the RSS at idle and 35 MiB at a 1,000-pod burst
+/// (tests/benches/results/scale.md). The `system-allocator` feature builds with glibc's
+/// allocator instead, for heap profilers that hook `malloc` (heaptrack).
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
