@@ -165,8 +165,11 @@ struct Status<'a> {
 
 /// What the rules decided.
 enum Decision {
-    Allow { warnings: Vec<String> },
-    Patch(json_patch::Patch),
+    Allow {
+        warnings: Vec<String>,
+    },
+    /// A JSON patch, encoded.
+    Patch(Vec<u8>),
     Deny(String),
 }
 
@@ -288,8 +291,8 @@ fn decode_object<T: DeserializeOwned>(object: &RawValue) -> Result<T, FieldError
 /// patch is computed between the decoded spec re-encoded and the defaulted one, so it carries
 /// only the defaults, never re-encoding noise; the rest of the object (metadata with its
 /// managed fields, status) is decoded once and never encoded. The spec is encoded to bytes
-/// (cheap) before and after; only the top-level fields whose bytes differ are read into trees
-/// and diffed.
+/// (cheap) before and after; only the top-level fields whose bytes differ become patch
+/// operations (`spec_patch`).
 fn mutate<T: Resource + DeserializeOwned, S: Serialize>(
     object: &RawValue,
     name: &mut String,
@@ -308,31 +311,70 @@ fn mutate<T: Resource + DeserializeOwned, S: Serialize>(
         return Ok(Decision::Allow { warnings: Vec::new() });
     }
     let patch = spec_patch(&before, &after);
-    Ok(if patch.0.is_empty() {
+    Ok(if patch.is_empty() {
         Decision::Allow { warnings: Vec::new() }
     } else {
         Decision::Patch(patch)
     })
 }
 
-/// The JSON patch from one encoded spec to another, with paths under `/spec`: the same patch as
-/// diffing the two whole specs, from the top-level fields that differ only.
-fn spec_patch(before: &[u8], after: &[u8]) -> json_patch::Patch {
-    type Fields<'a> = BTreeMap<String, &'a RawValue>;
+/// The JSON patch (as bytes) from one encoded spec to another, with paths under `/spec`. Only
+/// the top-level fields whose bytes differ are looked at, and the patch only touches what
+/// changed: a field that was absent is added and one that is gone removed, taking the encoded
+/// field as it is; an array whose old elements are all still first (defaults append) gets its
+/// new elements appended (`/-`), each as encoded; any other change is diffed as JSON trees
+/// (`json_patch::diff`), so entries of a field that did not change are never rewritten.
+fn spec_patch(before: &[u8], after: &[u8]) -> Vec<u8> {
+    type Fields<'a> = BTreeMap<Cow<'a, str>, &'a RawValue>;
     fn fields(bytes: &[u8]) -> Fields<'_> {
         serde_json::from_slice(bytes).expect("an encoded spec is a JSON object")
     }
+    fn tree(raw: &RawValue) -> Value {
+        serde_json::from_str(raw.get()).expect("an encoded field is JSON")
+    }
+    fn elements(raw: &RawValue) -> Option<Vec<&RawValue>> {
+        serde_json::from_str(raw.get()).ok()
+    }
+    fn op(op: &str, path: &str, value: Option<&str>) -> String {
+        match value {
+            Some(v) => format!(r#"{{"op":"{op}","path":{},"value":{v}}}"#, Value::from(path)),
+            None => format!(r#"{{"op":"{op}","path":{}}}"#, Value::from(path)),
+        }
+    }
     let (old, new) = (fields(before), fields(after));
-    let changed = |key: &String| old.get(key).map(|v| v.get()) != new.get(key).map(|v| v.get());
-    let subtree = |side: &Fields<'_>| {
-        let fields: serde_json::Map<String, Value> = side
-            .iter()
-            .filter(|(k, _)| changed(k))
-            .map(|(k, v)| (k.clone(), serde_json::from_str(v.get()).expect("an encoded field is JSON")))
-            .collect();
-        serde_json::json!({ "spec": fields })
-    };
-    json_patch::diff(&subtree(&old), &subtree(&new))
+    let mut ops = Vec::new();
+    let mut keys: Vec<&Cow<'_, str>> = old.keys().chain(new.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    for key in keys {
+        let path = format!("/spec/{}", key.replace('~', "~0").replace('/', "~1"));
+        match (old.get(key), new.get(key)) {
+            (Some(o), Some(n)) if o.get() == n.get() => {}
+            (None, Some(n)) => ops.push(op("add", &path, Some(n.get()))),
+            (Some(_), None) => ops.push(op("remove", &path, None)),
+            (Some(o), Some(n)) => match (elements(o), elements(n)) {
+                (Some(o), Some(n)) if n.len() > o.len() && o.iter().zip(&n).all(|(a, b)| a.get() == b.get()) => {
+                    for added in &n[o.len()..] {
+                        ops.push(op("add", &format!("{path}/-"), Some(added.get())));
+                    }
+                }
+                _ => {
+                    let diff = json_patch::diff(&tree(o), &tree(n));
+                    for d in diff.0 {
+                        let mut d = serde_json::to_value(&d).expect("a JSON patch operation serializes");
+                        let inner = d["path"].as_str().unwrap_or_default().to_string();
+                        d["path"] = Value::from(format!("{path}{inner}"));
+                        ops.push(d.to_string());
+                    }
+                }
+            },
+            (None, None) => {}
+        }
+    }
+    if ops.is_empty() {
+        return Vec::new();
+    }
+    format!("[{}]", ops.join(",")).into_bytes()
 }
 
 /// Writes the AdmissionReview for `decision` into `outcome`.
@@ -352,8 +394,7 @@ fn respond(mut outcome: Outcome, uid: &str, decision: Decision) -> Outcome {
             response.warnings = &warnings;
         }
         Decision::Patch(patch) => {
-            let bytes = serde_json::to_vec(patch).expect("a JSON patch always serializes");
-            response.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+            response.patch = Some(base64::engine::general_purpose::STANDARD.encode(patch));
             response.patch_type = Some("JSONPatch");
             outcome.result = result::PATCHED;
         }
@@ -418,39 +459,60 @@ fn invalid(uid: Option<&str>, message: String) -> Outcome {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_patch_from_the_changed_fields_is_the_patch_of_the_whole_specs() {
-        let before = serde_json::json!({
-            "labels": {"team": "a"},
-            "requirements": [{"key": "zone", "operator": "In", "values": ["a"]}],
-            "ttlSecondsAfterEmpty": 30,
-            "weight": 1
-        });
-        let after = serde_json::json!({
-            "labels": {"team": "a"},
-            "requirements": [{"key": "zone", "operator": "In", "values": ["a"]}, {"key": "os", "operator": "In", "values": ["linux"]}],
-            "ttlSecondsAfterEmpty": 60,
-            "ttlSecondsUntilExpired": 2592000
-        });
-        let whole = json_patch::diff(&serde_json::json!({"spec": before}), &serde_json::json!({"spec": after}));
+    /// `spec_patch` between the encodings of two specs, applied to the object with the first.
+    fn patched(before: &Value, after: &Value) -> (Value, Vec<String>) {
         let bytes = |v: &Value| serde_json::to_vec(v).unwrap();
-        let fields = spec_patch(&bytes(&before), &bytes(&after));
-        assert_eq!(serde_json::to_value(&fields).unwrap(), serde_json::to_value(&whole).unwrap());
-        let paths: Vec<String> = serde_json::to_value(&fields)
-            .unwrap()
-            .as_array()
+        let encoded = spec_patch(&bytes(before), &bytes(after));
+        let patch: json_patch::Patch = serde_json::from_slice(&encoded).unwrap();
+        let mut object = serde_json::json!({"metadata": {"name": "p"}, "spec": before});
+        json_patch::patch(&mut object, &patch).unwrap();
+        let ops: Vec<String> = serde_json::from_slice::<Vec<Value>>(&encoded)
             .unwrap()
             .iter()
-            .map(|op| op["path"].as_str().unwrap().to_string())
+            .map(|op| format!("{} {}", op["op"].as_str().unwrap(), op["path"].as_str().unwrap()))
             .collect();
+        (object["spec"].clone(), ops)
+    }
+
+    #[test]
+    fn a_spec_patch_turns_the_old_spec_into_the_new_touching_only_what_changed() {
+        let before = serde_json::json!({
+            "labels": {"team": "a", "a/b~c": "x"},
+            "requirements": [{"key": "zone", "operator": "In", "values": ["a"]}],
+            "ttlSecondsAfterEmpty": 30,
+            "weight": 1,
+            "limits": {"resources": {"cpu": "10"}}
+        });
+        let after = serde_json::json!({
+            "labels": {"team": "a", "a/b~c": "x"},
+            "requirements": [{"key": "zone", "operator": "In", "values": ["a"]}, {"key": "os", "operator": "In", "values": ["linux"]}, {"key": "arch", "operator": "In", "values": ["amd64"]}],
+            "ttlSecondsAfterEmpty": 60,
+            "ttlSecondsUntilExpired": 2592000,
+            "limits": {"resources": {"cpu": "10", "memory": "1Ti"}}
+        });
+        let (spec, ops) = patched(&before, &after);
+        assert_eq!(spec, after);
         assert_eq!(
-            paths,
+            ops,
             [
-                "/spec/requirements/1",
-                "/spec/ttlSecondsAfterEmpty",
-                "/spec/ttlSecondsUntilExpired",
-                "/spec/weight"
+                "add /spec/limits/resources/memory",
+                "add /spec/requirements/-",
+                "add /spec/requirements/-",
+                "replace /spec/ttlSecondsAfterEmpty",
+                "add /spec/ttlSecondsUntilExpired",
+                "remove /spec/weight"
             ]
         );
+        // An array whose old entries are not all kept first is diffed entry by entry.
+        let reordered = serde_json::json!({"requirements": [{"key": "os", "operator": "In", "values": ["linux"]}, {"key": "zone", "operator": "In", "values": ["a"]}]});
+        let (spec, _) = patched(&before, &reordered);
+        assert_eq!(spec, reordered);
+        // Keys that need escaping in a JSON pointer.
+        let escaped = serde_json::json!({"a/b~c": 1});
+        let (spec, ops) = patched(&serde_json::json!({}), &escaped);
+        assert_eq!(spec, escaped);
+        assert_eq!(ops, ["add /spec/a~1b~0c"]);
+        // Nothing changed: no patch.
+        assert!(spec_patch(b"{\"a\":1}", b"{\"a\":1}").is_empty());
     }
 }
