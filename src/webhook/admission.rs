@@ -349,6 +349,7 @@ fn spec_patch(before: &[u8], after: &[u8]) -> Vec<u8> {
     for key in keys {
         let path = format!("/spec/{}", key.replace('~', "~0").replace('/', "~1"));
         match (old.get(key), new.get(key)) {
+            (None, None) => {}
             (Some(o), Some(n)) if o.get() == n.get() => {}
             (None, Some(n)) => ops.push(op("add", &path, Some(n.get()))),
             (Some(_), None) => ops.push(op("remove", &path, None)),
@@ -368,7 +369,6 @@ fn spec_patch(before: &[u8], after: &[u8]) -> Vec<u8> {
                     }
                 }
             },
-            (None, None) => {}
         }
     }
     if ops.is_empty() {

@@ -147,11 +147,8 @@ impl LaunchBackoff {
             let lost = match all.get(uid) {
                 None => true,
                 Some(pod) => {
-                    let bound = pod
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.node_name.as_deref())
-                        .is_some_and(|n| !n.is_empty() && Some(n) != watched.origin.as_deref());
+                    let on = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty());
+                    let bound = on.is_some_and(|n| Some(n) != watched.origin.as_deref());
                     if bound && ready_for(pod, wall).is_some_and(|d| d >= STABLE_RUN) {
                         self.owners.entry(watched.owner.clone()).or_default().losses = 0;
                         done.push(uid.clone());
@@ -170,8 +167,7 @@ impl LaunchBackoff {
                         continue;
                     }
                     let ready_for = watched.node_ready.map(|t| now.duration_since(t));
-                    let pending = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_none_or(str::is_empty);
-                    if pending
+                    if on.is_none()
                         && !watched.bound
                         && ready_for.is_some_and(|d| d >= CONTESTED_GRACE)
                         && node.is_some_and(|n| bind::could_take(n, pod))
