@@ -135,13 +135,11 @@ pub struct Metrics {
     /// `karpenter_rs_node_price_per_hour{node labels but resource_type}`: what the node's
     /// offering cost per hour at launch (its price annotation), else the catalogue's price now.
     pub node_price: GaugeVec,
-    /// `karpenter_cloudprovider_instance_type_cpu_cores{instance_type}`.
-    pub instance_type_cpu: GaugeVec,
-    /// `karpenter_cloudprovider_instance_type_memory_bytes{instance_type}`.
-    pub instance_type_memory: GaugeVec,
+    /// `karpenter_cloudprovider_instance_type_cpu_cores{instance_type}`,
+    /// `karpenter_cloudprovider_instance_type_memory_bytes{instance_type}` and
     /// `karpenter_cloudprovider_instance_type_price_estimate{instance_type, capacity_type, region,
-    /// zone}`: on-demand prices with `zone=""` (they are the region's), spot prices per zone.
-    pub instance_type_price: GaugeVec,
+    /// zone}`, written at scrape time from the catalogue (`InstanceTypeGauges`).
+    pub instance_types: InstanceTypeGauges,
     /// `karpenter_provisioner_scheduling_simulation_duration_seconds`: one scheduling simulation.
     pub simulation_duration: Histogram,
     /// `controller_runtime_reconcile_total{controller, result}` (`success`, `error`).
@@ -172,8 +170,10 @@ pub struct Metrics {
     /// evaluations cut off by their time limit (multi-node 1 min, single-node 3 min).
     pub consolidation_timeouts: IntCounterVec,
     /// `karpenter_pods_state{name, namespace, owner, node, provisioner, zone, arch, capacity_type,
-    /// instance_type, phase}`: 1 per pod.
-    pub pods_state: GaugeVec,
+    /// instance_type, phase}`: 1 per pod, written at scrape time (`PodStates`).
+    pub pods_state: PodStates,
+    /// Length of the last text rendered.
+    rendered_len: Arc<std::sync::atomic::AtomicUsize>,
     /// `karpenter_interruption_received_messages{message_type}`: interruption queue messages
     /// received, by kind (`unknown` for one that does not parse).
     pub interruption_received_messages: IntCounterVec,
@@ -317,27 +317,6 @@ impl Metrics {
             &price_labels,
         )
         .expect("metric options are valid");
-        let instance_type_cpu = GaugeVec::new(
-            Opts::new("karpenter_cloudprovider_instance_type_cpu_cores", "vCPUs of an instance type."),
-            &["instance_type"],
-        )
-        .expect("metric options are valid");
-        let instance_type_memory = GaugeVec::new(
-            Opts::new(
-                "karpenter_cloudprovider_instance_type_memory_bytes",
-                "Memory of an instance type, in bytes.",
-            ),
-            &["instance_type"],
-        )
-        .expect("metric options are valid");
-        let instance_type_price = GaugeVec::new(
-            Opts::new(
-                "karpenter_cloudprovider_instance_type_price_estimate",
-                "USD per hour used to rank an offering: on-demand per region (zone empty), spot per zone.",
-            ),
-            &["instance_type", "capacity_type", "region", "zone"],
-        )
-        .expect("metric options are valid");
         let simulation_duration = Histogram::with_opts(
             HistogramOpts::new(
                 "karpenter_provisioner_scheduling_simulation_duration_seconds",
@@ -418,11 +397,7 @@ impl Metrics {
             &["consolidation_type"],
         )
         .expect("metric options are valid");
-        let pods_state = GaugeVec::new(
-            Opts::new("karpenter_pods_state", "Pods by where they run and their phase; the value is 1."),
-            &POD_STATE_LABELS,
-        )
-        .expect("metric options are valid");
+        let pods_state = PodStates::default();
         let interruption_received_messages = IntCounterVec::new(
             Opts::new(
                 "karpenter_interruption_received_messages",
@@ -469,7 +444,6 @@ impl Metrics {
             Box::new(provisioner_usage.clone()),
             Box::new(provisioner_limit.clone()),
             Box::new(provisioner_usage_pct.clone()),
-            Box::new(pods_state.clone()),
             Box::new(batch_duration.clone()),
             Box::new(deprovisioning_evaluation.clone()),
             Box::new(consolidation_timeouts.clone()),
@@ -485,9 +459,6 @@ impl Metrics {
             Box::new(nodes_daemon_limits.clone()),
             Box::new(nodes_system_overhead.clone()),
             Box::new(node_price.clone()),
-            Box::new(instance_type_cpu.clone()),
-            Box::new(instance_type_memory.clone()),
-            Box::new(instance_type_price.clone()),
             Box::new(simulation_duration.clone()),
             Box::new(reconcile_total.clone()),
             Box::new(reconcile_errors.clone()),
@@ -518,6 +489,7 @@ impl Metrics {
             provisioner_limit,
             provisioner_usage_pct,
             pods_state,
+            rendered_len: Arc::default(),
             batch_duration,
             deprovisioning_evaluation,
             consolidation_timeouts,
@@ -533,9 +505,7 @@ impl Metrics {
             nodes_daemon_limits,
             nodes_system_overhead,
             node_price,
-            instance_type_cpu,
-            instance_type_memory,
-            instance_type_price,
+            instance_types: InstanceTypeGauges::default(),
             simulation_duration,
             reconcile_total,
             reconcile_errors,
@@ -544,26 +514,11 @@ impl Metrics {
     }
 
     /// Sets the `karpenter_cloudprovider_instance_type_*` gauges to `catalogue` (types no longer
-    /// in it are removed): vCPUs and memory per type, and each priced offering's price, on-demand
-    /// once per type with `zone=""` (the region's price) and spot per zone, as Karpenter reports
-    /// them (`aws@v0.31.0:pkg/providers/pricing/pricing.go`).
-    pub fn set_instance_types(&self, catalogue: &[crate::cloudprovider::InstanceTypeInfo], region: &str) {
-        for gauge in [&self.instance_type_cpu, &self.instance_type_memory, &self.instance_type_price] {
-            gauge.reset();
-        }
-        for t in catalogue {
-            let name = t.facts.name.as_str();
-            self.instance_type_cpu.with_label_values(&[name]).set(t.facts.vcpus as f64);
-            self.instance_type_memory
-                .with_label_values(&[name])
-                .set(t.facts.memory_mib as f64 * 1024.0 * 1024.0);
-            for o in t.offerings.iter().filter(|o| o.price.is_finite() && o.price > 0.0) {
-                let zone = if o.capacity_type == "spot" { o.zone.as_str() } else { "" };
-                self.instance_type_price
-                    .with_label_values(&[name, &o.capacity_type, region, zone])
-                    .set(o.price);
-            }
-        }
+    /// in it go with the old one): vCPUs and memory per type, and each priced offering's price,
+    /// on-demand once per type with `zone=""` (the region's price) and spot per zone, as Karpenter
+    /// reports them (`aws@v0.31.0:pkg/providers/pricing/pricing.go`).
+    pub fn set_instance_types(&self, catalogue: Arc<Vec<crate::cloudprovider::InstanceTypeInfo>>, region: &str) {
+        *self.instance_types.catalogue.lock().unwrap_or_else(|e| e.into_inner()) = Some((catalogue, region.to_string()));
     }
 
     /// Creates `controller`'s reconcile series at zero, when it starts: a rate over them then
@@ -589,12 +544,21 @@ impl Metrics {
         }
     }
 
-    /// The registry in Prometheus text format.
+    /// The registry in Prometheus text format, then the families written at scrape time.
     pub fn render(&self) -> String {
         let families = self.registry.gather();
-        prometheus::TextEncoder::new()
-            .encode_to_string(&families)
-            .expect("text encoding cannot fail")
+        // The text is about the same size every scrape (the instance types make most of it):
+        // sized once from the last one, it is not copied over as it grows.
+        let mut text = String::with_capacity(self.rendered_len.load(std::sync::atomic::Ordering::Relaxed) * 9 / 8);
+        // The encoder writes through `io::Write`; it fails only on a writer that fails, and a
+        // `Vec` does not.
+        let mut bytes = std::mem::take(&mut text).into_bytes();
+        let _ = prometheus::Encoder::encode(&prometheus::TextEncoder::new(), &families, &mut bytes);
+        let mut text = String::from_utf8(bytes).expect("the text encoder writes UTF-8");
+        self.instance_types.render(&mut text);
+        self.pods_state.render(&mut text);
+        self.rendered_len.store(text.len(), std::sync::atomic::Ordering::Relaxed);
+        text
     }
 
     /// Runs one cloud-provider call: its duration goes to `karpenter_cloudprovider_duration_seconds`
@@ -808,6 +772,155 @@ impl GaugeSeries {
     }
 }
 
+/// Label values of one pod's `karpenter_pods_state` series, in `POD_STATE_LABELS` order.
+pub type PodStateLabels<'a> = [std::borrow::Cow<'a, str>; 10];
+
+/// Hands each pod's label values to the sink it is given.
+type PodStateSource = Box<dyn Fn(&mut dyn FnMut(&PodStateLabels<'_>)) + Send + Sync>;
+
+/// `karpenter_pods_state`, written straight from the cluster view at scrape time, a line per pod.
+/// Kept as a gauge family it held a series per pod (a copy of the metric's description, ten label
+/// pairs and the label values: 3 to 4 KiB a pod, more than the pod in the cache), refreshed every
+/// 10 s; written at scrape time it holds nothing and is never stale.
+#[derive(Clone, Default)]
+pub struct PodStates {
+    source: Arc<std::sync::OnceLock<PodStateSource>>,
+}
+
+impl PodStates {
+    const NAME: &'static str = "karpenter_pods_state";
+    const HELP: &'static str = "Pods by where they run and their phase; the value is 1.";
+
+    /// Sets where the pods come from (the provisioning controller, which knows the cluster view
+    /// and whether this replica leads). Only the first call counts.
+    pub fn set_source(&self, source: impl Fn(&mut dyn FnMut(&PodStateLabels<'_>)) + Send + Sync + 'static) {
+        let _ = self.source.set(Box::new(source));
+    }
+
+    /// Appends the family in the text format (nothing without pods).
+    pub fn render(&self, out: &mut String) {
+        let Some(source) = self.source.get() else { return };
+        let mut family = TextGauge::new(out, Self::NAME, Self::HELP, &POD_STATE_LABELS);
+        source(&mut |values| family.sample(&values.each_ref().map(|v| v.as_ref()), 1.0));
+    }
+}
+
+/// A catalogue and the region it is of.
+type RegionCatalogue = (Arc<Vec<crate::cloudprovider::InstanceTypeInfo>>, String);
+
+/// The instance-type gauges, from the catalogue last set.
+#[derive(Clone, Default)]
+pub struct InstanceTypeGauges {
+    catalogue: Arc<Mutex<Option<RegionCatalogue>>>,
+}
+
+impl InstanceTypeGauges {
+    /// Appends the three families in the text format (nothing before a catalogue is set).
+    pub fn render(&self, out: &mut String) {
+        let Some((catalogue, region)) = self.catalogue.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
+            return;
+        };
+        type Fact = fn(&crate::cloudprovider::InstanceTypeInfo) -> f64;
+        let facts: [(&'static str, &'static str, Fact); 2] = [
+            (
+                "karpenter_cloudprovider_instance_type_cpu_cores",
+                "vCPUs of an instance type.",
+                |t| t.facts.vcpus as f64,
+            ),
+            (
+                "karpenter_cloudprovider_instance_type_memory_bytes",
+                "Memory of an instance type, in bytes.",
+                |t| t.facts.memory_mib as f64 * 1024.0 * 1024.0,
+            ),
+        ];
+        for (name, help, fact) in facts {
+            let mut family = TextGauge::new(out, name, help, &["instance_type"]);
+            for t in catalogue.iter() {
+                family.sample(&[&t.facts.name], fact(t));
+            }
+        }
+        let mut price = TextGauge::new(
+            out,
+            "karpenter_cloudprovider_instance_type_price_estimate",
+            "USD per hour used to rank an offering: on-demand per region (zone empty), spot per zone.",
+            &["instance_type", "capacity_type", "region", "zone"],
+        );
+        for t in catalogue.iter() {
+            let mut on_demand_done = false;
+            for o in t.offerings.iter().filter(|o| o.price.is_finite() && o.price > 0.0) {
+                // One on-demand series per type (the region's price), one spot series per zone.
+                let zone = if o.capacity_type == "spot" {
+                    o.zone.as_str()
+                } else if std::mem::replace(&mut on_demand_done, true) {
+                    continue;
+                } else {
+                    ""
+                };
+                price.sample(&[&t.facts.name, &o.capacity_type, &region, zone], o.price);
+            }
+        }
+    }
+}
+
+/// One gauge family written in the text format, a line per series, as Prometheus' text encoder
+/// writes it (labels in name order); the `HELP` and `TYPE` lines come with the first series, so
+/// a family without series writes nothing.
+struct TextGauge<'a> {
+    out: &'a mut String,
+    name: &'static str,
+    help: &'static str,
+    labels: &'static [&'static str],
+    order: Vec<usize>,
+    started: bool,
+}
+
+impl<'a> TextGauge<'a> {
+    fn new(out: &'a mut String, name: &'static str, help: &'static str, labels: &'static [&'static str]) -> Self {
+        let mut order: Vec<usize> = (0..labels.len()).collect();
+        order.sort_by_key(|&i| labels[i]);
+        TextGauge {
+            out,
+            name,
+            help,
+            labels,
+            order,
+            started: false,
+        }
+    }
+
+    /// One series: label values in the family's label order.
+    fn sample(&mut self, values: &[&str], value: f64) {
+        use std::fmt::Write as _;
+        if !std::mem::replace(&mut self.started, true) {
+            let _ = writeln!(self.out, "# HELP {} {}\n# TYPE {} gauge", self.name, self.help, self.name);
+        }
+        self.out.push_str(self.name);
+        for (n, &i) in self.order.iter().enumerate() {
+            self.out.push(if n == 0 { '{' } else { ',' });
+            self.out.push_str(self.labels[i]);
+            self.out.push_str("=\"");
+            escape_label_value(values[i], self.out);
+            self.out.push('"');
+        }
+        if !self.order.is_empty() {
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {value}");
+    }
+}
+
+/// A label value as the text format quotes it: backslash, double quote and newline escaped.
+fn escape_label_value(value: &str, out: &mut String) {
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -858,6 +971,128 @@ mod tests {
         summary.remove(&["b"]);
         assert_eq!(summary.sample_count(&["b"]), 0);
         assert_eq!(summary.collect_at(start).get_metric().len(), 1);
+    }
+
+    #[test]
+    fn pod_states_render_as_prometheus_encodes_the_same_gauge_and_only_with_pods() {
+        use std::borrow::Cow;
+        let metrics = Metrics::new();
+        assert!(!metrics.render().contains("karpenter_pods_state"), "no source yet");
+        let pods: Vec<PodStateLabels<'static>> = vec![
+            [
+                "web-1",
+                "shop",
+                "ReplicaSet/web-7d",
+                "n1",
+                "service",
+                "ap-northeast-2a",
+                "amd64",
+                "on-demand",
+                "t3.large",
+                "Running",
+            ]
+            .map(Cow::Borrowed),
+            ["odd\"na\\me\n", "shop", "N/A", "N/A", "N/A", "N/A", "N/A", "N/A", "N/A", "Pending"].map(Cow::Borrowed),
+        ];
+        let shown = Arc::new(Mutex::new(Vec::new()));
+        let source = shown.clone();
+        metrics.pods_state.set_source(move |sink| {
+            for labels in source.lock().unwrap().iter() {
+                sink(labels);
+            }
+        });
+        assert!(!metrics.render().contains("karpenter_pods_state"), "no family without pods");
+        *shown.lock().unwrap() = pods.clone();
+        let mut ours = String::new();
+        metrics.pods_state.render(&mut ours);
+
+        let registry = Registry::new();
+        let gauge = GaugeVec::new(Opts::new(PodStates::NAME, PodStates::HELP), &POD_STATE_LABELS).unwrap();
+        registry.register(Box::new(gauge.clone())).unwrap();
+        for labels in &pods {
+            let values: Vec<&str> = labels.iter().map(|v| v.as_ref()).collect();
+            gauge.with_label_values(&values).set(1.0);
+        }
+        let encoded = prometheus::TextEncoder::new().encode_to_string(&registry.gather()).unwrap();
+        let lines = |text: &str| {
+            let mut l: Vec<String> = text.lines().map(String::from).collect();
+            l.sort();
+            l
+        };
+        assert_eq!(lines(&ours), lines(&encoded));
+        assert!(metrics.render().contains(&ours));
+    }
+
+    #[test]
+    fn instance_type_gauges_hold_one_on_demand_price_per_type_and_spot_per_zone_and_follow_the_catalogue() {
+        use crate::cloudprovider::{InstanceTypeInfo, OfferingInfo};
+        let offering = |zone: &str, capacity_type: &str, price: f64| OfferingInfo {
+            zone: zone.into(),
+            capacity_type: capacity_type.into(),
+            price,
+            available: true,
+        };
+        let info = |name: &str, offerings: Vec<OfferingInfo>| InstanceTypeInfo {
+            facts: crate::scheduling::testing::facts(name),
+            accelerators: vec![],
+            category: String::new(),
+            family: String::new(),
+            generation: None,
+            size: String::new(),
+            capacity_types: vec!["on-demand".into(), "spot".into()],
+            offerings,
+        };
+        let metrics = Metrics::new();
+        assert!(!metrics.render().contains("instance_type_cpu_cores"), "no catalogue yet");
+        let catalogue = vec![info(
+            "t3.large",
+            vec![
+                offering("ap-northeast-2a", "on-demand", 0.104),
+                offering("ap-northeast-2c", "on-demand", 0.104),
+                offering("ap-northeast-2a", "spot", 0.031),
+                offering("ap-northeast-2c", "spot", 0.035),
+                offering("ap-northeast-2b", "spot", f64::NAN),
+            ],
+        )];
+        metrics.set_instance_types(Arc::new(catalogue), "ap-northeast-2");
+        let text = metrics.render();
+        let price = |labels: &str| {
+            let prefix = format!("karpenter_cloudprovider_instance_type_price_estimate{{{labels}}} ");
+            text.lines().filter_map(|l| l.strip_prefix(&prefix)).collect::<Vec<_>>()
+        };
+        assert!(
+            text.contains("# TYPE karpenter_cloudprovider_instance_type_price_estimate gauge"),
+            "{text}"
+        );
+        assert!(
+            text.contains("karpenter_cloudprovider_instance_type_cpu_cores{instance_type=\"t3.large\"} 2\n"),
+            "{text}"
+        );
+        let region = r#"instance_type="t3.large",region="ap-northeast-2""#;
+        assert_eq!(price(&format!(r#"capacity_type="on-demand",{region},zone="""#)), ["0.104"]);
+        assert_eq!(
+            price(&format!(r#"capacity_type="spot",{region},zone="ap-northeast-2a""#)),
+            ["0.031"]
+        );
+        assert_eq!(
+            price(&format!(r#"capacity_type="spot",{region},zone="ap-northeast-2c""#)),
+            ["0.035"]
+        );
+        assert_eq!(
+            text.matches("karpenter_cloudprovider_instance_type_price_estimate{").count(),
+            3,
+            "no unpriced offering: {text}"
+        );
+        metrics.set_instance_types(Arc::new(vec![info("m5.large", vec![])]), "ap-northeast-2");
+        let text = metrics.render();
+        assert!(
+            !text.contains("t3.large"),
+            "a type gone from the catalogue goes from the gauges: {text}"
+        );
+        assert!(
+            text.contains("karpenter_cloudprovider_instance_type_cpu_cores{instance_type=\"m5.large\"} 2\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! before any new node is planned. No I/O here: the controller snapshots nodes and calls in.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 
@@ -59,7 +59,8 @@ pub struct ExistingNode {
     pub capacity: Resources,
     /// Pods bound to the node (DaemonSet pods included). Set before the node is first simulated:
     /// what they request is summed once.
-    pub pods: Vec<Pod>,
+    /// Shared with the cluster's cache: a pass reads them, never copies them.
+    pub pods: Vec<Arc<Pod>>,
     /// `requested()`, summed on first use (consolidation simulates a node many times over).
     pub(crate) memo: Memo,
 }
@@ -98,7 +99,7 @@ impl ExistingNode {
     /// is labelled `karpenter.sh/initialized=true`. A cordoned node (`spec.unschedulable`) gets
     /// the `node.kubernetes.io/unschedulable:NoSchedule` taint if it lacks it. Startup taints are
     /// not on the Node object; set `startup_taints` from the Provisioner.
-    pub fn from_node(node: &Node, pods: Vec<Pod>) -> Self {
+    pub fn from_node(node: &Node, pods: Vec<Arc<Pod>>) -> Self {
         let labels = node.metadata.labels.clone().unwrap_or_default();
         let spec = node.spec.clone().unwrap_or_default();
         let mut taints = spec.taints.unwrap_or_default();
@@ -171,7 +172,7 @@ impl ExistingNode {
 
     /// Pods that still hold resources on the node (not finished, not being deleted).
     pub fn active_pods(&self) -> impl Iterator<Item = &Pod> {
-        self.pods.iter().filter(|p| !is_terminal_or_terminating(p))
+        self.pods.iter().map(|p| p.as_ref()).filter(|p| !is_terminal_or_terminating(p))
     }
 
     /// Sum of the requests of the active pods.
@@ -213,7 +214,7 @@ impl ExistingNode {
 
     /// Keys of the pods on the node.
     pub fn pod_keys(&self) -> Vec<PodKey> {
-        self.pods.iter().map(PodKey::of).collect()
+        self.pods.iter().map(|p| PodKey::of(p)).collect()
     }
 }
 
@@ -279,7 +280,7 @@ mod tests {
             phase: Some("Succeeded".into()),
             ..Default::default()
         });
-        n.pods = vec![pod("a").cpu("500m").memory("1Gi").build(), done];
+        n.pods = vec![Arc::new(pod("a").cpu("500m").memory("1Gi").build()), Arc::new(done)];
         assert_eq!(n.available().to_string(), "cpu=1500m, memory=3Gi, pods=9");
     }
 

@@ -764,7 +764,7 @@ mod tests {
         let mut existing = node("ip-10-0-0-1", "2", "8Gi", 35);
         existing.labels.insert("nodeType".into(), "service-2023".into());
         existing.taints = vec![taint("service=true:NoSchedule")];
-        existing.pods = vec![pod("running").cpu("1").build()];
+        existing.pods = vec![pod("running").cpu("1").build()].into_iter().map(Arc::new).collect();
         let mut in_flight = node("ip-10-0-0-2", "2", "8Gi", 35);
         in_flight.labels.insert("nodeType".into(), "service-2023".into());
         in_flight.initialized = false;
@@ -896,9 +896,12 @@ mod tests {
         };
         let running = |n: &str| pod(n).label("app", "web").build();
         let mut a = web("n-a", "ap-northeast-2a");
-        a.pods = vec![running("w1"), running("w2"), running("w3")];
+        a.pods = vec![running("w1"), running("w2"), running("w3")]
+            .into_iter()
+            .map(Arc::new)
+            .collect();
         let mut c = web("n-c", "ap-northeast-2c");
-        c.pods = vec![running("w4")];
+        c.pods = vec![running("w4")].into_iter().map(Arc::new).collect();
         let only_2a = provisioner("default").requirement(ZONE_LABEL, "In", &["ap-northeast-2a"]).build();
         for (when, schedulable) in [("DoNotSchedule", false), ("ScheduleAnyway", true)] {
             let mut inp = input(
@@ -943,7 +946,7 @@ mod tests {
         let mut db = node("db-node", "1", "1Gi", 10);
         db.labels.insert(ZONE_LABEL.into(), "ap-northeast-2b".into());
         db.allocatable = Resources::zero();
-        db.pods = vec![pod("db-0").label("app", "db").build()];
+        db.pods = vec![pod("db-0").label("app", "db").build()].into_iter().map(Arc::new).collect();
         let mut inp = input(
             vec![provisioner("default").build()],
             vec![pod("api").pod_affinity(ZONE_LABEL, &[("app", "db")])],
@@ -962,7 +965,10 @@ mod tests {
             let mut n = node(name, "1", "1Gi", 10);
             n.labels.insert(ZONE_LABEL.into(), zone.into());
             n.allocatable = Resources::zero();
-            n.pods = vec![pod(&format!("db-{namespace}")).namespace(namespace).label("app", "db").build()];
+            n.pods = vec![pod(&format!("db-{namespace}")).namespace(namespace).label("app", "db").build()]
+                .into_iter()
+                .map(Arc::new)
+                .collect();
             n
         };
         let mut inp = input(
@@ -999,7 +1005,10 @@ mod tests {
         let mut n = node("n-a", "1", "1Gi", 10);
         n.labels.insert(ZONE_LABEL.into(), "ap-northeast-2a".into());
         n.allocatable = Resources::zero();
-        n.pods = vec![pod("loner").anti_affinity(ZONE_LABEL, &[("app", "web")]).build()];
+        n.pods = vec![pod("loner").anti_affinity(ZONE_LABEL, &[("app", "web")]).build()]
+            .into_iter()
+            .map(Arc::new)
+            .collect();
         let mut inp = input(
             vec![provisioner("default")
                 .requirement(ZONE_LABEL, "In", &["ap-northeast-2a", "ap-northeast-2b"])
@@ -1107,7 +1116,10 @@ mod tests {
     #[test]
     fn existing_nodes_expect_their_missing_daemons() {
         let mut n: ExistingNode = node("n1", "2", "4Gi", 10);
-        n.pods = vec![pod("logs-abc").cpu("100m").daemonset("logs").build()];
+        n.pods = vec![pod("logs-abc").cpu("100m").daemonset("logs").build()]
+            .into_iter()
+            .map(Arc::new)
+            .collect();
         let mut inp = input(vec![provisioner("default").build()], vec![pod("p").cpu("1")]);
         inp.daemonset_pods = vec![
             pod("logs").cpu("100m").daemonset("logs").build(),

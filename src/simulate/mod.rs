@@ -252,7 +252,15 @@ fn existing_nodes(manifests: &Manifests, provisioners: &[ProvisionerInput], warn
         .nodes
         .iter()
         .map(|node| {
-            let mut existing = ExistingNode::from_node(node, by_node.remove(&node.name_any()).unwrap_or_default());
+            let mut existing = ExistingNode::from_node(
+                node,
+                by_node
+                    .remove(&node.name_any())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(Arc::new)
+                    .collect(),
+            );
             let owner = existing
                 .provisioner()
                 .and_then(|name| provisioners.iter().find(|p| p.provisioner.name_any() == name));

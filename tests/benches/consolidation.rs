@@ -56,7 +56,7 @@ struct Member {
     node: Node,
     instance_type: Arc<InstanceType>,
     price: f64,
-    pods: Vec<Pod>,
+    pods: Vec<Arc<Pod>>,
 }
 
 struct Cluster {
@@ -148,7 +148,7 @@ impl Cluster {
         let name = format!("node-{:05}", self.next);
         let node = node_object(&name, &it, &offering.zone, &offering.capacity_type);
         let price = offering.price;
-        let pods = pods.into_iter().map(|p| bind(p, &name)).collect();
+        let pods = pods.into_iter().map(|p| Arc::new(bind(p, &name))).collect();
         self.members.push(Member {
             node,
             instance_type: it,
@@ -163,7 +163,7 @@ impl Cluster {
     }
 
     fn pods(&self) -> Vec<Pod> {
-        self.members.iter().flat_map(|m| m.pods.iter().map(unbind)).collect()
+        self.members.iter().flat_map(|m| m.pods.iter().map(|p| unbind(p))).collect()
     }
 
     /// The simulation's view: every node with its pods, nothing pending.
@@ -260,7 +260,7 @@ impl Cluster {
                 .iter_mut()
                 .find(|m| m.node.metadata.name.as_deref() == Some(node.as_str()))
                 .expect("assigned to a node of the cluster");
-            member.pods.push(bind(by_key[&key].clone(), &node));
+            member.pods.push(Arc::new(bind(by_key[&key].clone(), &node)));
         }
         true
     }

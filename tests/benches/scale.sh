@@ -10,6 +10,8 @@
 #            Writes nothing under tests/benches/results.
 #   --append: keep the rows of scale.jsonl from an earlier run (e.g. the large sizes measured in a
 #            second sitting) and render them all; a size run again replaces its rows.
+#   --bin FILE: run this karpenter-rs instead of building one (another build, or a wrapper that
+#            runs it under a heap profiler; RSS and CPU are then the wrapper's, not the controller's).
 # Results: tests/benches/results/scale.md (+ scale.jsonl, the raw figures), unless --quick.
 #
 # The cluster is started afresh with the API server's audit log on (API requests are counted from
@@ -22,13 +24,15 @@ AUTOSCALERS=karpenter-rs,karpenter,floor
 PROFILE=release
 QUICK=0
 APPEND=0
+BIN=
 while (($#)); do
   case "$1" in
     --sizes) SIZES="$2"; shift ;;
     --autoscalers) AUTOSCALERS="$2"; shift ;;
     --quick) QUICK=1; SIZES=30; PROFILE=debug ;;
     --append) APPEND=1 ;;
-    -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --bin) BIN="$2"; shift ;;
+    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 64 ;;
   esac
   shift
@@ -46,9 +50,13 @@ source target/local-cluster/env
 
 work=$(mktemp -d)
 # One binary for the whole run, copied out of cargo's target dir so later builds cannot change it.
-log "building karpenter-rs ($PROFILE)"
-if [[ "$PROFILE" == release ]]; then cargo build --quiet --release --bin karpenter-rs; else cargo build --quiet --bin karpenter-rs; fi
-cp "${CARGO_TARGET_DIR:-target}/$PROFILE/karpenter-rs" "$work/karpenter-rs"
+if [[ -n "$BIN" ]]; then
+  cp "$BIN" "$work/karpenter-rs"
+else
+  log "building karpenter-rs ($PROFILE)"
+  if [[ "$PROFILE" == release ]]; then cargo build --quiet --release --bin karpenter-rs; else cargo build --quiet --bin karpenter-rs; fi
+  cp "${CARGO_TARGET_DIR:-target}/$PROFILE/karpenter-rs" "$work/karpenter-rs"
+fi
 export KARPENTER_RS_BIN="$work/karpenter-rs"
 types="$work/instance-types.json"
 "$LOCAL_CLUSTER_PYTHON" tests/karpenter/instance_types.py --out "$types" \

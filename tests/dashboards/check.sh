@@ -97,7 +97,7 @@ sqs.send_message(QueueUrl=sqs.get_queue_url(QueueName=sys.argv[1])["QueueUrl"], 
 PY
 
 log "the first write-up's scenario (tests/cluster/demo.sh)"
-# The pods run for 15 s: karpenter_pods_state is sampled every 10 s.
+# The pods run for 15 s: every scrape in that time sees them in karpenter_pods_state.
 TIMEOUT=300 HOLD=15 bash tests/cluster/demo.sh >&2
 sleep 5 # the last scrapes
 "$LOCAL_CLUSTER_PYTHON" tests/dashboards/check.py --prometheus "$PROM" --start "$start" \

@@ -190,10 +190,10 @@ async fn candidates_of(ctx: &Context, snapshot: &Snapshot, resuming: bool) -> Ve
 fn candidates_and_blocked(ctx: &Context, snapshot: &Snapshot, resuming: bool) -> (Vec<Candidate>, Vec<(Arc<Node>, String)>) {
     let state = &ctx.state;
     let nodes = super::considered(ctx);
-    let mut pods_by_node: HashMap<String, Vec<Pod>> = HashMap::new();
+    let mut pods_by_node: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
     for pod in state.pods.state() {
         if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
-            pods_by_node.entry(node).or_default().push((*pod).clone());
+            pods_by_node.entry(node).or_default().push(pod);
         }
     }
     let provisioners = state.provisioners.state();
@@ -281,7 +281,7 @@ async fn validate_and_execute(ctx: &Context, command: &Command, before: &Snapsho
         .filter(|n| command.nodes.contains(&n.name))
         .flat_map(|n| n.pods.iter())
         .filter(|p| crate::controllers::provisioning::pods::is_displaced_by_drain(p))
-        .map(crate::controllers::provisioning::pods::pod_key)
+        .map(|p| crate::controllers::provisioning::pods::pod_key(p))
         .collect();
     execute(ctx, command, &pod_names).await?;
     Ok(true)

@@ -153,7 +153,7 @@ pub struct NodeView<'a> {
     /// The Node.
     pub node: &'a Node,
     /// Every pod bound to it.
-    pub pods: &'a [Pod],
+    pub pods: &'a [Arc<Pod>],
     /// Its Provisioner, if it still exists.
     pub provisioner: Option<&'a Provisioner>,
     /// Its instance type as its Provisioner's nodes get it (capacity, offerings and prices), if
@@ -210,7 +210,12 @@ pub fn candidate(
     if view.nominated {
         return Err(Ineligible::Blocked("node is nominated for a pending pod".to_string()));
     }
-    let live: Vec<&Pod> = view.pods.iter().filter(|p| super::decide::occupies(p)).collect();
+    let live: Vec<&Pod> = view
+        .pods
+        .iter()
+        .map(|p| p.as_ref())
+        .filter(|p| super::decide::occupies(p))
+        .collect();
     if live.iter().any(|p| scheduled_at(p).is_some_and(|at| now < at + ttl())) {
         return skip("received a pod in the last 15s");
     }
@@ -243,7 +248,7 @@ pub fn candidate(
         .pods
         .iter()
         .filter(|p| crate::controllers::provisioning::pods::is_displaced_by_drain(p))
-        .map(prepare)
+        .map(|p| prepare(p))
         .collect();
     let created = node.metadata.creation_timestamp.as_ref().map(|t| t.0);
     let lifetime = lifetime_remaining(created, provisioner.spec.ttl_seconds_until_expired, now);
@@ -679,11 +684,11 @@ mod tests {
             self
         }
 
-        fn pods_of(&self, node: &str) -> Vec<Pod> {
+        fn pods_of(&self, node: &str) -> Vec<Arc<Pod>> {
             self.pods
                 .iter()
                 .filter(|p| p.spec.as_ref().unwrap().node_name.as_deref() == Some(node))
-                .cloned()
+                .map(|p| Arc::new(p.clone()))
                 .collect()
         }
 
@@ -926,9 +931,10 @@ mod tests {
         let p = consolidating(&["on-demand"]);
         let types = types();
         let check = |n: &Node, provisioner: &Provisioner, nominated: bool, pods: &[Pod], pdbs: &[PodDisruptionBudget]| {
+            let pods: Vec<Arc<Pod>> = pods.iter().cloned().map(Arc::new).collect();
             let view = NodeView {
                 node: n,
-                pods,
+                pods: &pods,
                 provisioner: Some(provisioner),
                 instance_type: type_of(&types, n),
                 nominated,
@@ -1004,7 +1010,7 @@ mod tests {
             ]}))
             .unwrap(),
         );
-        let pods = [fresh];
+        let pods = [Arc::new(fresh)];
         let view = NodeView {
             node: &n,
             pods: &pods,

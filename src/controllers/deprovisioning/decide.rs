@@ -3,6 +3,8 @@
 //! (`ttlSecondsUntilExpired`, §5.4), and what blocks a voluntary removal: the
 //! `karpenter.sh/do-not-evict` opt-out and PodDisruptionBudgets that allow no disruption (§5.2, §5.7).
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::chrono::{DateTime, Duration, Utc};
@@ -41,8 +43,8 @@ pub fn occupies(pod: &Pod) -> bool {
 }
 
 /// A running, non-terminating, non-mirror pod annotated `karpenter.sh/do-not-evict: "true"`.
-pub fn do_not_evict(pods: &[Pod]) -> Option<&Pod> {
-    pods.iter().find(|p| {
+pub fn do_not_evict(pods: &[Arc<Pod>]) -> Option<&Pod> {
+    pods.iter().map(|p| p.as_ref()).find(|p| {
         !is_terminal(p)
             && !is_terminating(p)
             && !is_mirror_pod(p)
@@ -58,7 +60,7 @@ pub fn do_not_evict(pods: &[Pod]) -> Option<&Pod> {
 /// A PodDisruptionBudget that selects one of `pods` (in its namespace) and allows no disruption
 /// now (`status.disruptionsAllowed == 0`): `(pdb, pod)`, both as `namespace/name`. Terminal,
 /// terminating, DaemonSet and mirror pods are not evicted and so not counted.
-pub fn blocking_pdb(pods: &[Pod], pdbs: &[PodDisruptionBudget]) -> Option<(String, String)> {
+pub fn blocking_pdb(pods: &[Arc<Pod>], pdbs: &[PodDisruptionBudget]) -> Option<(String, String)> {
     let key = |namespace: Option<&String>, name: Option<&String>| {
         format!(
             "{}/{}",
@@ -107,7 +109,13 @@ fn created(node: &Node) -> Option<DateTime<Utc>> {
 /// The emptiness decision for `node` with the pods bound to it, its Provisioner's
 /// `ttlSecondsAfterEmpty`, and how long after launch a node is presumed nominated for the pods
 /// it was launched for. TTL 0 deletes an empty node at once.
-pub fn emptiness(node: &Node, pods: &[Pod], ttl_seconds_after_empty: Option<i64>, nomination: Duration, now: DateTime<Utc>) -> Emptiness {
+pub fn emptiness(
+    node: &Node,
+    pods: &[Arc<Pod>],
+    ttl_seconds_after_empty: Option<i64>,
+    nomination: Duration,
+    now: DateTime<Utc>,
+) -> Emptiness {
     let Some(ttl) = ttl_seconds_after_empty.filter(|t| *t >= 0) else {
         return Emptiness::Ignore;
     };
@@ -125,7 +133,7 @@ pub fn emptiness(node: &Node, pods: &[Pod], ttl_seconds_after_empty: Option<i64>
         .annotations
         .as_ref()
         .and_then(|a| a.get(EMPTINESS_TIMESTAMP_ANNOTATION));
-    if pods.iter().any(occupies) {
+    if pods.iter().any(|p| occupies(p)) {
         return if annotation.is_some() {
             Emptiness::Unmark
         } else {
@@ -165,7 +173,7 @@ pub struct Candidate<'a> {
     /// The node.
     pub node: &'a Node,
     /// The pods bound to it.
-    pub pods: &'a [Pod],
+    pub pods: &'a [Arc<Pod>],
     /// Its Provisioner's `ttlSecondsUntilExpired`.
     pub ttl_seconds_until_expired: Option<i64>,
 }
@@ -306,7 +314,7 @@ mod tests {
         n
     }
 
-    fn pod(name: &str, extra: serde_json::Value) -> Pod {
+    fn pod(name: &str, extra: serde_json::Value) -> Arc<Pod> {
         let mut value = json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {"containers": []}, "status": {"phase": "Running"}});
         if let (Some(v), Some(extra)) = (value.as_object_mut(), extra.as_object()) {
             for (k, e) in extra {
@@ -316,10 +324,10 @@ mod tests {
                 }
             }
         }
-        serde_json::from_value(value).unwrap()
+        Arc::new(serde_json::from_value(value).unwrap())
     }
 
-    fn decide(n: &Node, pods: &[Pod], ttl: Option<i64>, now: i64) -> Emptiness {
+    fn decide(n: &Node, pods: &[Arc<Pod>], ttl: Option<i64>, now: i64) -> Emptiness {
         emptiness(n, pods, ttl, Duration::seconds(NOMINATION), at(now))
     }
 
@@ -423,7 +431,7 @@ mod tests {
         assert_eq!(emptiness_timestamp(at(0)), "2023-06-01T12:00:00Z");
     }
 
-    fn candidate<'a>(n: &'a Node, pods: &'a [Pod], ttl: Option<i64>) -> Candidate<'a> {
+    fn candidate<'a>(n: &'a Node, pods: &'a [Arc<Pod>], ttl: Option<i64>) -> Candidate<'a> {
         Candidate {
             node: n,
             pods,

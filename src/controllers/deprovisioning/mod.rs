@@ -160,15 +160,15 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
     let now = Utc::now();
     let nodes = considered(ctx);
     debug!(nodes = nodes.len(), "deprovisioning pass");
-    let mut pods_by_node: HashMap<String, Vec<Pod>> = HashMap::new();
+    let mut pods_by_node: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
     for pod in stores.pods.state() {
         if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
-            pods_by_node.entry(node).or_default().push((*pod).clone());
+            pods_by_node.entry(node).or_default().push(pod);
         }
     }
     let provisioners: HashMap<String, Arc<Provisioner>> = stores.provisioners.state().into_iter().map(|p| (p.name_any(), p)).collect();
     let provisioner_of = |node: &Node| node.labels().get(PROVISIONER_NAME_LABEL).and_then(|name| provisioners.get(name));
-    let no_pods: Vec<Pod> = Vec::new();
+    let no_pods: Vec<Arc<Pod>> = Vec::new();
     // Only a deletion of our own command holds the pass, and only up to the deletion timeout.
     let deletion_timeout =
         k8s_openapi::chrono::Duration::from_std(ctx.config.deletion_timeout).unwrap_or(k8s_openapi::chrono::Duration::MAX);
@@ -448,7 +448,8 @@ async fn delete_empty(
             node: name.clone(),
             source,
         })?;
-    if decide::emptiness(node, &fresh.items, ttl, nomination, Utc::now()) != Emptiness::Delete {
+    let fresh: Vec<Arc<Pod>> = fresh.items.into_iter().map(Arc::new).collect();
+    if decide::emptiness(node, &fresh, ttl, nomination, Utc::now()) != Emptiness::Delete {
         debug!(node = %name, "node is no longer empty; keeping it");
         return Ok(false);
     }

@@ -73,7 +73,8 @@ fn translate(info: &InstanceTypeInfo, settings: &NodeSettings, zones: &BTreeSet<
 /// requirements changed) is looked up with `instance_type`, translated when asked.
 #[derive(Default)]
 pub struct TypeCache {
-    catalogue: Vec<InstanceTypeInfo>,
+    /// Shared with the instance-type gauges, which write it out at scrape time.
+    catalogue: Arc<Vec<InstanceTypeInfo>>,
     by_provisioner: std::collections::HashMap<String, Built>,
 }
 
@@ -100,10 +101,10 @@ impl TypeCache {
     /// The catalogue as the cloud gives it now; every Provisioner's types are built again when
     /// it differs from the last one. True when it did.
     pub fn set_catalogue(&mut self, catalogue: Vec<InstanceTypeInfo>) -> bool {
-        if self.catalogue == catalogue {
+        if *self.catalogue == catalogue {
             return false;
         }
-        self.catalogue = catalogue;
+        self.catalogue = Arc::new(catalogue);
         self.by_provisioner.clear();
         true
     }
@@ -111,6 +112,11 @@ impl TypeCache {
     /// The catalogue last set.
     pub fn catalogue(&self) -> &[InstanceTypeInfo] {
         &self.catalogue
+    }
+
+    /// The catalogue last set, shared.
+    pub fn shared_catalogue(&self) -> Arc<Vec<InstanceTypeInfo>> {
+        self.catalogue.clone()
     }
 
     /// `instance_types(catalogue, provisioner, template, zones, region, global)` over the

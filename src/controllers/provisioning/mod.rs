@@ -235,6 +235,7 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
         ctx.metrics.controller_started(controller);
     }
     let stores = ctx.state.clone();
+    status::pod_states(&ctx.metrics, stores.clone(), leading.clone());
     let trigger = ctx.clone();
     // Pod startup times are observed on every pod change (the leader's), so a pod that starts
     // and goes between two status ticks still counts.
@@ -554,7 +555,7 @@ async fn snapshot(
         let mut type_cache = ctx.type_cache.lock().unwrap_or_else(|e| e.into_inner());
         type_cache.retain(|name| provisioners.iter().any(|p| p.name_any() == name));
         if type_cache.set_catalogue(catalogue) {
-            ctx.metrics.set_instance_types(type_cache.catalogue(), &ctx.config.region);
+            ctx.metrics.set_instance_types(type_cache.shared_catalogue(), &ctx.config.region);
         }
         let mut input = SimulationInput {
             pods: pending,
@@ -766,14 +767,14 @@ async fn provision(
 
 /// Existing and in-flight nodes with their pods, for the simulation.
 fn existing_nodes(nodes: &[Arc<Node>], all_pods: &[Arc<Pod>], provisioners: &[Arc<Provisioner>]) -> Vec<ExistingNode> {
-    let mut by_node: HashMap<&str, Vec<Pod>> = HashMap::new();
+    let mut by_node: HashMap<&str, Vec<Arc<Pod>>> = HashMap::new();
     for pod in all_pods {
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         if matches!(phase, Some("Succeeded") | Some("Failed")) {
             continue;
         }
         if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-            by_node.entry(node).or_default().push((**pod).clone());
+            by_node.entry(node).or_default().push(pod.clone());
         }
     }
     nodes

@@ -123,37 +123,29 @@ pub use crate::metrics::POD_STATE_LABELS;
 
 /// The `karpenter_pods_state` label values of `pod` on `node` (when bound and known); `N/A`
 /// where a value is unknown, as Karpenter reports it.
-pub fn pod_state_labels(pod: &Pod, node: Option<&Node>) -> [String; 10] {
-    let na = || "N/A".to_string();
-    let node_label = |key: &str| {
-        node.and_then(|n| n.metadata.labels.as_ref())
-            .and_then(|l| l.get(key))
-            .cloned()
-            .unwrap_or_else(na)
-    };
+pub fn pod_state_labels<'a>(pod: &'a Pod, node: Option<&'a Node>) -> crate::metrics::PodStateLabels<'a> {
+    use std::borrow::Cow;
+    let na = || Cow::Borrowed("N/A");
+    let text = |value: Option<&'a String>| value.map_or_else(na, |v| Cow::Borrowed(v.as_str()));
+    let node_label = |key: &str| text(node.and_then(|n| n.metadata.labels.as_ref()).and_then(|l| l.get(key)));
     let owner = pod
         .metadata
         .owner_references
         .iter()
         .flatten()
         .next()
-        .map(|o| format!("{}/{}", o.kind, o.name))
-        .unwrap_or_else(na);
+        .map_or_else(na, |o| Cow::Owned(format!("{}/{}", o.kind, o.name)));
     [
-        pod.metadata.name.clone().unwrap_or_else(na),
-        pod.metadata.namespace.clone().unwrap_or_else(na),
+        text(pod.metadata.name.as_ref()),
+        text(pod.metadata.namespace.as_ref()),
         owner,
-        pod.spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(na),
+        text(pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).filter(|n| !n.is_empty())),
         node_label(PROVISIONER_NAME_LABEL),
         node_label(ZONE_LABEL),
         node_label(ARCH_LABEL),
         node_label(CAPACITY_TYPE_LABEL),
         node_label(INSTANCE_TYPE_LABEL),
-        pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_else(na),
+        text(pod.status.as_ref().and_then(|s| s.phase.as_ref())),
     ]
 }
 

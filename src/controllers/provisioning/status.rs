@@ -1,7 +1,7 @@
 //! The leader's periodic work beside the passes: every 2 s the node lifecycle
 //! (`lifecycle::step`), every 10 s each Provisioner's
-//! `status.resources`, the usage, limit, `karpenter_pods_state`, `karpenter_nodes_*` and node
-//! price gauges.
+//! `status.resources`, the usage, limit, `karpenter_nodes_*` and node price gauges.
+//! `karpenter_pods_state` is written at scrape time from the cluster view (`pod_states`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use crate::metrics::GaugeSeries;
 use crate::scheduling;
 
 /// Every 10 s on the leader: each Provisioner's `status.resources` (written only when it
-/// changed), the usage, limit and usage-percentage gauges, `karpenter_pods_state`, the node
+/// changed), the usage, limit and usage-percentage gauges, the node
 /// gauges (and pods gone are forgotten by the startup tracker); every 2 s the node lifecycle.
 pub(super) async fn status_loop(
     ctx: Arc<Context>,
@@ -34,7 +34,6 @@ pub(super) async fn status_loop(
     let mut usage_series = GaugeSeries::new(ctx.metrics.provisioner_usage.clone());
     let mut limit_series = GaugeSeries::new(ctx.metrics.provisioner_limit.clone());
     let mut percent_series = GaugeSeries::new(ctx.metrics.provisioner_usage_pct.clone());
-    let mut pods_state = GaugeSeries::new(ctx.metrics.pods_state.clone());
     let mut node_series = NodeSeries::new(&ctx);
     while next_leading_tick(&mut ticker, &leading, &stores, &shutdown).await {
         tracing::trace!(ticks, "status tick");
@@ -84,16 +83,12 @@ pub(super) async fn status_loop(
 
         let all_nodes = stores.nodes.state();
         let all_pods = stores.pods.state();
-        let by_name: HashMap<String, Arc<Node>> = all_nodes.iter().map(|n| (n.name_any(), n.clone())).collect();
         let mut on_node: HashMap<&str, Vec<&Pod>> = HashMap::new();
-        pods_state.replace_all(all_pods.iter().map(|pod| {
-            let node_name = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty());
-            if let Some(name) = node_name {
+        for pod in &all_pods {
+            if let Some(name) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty()) {
                 on_node.entry(name).or_default().push(pod.as_ref());
             }
-            let node = node_name.and_then(|n| by_name.get(n));
-            (pods::pod_state_labels(pod, node.map(|n| n.as_ref())).to_vec(), 1.0)
-        }));
+        }
         node_series.replace_all(&ctx, &all_nodes, &on_node);
         let live: HashSet<&str> = all_pods.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
         startups.lock().unwrap_or_else(|e| e.into_inner()).retain(|uid| live.contains(uid));
@@ -179,4 +174,20 @@ async fn next_leading_tick(
             return true;
         }
     }
+}
+
+/// Sets `karpenter_pods_state`'s source: every pod of the cluster view with the node it is bound
+/// to, while this replica leads (a follower reports nothing, as before; the cache is empty until
+/// its first list is in).
+pub(super) fn pod_states(metrics: &crate::metrics::Metrics, stores: Stores, leading: watch::Receiver<bool>) {
+    metrics.pods_state.set_source(move |sink| {
+        if !*leading.borrow() {
+            return;
+        }
+        let nodes: HashMap<String, Arc<Node>> = stores.nodes.state().into_iter().map(|n| (n.name_any(), n)).collect();
+        for pod in stores.pods.state() {
+            let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).and_then(|n| nodes.get(n));
+            sink(&pods::pod_state_labels(&pod, node.map(|n| n.as_ref())));
+        }
+    });
 }
