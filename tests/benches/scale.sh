@@ -11,7 +11,8 @@
 #   --append: keep the rows of scale.jsonl from an earlier run (e.g. the large sizes measured in a
 #            second sitting) and render them all; a size run again replaces its rows.
 #   --bin FILE: run this karpenter-rs instead of building one (another build, or a wrapper that
-#            runs it under a heap profiler; RSS and CPU are then the wrapper's, not the controller's).
+#            runs it under a heap profiler; RSS and CPU are then the wrapper's, not the controller's,
+#            and a wrapper that forks must stop its child itself: only the wrapper is stopped).
 # Results: tests/benches/results/scale.md (+ scale.jsonl, the raw figures), unless --quick.
 #
 # The cluster is started afresh with the API server's audit log on (API requests are counted from
@@ -32,7 +33,7 @@ while (($#)); do
     --quick) QUICK=1; SIZES=30; PROFILE=debug ;;
     --append) APPEND=1 ;;
     --bin) BIN="$2"; shift ;;
-    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 64 ;;
   esac
   shift
