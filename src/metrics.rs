@@ -549,10 +549,9 @@ impl Metrics {
         let families = self.registry.gather();
         // The text is about the same size every scrape (the instance types make most of it):
         // sized once from the last one, it is not copied over as it grows.
-        let mut text = String::with_capacity(self.rendered_len.load(std::sync::atomic::Ordering::Relaxed) * 9 / 8);
+        let mut bytes = Vec::with_capacity(self.rendered_len.load(std::sync::atomic::Ordering::Relaxed) * 9 / 8);
         // The encoder writes through `io::Write`; it fails only on a writer that fails, and a
         // `Vec` does not.
-        let mut bytes = std::mem::take(&mut text).into_bytes();
         let _ = prometheus::Encoder::encode(&prometheus::TextEncoder::new(), &families, &mut bytes);
         let mut text = String::from_utf8(bytes).expect("the text encoder writes UTF-8");
         self.instance_types.render(&mut text);
