@@ -15,9 +15,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -80,19 +79,21 @@ pub fn router(settings: ApiSettings, metrics: Metrics, client_timeout: Duration)
     Router::new()
         .route(
             "/mutate",
-            post(|s: State<Arc<AppState>>, h: HeaderMap, b: Body| handle(Endpoint::Mutate, s, h, b)),
+            post(|s: State<Arc<AppState>>, r: Request| handle(Endpoint::Mutate, s, r)),
         )
         .route(
             "/validate",
-            post(|s: State<Arc<AppState>>, h: HeaderMap, b: Body| handle(Endpoint::Validate, s, h, b)),
+            post(|s: State<Arc<AppState>>, r: Request| handle(Endpoint::Validate, s, r)),
         )
         .route("/healthz", get(|| async { "ok" }))
         .with_state(state)
 }
 
-async fn handle(endpoint: Endpoint, State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+/// The whole request is taken, not a `HeaderMap` and a body: that extractor clones the headers.
+async fn handle(endpoint: Endpoint, State(state): State<Arc<AppState>>, request: Request) -> Response {
     let started = Instant::now();
-    let too_large = headers
+    let too_large = request
+        .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok())
@@ -103,7 +104,7 @@ async fn handle(endpoint: Endpoint, State(state): State<Arc<AppState>>, headers:
             format!("request body is larger than {MAX_BODY_BYTES} bytes"),
         ))
     } else {
-        match tokio::time::timeout(state.client_timeout, Limited::new(body, MAX_BODY_BYTES).collect()).await {
+        match tokio::time::timeout(state.client_timeout, Limited::new(request.into_body(), MAX_BODY_BYTES).collect()).await {
             Ok(Ok(collected)) => Ok(collected.to_bytes()),
             Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err(refusal(
                 StatusCode::PAYLOAD_TOO_LARGE,
