@@ -7,12 +7,13 @@
 //! second time, to name the field at fault.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::marker::PhantomData;
 
 use base64::Engine;
 use kube::Resource;
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{self, DeserializeOwned, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
@@ -22,6 +23,8 @@ use crate::apis::v1alpha1::{self, AwsNodeTemplate};
 use crate::apis::v1alpha5::{self, Provisioner};
 use crate::apis::ApiSettings;
 use crate::metrics::result;
+
+use super::spec_patch::{self, Fields};
 
 /// The AdmissionReview version karpenter-rs speaks.
 pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
@@ -94,30 +97,39 @@ pub struct Outcome {
 
 // --- what is read ------------------------------------------------------------------------------
 
+/// An AdmissionReview as read. With `TYPED`, an object of a kind served is decoded into its API
+/// type in the same pass, when the request names its kind before the object (the API server
+/// always does); otherwise, and when that decoding fails, the object is kept as raw JSON.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Envelope<'a> {
+struct Envelope<'a, const TYPED: bool> {
     #[serde(default, borrow)]
     api_version: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     kind: Option<Cow<'a, str>>,
     #[serde(borrow)]
-    request: Option<Request<'a>>,
+    request: Option<ReadRequest<'a, TYPED>>,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
 struct Request<'a> {
     uid: String,
-    #[serde(borrow)]
     kind: GroupVersionKind<'a>,
-    #[serde(borrow)]
     operation: Cow<'a, str>,
     /// Absent or null for objects with a generated name.
-    #[serde(default)]
     name: Option<String>,
-    #[serde(default, borrow)]
-    object: Option<&'a RawValue>,
+    object: Option<Object<'a>>,
+}
+
+/// The object under review: decoded already, or raw JSON still to decode.
+enum Object<'a> {
+    Raw(&'a RawValue),
+    Decoded(Decoded),
+}
+
+/// An object of a kind served, decoded.
+enum Decoded {
+    Provisioner(Box<Provisioner>),
+    AwsNodeTemplate(Box<AwsNodeTemplate>),
 }
 
 #[derive(Deserialize)]
@@ -128,6 +140,122 @@ struct GroupVersionKind<'a> {
     version: Cow<'a, str>,
     #[serde(borrow)]
     kind: Cow<'a, str>,
+}
+
+#[derive(Deserialize)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+
+/// Reads a `Request` field by field, like a derived `Deserialize` would (unknown fields ignored,
+/// duplicates and missing required fields refused), except for the object (see `Envelope`).
+struct ReadRequest<'a, const TYPED: bool>(Request<'a>);
+
+impl<'de: 'a, 'a, const TYPED: bool> Deserialize<'de> for ReadRequest<'a, TYPED> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        const FIELDS: &[&str] = &["uid", "kind", "operation", "name", "object"];
+        deserializer.deserialize_struct("AdmissionRequest", FIELDS, RequestVisitor::<TYPED>(PhantomData))
+    }
+}
+
+struct RequestVisitor<'a, const TYPED: bool>(PhantomData<&'a ()>);
+
+impl<'de: 'a, 'a, const TYPED: bool> Visitor<'de> for RequestVisitor<'a, TYPED> {
+    type Value = ReadRequest<'a, TYPED>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an AdmissionRequest")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        fn once<T, E: de::Error>(slot: &mut Option<T>, name: &'static str, value: T) -> Result<(), E> {
+            match slot.replace(value) {
+                Some(_) => Err(E::duplicate_field(name)),
+                None => Ok(()),
+            }
+        }
+        let (mut uid, mut kind, mut operation, mut name, mut object) = (None, None, None, None, None);
+        while let Some(field) = map.next_key::<RequestField>()? {
+            match field {
+                RequestField::Uid => once(&mut uid, "uid", map.next_value::<String>()?)?,
+                RequestField::Kind => once(&mut kind, "kind", map.next_value::<GroupVersionKind<'a>>()?)?,
+                RequestField::Operation => once(&mut operation, "operation", map.next_value::<Text<'a>>()?.0)?,
+                RequestField::Name => once(&mut name, "name", map.next_value::<Option<String>>()?)?,
+                RequestField::Object => {
+                    let value = match kind.as_ref().and_then(Kind::from_gvk).filter(|_| TYPED) {
+                        Some(Kind::Provisioner) => map
+                            .next_value::<Option<ObjectOnly<Provisioner>>>()?
+                            .map(|p| Object::Decoded(Decoded::Provisioner(Box::new(p.0)))),
+                        Some(Kind::AwsNodeTemplate) => map
+                            .next_value::<Option<ObjectOnly<AwsNodeTemplate>>>()?
+                            .map(|t| Object::Decoded(Decoded::AwsNodeTemplate(Box::new(t.0)))),
+                        None => map.next_value::<Option<&'a RawValue>>()?.map(Object::Raw),
+                    };
+                    once(&mut object, "object", value)?
+                }
+                RequestField::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(ReadRequest(Request {
+            uid: uid.ok_or_else(|| de::Error::missing_field("uid"))?,
+            kind: kind.ok_or_else(|| de::Error::missing_field("kind"))?,
+            operation: operation.ok_or_else(|| de::Error::missing_field("operation"))?,
+            name: name.flatten(),
+            object: object.flatten(),
+        }))
+    }
+}
+
+enum RequestField {
+    Uid,
+    Kind,
+    Operation,
+    Name,
+    Object,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for RequestField {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct FieldVisitor;
+        impl Visitor<'_> for FieldVisitor {
+            type Value = RequestField;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RequestField, E> {
+                Ok(match v {
+                    "uid" => RequestField::Uid,
+                    "kind" => RequestField::Kind,
+                    "operation" => RequestField::Operation,
+                    "name" => RequestField::Name,
+                    "object" => RequestField::Object,
+                    _ => RequestField::Other,
+                })
+            }
+        }
+        deserializer.deserialize_identifier(FieldVisitor)
+    }
+}
+
+/// `T` read only from a JSON object: a derived struct would also take an array of its fields in
+/// order, which no API object is.
+struct ObjectOnly<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for ObjectOnly<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ObjectVisitor<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectVisitor<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map))
+            }
+        }
+        deserializer.deserialize_map(ObjectVisitor(PhantomData)).map(ObjectOnly)
+    }
 }
 
 // --- what is written ---------------------------------------------------------------------------
@@ -175,11 +303,16 @@ enum Decision {
 
 /// Answers one AdmissionReview body. Never panics on any input.
 pub fn review(endpoint: Endpoint, body: &[u8], settings: &ApiSettings) -> Outcome {
-    let envelope = match serde_json::from_slice::<Envelope<'_>>(body) {
-        Ok(e) => e,
-        Err(_) => return unreadable(body),
+    // One pass decodes the object too; when anything in it fails, the review is read again with
+    // the object kept raw, so that the failure is answered as it is (a field error, a kind not
+    // served, an operation that needs no object).
+    let read = serde_json::from_slice::<Envelope<'_, true>>(body)
+        .map(|e| (e.api_version, e.kind, e.request.map(|r| r.0)))
+        .or_else(|_| serde_json::from_slice::<Envelope<'_, false>>(body).map(|e| (e.api_version, e.kind, e.request.map(|r| r.0))));
+    let Ok((api_version, review_kind, request)) = read else {
+        return unreadable(body);
     };
-    let Some(request) = envelope.request else {
+    let Some(request) = request else {
         return invalid(
             None,
             "not an AdmissionReview: request.uid is missing (there is no request)".to_string(),
@@ -188,7 +321,7 @@ pub fn review(endpoint: Endpoint, body: &[u8], settings: &ApiSettings) -> Outcom
     if request.uid.is_empty() {
         return invalid(None, "not an AdmissionReview: request.uid is empty".to_string());
     }
-    let (api_version, review_kind) = (envelope.api_version.unwrap_or_default(), envelope.kind.unwrap_or_default());
+    let (api_version, review_kind) = (api_version.unwrap_or_default(), review_kind.unwrap_or_default());
     if api_version != ADMISSION_API_VERSION || review_kind != REVIEW_KIND {
         return invalid(
             Some(&request.uid),
@@ -228,41 +361,55 @@ pub fn review(endpoint: Endpoint, body: &[u8], settings: &ApiSettings) -> Outcom
     if !matches!(operation, "CREATE" | "UPDATE") {
         return respond(outcome, &request.uid, Decision::Allow { warnings: Vec::new() });
     }
-    let Some(object) = request.object.filter(|o| o.get().starts_with('{')) else {
+    let object = match request.object {
+        Some(Object::Raw(raw)) if !raw.get().starts_with('{') => None,
+        object => object,
+    };
+    let Some(object) = object else {
         return respond(
             outcome,
             &request.uid,
             Decision::Deny(format!("{operation} request carries no object")),
         );
     };
-    let decision = match (endpoint, kind) {
-        (Endpoint::Mutate, Kind::Provisioner) => mutate::<Provisioner, _>(
-            object,
+    let decision = match (endpoint, object.decode(kind)) {
+        (_, Err(errors)) => Err(errors),
+        (Endpoint::Mutate, Ok(Decoded::Provisioner(mut p))) => mutate(
+            &mut *p,
             &mut outcome.name,
             |p| &mut p.spec,
             |spec| v1alpha5::defaults::set_defaults(spec, settings),
         ),
-        (Endpoint::Mutate, Kind::AwsNodeTemplate) => mutate::<AwsNodeTemplate, _>(
-            object,
+        (Endpoint::Mutate, Ok(Decoded::AwsNodeTemplate(mut t))) => mutate(
+            &mut *t,
             &mut outcome.name,
             |t| &mut t.spec,
             |spec| v1alpha1::defaults::set_defaults(spec, &settings.cluster_name),
         ),
-        (Endpoint::Validate, Kind::Provisioner) => decode_object::<Provisioner>(object).and_then(|p| {
+        (Endpoint::Validate, Ok(Decoded::Provisioner(p))) => {
             outcome.name = p.metadata.name.clone().unwrap_or_default();
-            v1alpha5::validation::validate(&p, settings)?;
-            Ok(Decision::Allow {
+            v1alpha5::validation::validate(&p, settings).map(|()| Decision::Allow {
                 warnings: v1alpha5::validation::warnings(&p.spec),
             })
-        }),
-        (Endpoint::Validate, Kind::AwsNodeTemplate) => decode_object::<AwsNodeTemplate>(object).and_then(|t| {
+        }
+        (Endpoint::Validate, Ok(Decoded::AwsNodeTemplate(t))) => {
             outcome.name = t.metadata.name.clone().unwrap_or_default();
-            v1alpha1::validation::validate(&t)?;
-            Ok(Decision::Allow { warnings: Vec::new() })
-        }),
+            v1alpha1::validation::validate(&t).map(|()| Decision::Allow { warnings: Vec::new() })
+        }
     };
     let decision = decision.unwrap_or_else(|errors| Decision::Deny(format!("{} {:?} is invalid: {}", kind.as_str(), outcome.name, errors)));
     respond(outcome, &request.uid, decision)
+}
+
+impl Object<'_> {
+    /// The object decoded as `kind`, if it is not already.
+    fn decode(self, kind: Kind) -> Result<Decoded, FieldErrors> {
+        match (self, kind) {
+            (Object::Decoded(decoded), _) => Ok(decoded),
+            (Object::Raw(raw), Kind::Provisioner) => decode_object(raw).map(|p| Decoded::Provisioner(Box::new(p))),
+            (Object::Raw(raw), Kind::AwsNodeTemplate) => decode_object(raw).map(|t| Decoded::AwsNodeTemplate(Box::new(t))),
+        }
+    }
 }
 
 /// Decodes the object; on failure reads it again as JSON to name the field and value at fault.
@@ -286,95 +433,30 @@ fn decode_object<T: DeserializeOwned>(object: &RawValue) -> Result<T, FieldError
     })
 }
 
-/// Decodes, applies `set_defaults` to the spec (the only part defaults touch), and answers with
-/// the difference as a JSON patch under `/spec` (or a plain allow when nothing changed). The
-/// patch is computed between the decoded spec re-encoded and the defaulted one, so it carries
-/// only the defaults, never re-encoding noise; the rest of the object (metadata with its
-/// managed fields, status) is decoded once and never encoded. The spec is encoded to bytes
-/// (cheap) before and after; only the top-level fields whose bytes differ become patch
-/// operations (`spec_patch`).
-fn mutate<T: Resource + DeserializeOwned, S: Serialize>(
-    object: &RawValue,
+/// Applies `set_defaults` to the spec (the only part defaults touch) and answers with the
+/// difference as a JSON patch under `/spec` (or a plain allow when nothing changed). The patch is
+/// computed between the decoded spec and the defaulted one, each encoded field by field
+/// (`spec_patch`), so it carries only the defaults, never re-encoding noise; the rest of the
+/// object (metadata with its managed fields, status) is never encoded.
+fn mutate<T: Resource, S: Serialize>(
+    decoded: &mut T,
     name: &mut String,
     spec_of: impl FnOnce(&mut T) -> &mut S,
     set_defaults: impl FnOnce(&mut S),
 ) -> Result<Decision, FieldErrors> {
-    let mut decoded: T = decode_object(object)?;
     if let Some(n) = &decoded.meta().name {
         name.clone_from(n);
     }
-    let spec = spec_of(&mut decoded);
-    let before = serde_json::to_vec(spec).expect("API types always serialize");
+    let spec = spec_of(decoded);
+    let before = Fields::of(spec).expect("a spec is a struct and always serializes");
     set_defaults(spec);
-    let after = serde_json::to_vec(spec).expect("API types always serialize");
-    if before == after {
-        return Ok(Decision::Allow { warnings: Vec::new() });
-    }
-    let patch = spec_patch(&before, &after);
+    let after = Fields::of(spec).expect("a spec is a struct and always serializes");
+    let patch = spec_patch::patch(&before, &after);
     Ok(if patch.is_empty() {
         Decision::Allow { warnings: Vec::new() }
     } else {
         Decision::Patch(patch)
     })
-}
-
-/// The JSON patch (as bytes) from one encoded spec to another, with paths under `/spec`. Only
-/// the top-level fields whose bytes differ are looked at, and the patch only touches what
-/// changed: a field that was absent is added and one that is gone removed, taking the encoded
-/// field as it is; an array whose old elements are all still first (defaults append) gets its
-/// new elements appended (`/-`), each as encoded; any other change is diffed as JSON trees
-/// (`json_patch::diff`), so entries of a field that did not change are never rewritten.
-fn spec_patch(before: &[u8], after: &[u8]) -> Vec<u8> {
-    type Fields<'a> = BTreeMap<Cow<'a, str>, &'a RawValue>;
-    fn fields(bytes: &[u8]) -> Fields<'_> {
-        serde_json::from_slice(bytes).expect("an encoded spec is a JSON object")
-    }
-    fn tree(raw: &RawValue) -> Value {
-        serde_json::from_str(raw.get()).expect("an encoded field is JSON")
-    }
-    fn elements(raw: &RawValue) -> Option<Vec<&RawValue>> {
-        serde_json::from_str(raw.get()).ok()
-    }
-    fn op(op: &str, path: &str, value: Option<&str>) -> String {
-        match value {
-            Some(v) => format!(r#"{{"op":"{op}","path":{},"value":{v}}}"#, Value::from(path)),
-            None => format!(r#"{{"op":"{op}","path":{}}}"#, Value::from(path)),
-        }
-    }
-    let (old, new) = (fields(before), fields(after));
-    let mut ops = Vec::new();
-    let mut keys: Vec<&Cow<'_, str>> = old.keys().chain(new.keys()).collect();
-    keys.sort();
-    keys.dedup();
-    for key in keys {
-        let path = format!("/spec/{}", key.replace('~', "~0").replace('/', "~1"));
-        match (old.get(key), new.get(key)) {
-            (None, None) => {}
-            (Some(o), Some(n)) if o.get() == n.get() => {}
-            (None, Some(n)) => ops.push(op("add", &path, Some(n.get()))),
-            (Some(_), None) => ops.push(op("remove", &path, None)),
-            (Some(o), Some(n)) => match (elements(o), elements(n)) {
-                (Some(o), Some(n)) if n.len() > o.len() && o.iter().zip(&n).all(|(a, b)| a.get() == b.get()) => {
-                    for added in &n[o.len()..] {
-                        ops.push(op("add", &format!("{path}/-"), Some(added.get())));
-                    }
-                }
-                _ => {
-                    let diff = json_patch::diff(&tree(o), &tree(n));
-                    for d in diff.0 {
-                        let mut d = serde_json::to_value(&d).expect("a JSON patch operation serializes");
-                        let inner = d["path"].as_str().unwrap_or_default().to_string();
-                        d["path"] = Value::from(format!("{path}{inner}"));
-                        ops.push(d.to_string());
-                    }
-                }
-            },
-        }
-    }
-    if ops.is_empty() {
-        return Vec::new();
-    }
-    format!("[{}]", ops.join(",")).into_bytes()
 }
 
 /// Writes the AdmissionReview for `decision` into `outcome`.
@@ -427,7 +509,7 @@ fn unreadable(body: &[u8]) -> Outcome {
             Some(uid) => {
                 // Read again for the path of the field at fault (`request.name: invalid type ...`).
                 let mut de = serde_json::Deserializer::from_slice(body);
-                let error = match serde_path_to_error::deserialize::<_, Envelope<'_>>(&mut de) {
+                let error = match serde_path_to_error::deserialize::<_, Envelope<'_, false>>(&mut de) {
                     Err(e) => e.to_string(),
                     Ok(_) => "unreadable".to_string(),
                 };
@@ -458,61 +540,136 @@ fn invalid(uid: Option<&str>, message: String) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
-    /// `spec_patch` between the encodings of two specs, applied to the object with the first.
-    fn patched(before: &Value, after: &Value) -> (Value, Vec<String>) {
-        let bytes = |v: &Value| serde_json::to_vec(v).unwrap();
-        let encoded = spec_patch(&bytes(before), &bytes(after));
-        let patch: json_patch::Patch = serde_json::from_slice(&encoded).unwrap();
-        let mut object = serde_json::json!({"metadata": {"name": "p"}, "spec": before});
-        json_patch::patch(&mut object, &patch).unwrap();
-        let ops: Vec<String> = serde_json::from_slice::<Vec<Value>>(&encoded)
-            .unwrap()
-            .iter()
-            .map(|op| format!("{} {}", op["op"].as_str().unwrap(), op["path"].as_str().unwrap()))
-            .collect();
-        (object["spec"].clone(), ops)
+    /// The AdmissionReview the API server sends for a CREATE of `object`.
+    fn create(object: &Value) -> Vec<u8> {
+        let (group, version) = object["apiVersion"].as_str().unwrap().split_once('/').unwrap();
+        serde_json::to_vec(&json!({
+            "apiVersion": ADMISSION_API_VERSION, "kind": REVIEW_KIND,
+            "request": {
+                "uid": "u-1", "kind": {"group": group, "version": version, "kind": object["kind"]},
+                "operation": "CREATE", "name": object["metadata"]["name"], "object": object
+            }
+        }))
+        .unwrap()
+    }
+
+    /// `object` with the patch of its /mutate answer applied, as the API server applies it.
+    fn mutated(object: &Value, settings: &ApiSettings) -> Value {
+        let outcome = review(Endpoint::Mutate, &create(object), settings);
+        let answer: Value = serde_json::from_slice(&outcome.body).unwrap();
+        let mut object = object.clone();
+        if let Some(patch) = answer["response"]["patch"].as_str() {
+            let patch = base64::engine::general_purpose::STANDARD.decode(patch).unwrap();
+            let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+            json_patch::patch(&mut object, &patch).unwrap();
+        }
+        object
+    }
+
+    /// The answer's `response`, for `body` sent to `endpoint`.
+    fn answer(endpoint: Endpoint, body: &[u8]) -> Value {
+        let outcome = review(endpoint, body, &ApiSettings::new("ssungz-cluster"));
+        serde_json::from_slice::<Value>(&outcome.body).unwrap()["response"].clone()
+    }
+
+    fn first_writeup_provisioner() -> Value {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/first-writeup/provisioner.yaml");
+        serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     }
 
     #[test]
-    fn a_spec_patch_turns_the_old_spec_into_the_new_touching_only_what_changed() {
-        let before = serde_json::json!({
-            "labels": {"team": "a", "a/b~c": "x"},
-            "requirements": [{"key": "zone", "operator": "In", "values": ["a"]}],
-            "ttlSecondsAfterEmpty": 30,
-            "weight": 1,
-            "limits": {"resources": {"cpu": "10"}}
-        });
-        let after = serde_json::json!({
-            "labels": {"team": "a", "a/b~c": "x"},
-            "requirements": [{"key": "zone", "operator": "In", "values": ["a"]}, {"key": "os", "operator": "In", "values": ["linux"]}, {"key": "arch", "operator": "In", "values": ["amd64"]}],
-            "ttlSecondsAfterEmpty": 60,
-            "ttlSecondsUntilExpired": 2592000,
-            "limits": {"resources": {"cpu": "10", "memory": "1Ti"}}
-        });
-        let (spec, ops) = patched(&before, &after);
-        assert_eq!(spec, after);
-        assert_eq!(
-            ops,
-            [
-                "add /spec/limits/resources/memory",
-                "add /spec/requirements/-",
-                "add /spec/requirements/-",
-                "replace /spec/ttlSecondsAfterEmpty",
-                "add /spec/ttlSecondsUntilExpired",
-                "remove /spec/weight"
-            ]
+    fn a_review_is_answered_alike_whichever_order_its_fields_come_in() {
+        let mut bad = first_writeup_provisioner();
+        bad["spec"]["ttlSecondsAfterEmpty"] = json!("thirty");
+        for object in [first_writeup_provisioner(), bad] {
+            let kind_first = create(&object);
+            // The object before the kind: read raw, then decoded.
+            let text = String::from_utf8(kind_first.clone()).unwrap();
+            let (head, tail) = text.split_once(r#""kind":{"group""#).unwrap();
+            let (gvk, rest) = tail.split_once('}').unwrap();
+            let object_first = format!(
+                r#"{head}"object":{object},"kind":{{"group"{gvk}}}{}"#,
+                rest.replacen(&format!(r#","object":{object}"#), "", 1)
+            );
+            assert!(
+                object_first.find(r#""object""#) < object_first.find(r#""kind":{"#),
+                "{object_first}"
+            );
+            for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
+                assert_eq!(
+                    answer(endpoint, &kind_first),
+                    answer(endpoint, object_first.as_bytes()),
+                    "{object_first}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_object_that_does_not_decode_is_answered_with_the_field_at_fault() {
+        let mut p = first_writeup_provisioner();
+        p["spec"]["ttlSecondsAfterEmpty"] = json!("thirty");
+        for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
+            let response = answer(endpoint, &create(&p));
+            let message = response["status"]["message"].as_str().unwrap();
+            assert_eq!(response["allowed"], false);
+            assert!(
+                message.contains("spec.ttlSecondsAfterEmpty") && message.contains("thirty"),
+                "{message}"
+            );
+        }
+        // An array is not an object, though a derived struct would read one.
+        let mut review: Value = serde_json::from_slice(&create(&p)).unwrap();
+        review["request"]["object"] = json!(["p"]);
+        let response = answer(Endpoint::Mutate, &serde_json::to_vec(&review).unwrap());
+        assert_eq!(response["status"]["message"], "CREATE request carries no object");
+        // A DELETE is allowed whatever its object holds.
+        review["request"]["operation"] = json!("DELETE");
+        review["request"]["object"] = json!({"spec": {"ttlSecondsAfterEmpty": "thirty"}});
+        assert_eq!(answer(Endpoint::Validate, &serde_json::to_vec(&review).unwrap())["allowed"], true);
+        // A field given twice is a malformed review, as before.
+        let twice = String::from_utf8(create(&p))
+            .unwrap()
+            .replacen(r#""uid":"u-1""#, r#""uid":"u-1","uid":"u-2""#, 1);
+        let response = answer(Endpoint::Mutate, twice.as_bytes());
+        assert!(
+            response["status"]["message"].as_str().unwrap().contains("duplicate field `uid`"),
+            "{response}"
         );
-        // An array whose old entries are not all kept first is diffed entry by entry.
-        let reordered = serde_json::json!({"requirements": [{"key": "os", "operator": "In", "values": ["linux"]}, {"key": "zone", "operator": "In", "values": ["a"]}]});
-        let (spec, _) = patched(&before, &reordered);
-        assert_eq!(spec, reordered);
-        // Keys that need escaping in a JSON pointer.
-        let escaped = serde_json::json!({"a/b~c": 1});
-        let (spec, ops) = patched(&serde_json::json!({}), &escaped);
-        assert_eq!(spec, escaped);
-        assert_eq!(ops, ["add /spec/a~1b~0c"]);
-        // Nothing changed: no patch.
-        assert!(spec_patch(b"{\"a\":1}", b"{\"a\":1}").is_empty());
+    }
+
+    #[test]
+    fn the_mutate_patch_gives_the_object_exactly_its_defaults() {
+        let settings = ApiSettings::new("ssungz-cluster");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let mut seen = 0;
+        for writeup in ["first-writeup", "second-writeup"] {
+            for entry in std::fs::read_dir(dir.join(writeup)).unwrap() {
+                let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+                let object: Value = serde_yaml::from_str(&text).unwrap();
+                let expected = match object["kind"].as_str() {
+                    Some("Provisioner") => {
+                        let mut p: Provisioner = serde_json::from_value(object.clone()).unwrap();
+                        v1alpha5::defaults::set_defaults(&mut p.spec, &settings);
+                        serde_json::to_value(&p.spec).unwrap()
+                    }
+                    Some("AWSNodeTemplate") => {
+                        let mut t: AwsNodeTemplate = serde_json::from_value(object.clone()).unwrap();
+                        v1alpha1::defaults::set_defaults(&mut t.spec, &settings.cluster_name);
+                        serde_json::to_value(&t.spec).unwrap()
+                    }
+                    _ => continue,
+                };
+                let once = mutated(&object, &settings);
+                assert_eq!(once["spec"], expected, "{text}");
+                assert_eq!(once["metadata"], object["metadata"], "only the spec is patched");
+                // Defaults are idempotent: a defaulted object comes back without a patch.
+                assert_eq!(mutated(&once, &settings), once);
+                seen += 1;
+            }
+        }
+        assert!(seen >= 6, "{seen} fixtures");
     }
 }

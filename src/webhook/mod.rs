@@ -8,6 +8,7 @@ pub mod admission;
 pub mod cert_reconciler;
 pub mod registration;
 pub mod self_signed;
+pub mod spec_patch;
 pub mod tls;
 
 use std::net::SocketAddr;

@@ -41,8 +41,8 @@ pub fn set_defaults(spec: &mut ProvisionerSpec, settings: &ApiSettings) {
 /// (any operator, deprecated spellings included) and no label already constrains.
 pub fn set_requirement_defaults(spec: &mut ProvisionerSpec) {
     let label_keys: Vec<&str> = spec.labels.iter().flatten().map(|(k, _)| labels::normalize(k)).collect();
-    let existing = spec.requirements.clone().unwrap_or_default();
-    let is_set = |key: &str| constrains(&existing, key) || label_keys.contains(&key);
+    let existing = spec.requirements.as_deref().unwrap_or_default();
+    let is_set = |key: &str| constrains(existing, key) || label_keys.contains(&key);
     let mut added = Vec::new();
     for (key, value) in [
         (OS_LABEL, "linux"),
