@@ -46,5 +46,8 @@ scheduling=passed
 quick_out=$(mktemp)
 bash tests/benches/scheduling_vs_karpenter.sh --quick --out "$quick_out" || { scheduling=failed; status=1; }
 rm -f "$quick_out"
-echo "cargo: ${passed} passed, ${failed} failed; dashboards: ${dashboards}; viewer: ${viewer}; scale --quick: ${scale}; soak --minutes 2: ${soak}; scheduling_vs_karpenter --quick: ${scheduling}"
+# The HTTPS load benchmark for 2 s per case (debug build, wrk from Debian), likewise.
+https_load=passed
+bash tests/benches/https_load.sh --quick >/dev/null || { https_load=failed; status=1; }
+echo "cargo: ${passed} passed, ${failed} failed; dashboards: ${dashboards}; viewer: ${viewer}; scale --quick: ${scale}; soak --minutes 2: ${soak}; scheduling_vs_karpenter --quick: ${scheduling}; https_load --quick: ${https_load}"
 exit "$status"
