@@ -2,9 +2,10 @@
 //! kind, runs the pure rules of `apis`, and builds the response (denial with every field error,
 //! JSON patch of defaults, warnings). No I/O here: the HTTP layer hands in bytes.
 //!
-//! The body is read in one pass into a small envelope that keeps the object as raw JSON, and the
-//! object is decoded straight into the API type; only a request that fails somewhere is read a
-//! second time, to name the field at fault.
+//! The body is read in one pass: the review's few fields, and the object decoded straight into
+//! its API type (the request names its kind first). A request that fails anywhere in that pass is
+//! read again with the object kept as raw JSON, then decoded on its own, and, when that fails
+//! too, read as a JSON tree to name the field and value at fault.
 
 use std::borrow::Cow;
 use std::marker::PhantomData;
