@@ -6,8 +6,10 @@
 //! needs. The crash points are the only injected fault; everything else is the real binary, API
 //! server and emulator.
 //!
-//! Every round crashes at each point once; `KARPENTER_RS_CRASH_ROUNDS` (default 20) sets how many
-//! rounds run. The counts are printed and must all be 0.
+//! The first round crashes at each point once, later rounds at points chosen at random from a
+//! printed seed (`KARPENTER_RS_CRASH_SEED` replays it); `KARPENTER_RS_CRASH_ROUNDS` (default 20;
+//! 2 in tests/run.sh, 100 in tests/benches/crash_rounds.sh) sets how many rounds run. The counts
+//! are printed and must all be 0.
 //!
 //! Consolidation has crash points of its own (after cordoning, before deleting the replaced node);
 //! a test here crashes at both in every round, and one turns consolidation off after a crash. So
@@ -16,7 +18,8 @@
 //! Also here, as it runs the same processes: two replicas with leader election never launch a
 //! node twice, and when the leader is killed the other one takes over; and the control plane
 //! going away under the binary (kube-apiserver, etcd, 30 s each, stopped and started again with
-//! tests/cluster/restart.sh) mid-launch, mid-drain and mid-consolidation.
+//! tests/cluster/restart.sh) mid-launch, mid-drain and mid-consolidation
+//! (`KARPENTER_RS_OUTAGE_COMPONENTS`, default both; tests/run.sh runs kube-apiserver's).
 
 mod support;
 
@@ -454,6 +457,51 @@ impl Setup {
     }
 }
 
+/// Which of the three provisioning crash points each round crashes at: every point in the first
+/// round, so that each is hit in every run; in later rounds each one at random (at least one a
+/// round) from `KARPENTER_RS_CRASH_SEED`, or from the clock when it is unset. The seed is printed,
+/// so that a failing order can be replayed.
+struct CrashPlan {
+    seed: u64,
+    state: u64,
+}
+
+impl CrashPlan {
+    const POINTS: [&'static str; 3] = ["after-launch", "during-drain", "after-terminate"];
+
+    fn from_env() -> CrashPlan {
+        let seed = std::env::var("KARPENTER_RS_CRASH_SEED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+            });
+        CrashPlan { seed, state: seed }
+    }
+
+    /// splitmix64: enough to spread the rounds, and the same on every machine for one seed.
+    fn next(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// The points round `round` (from 1) crashes at, in the order they come up.
+    fn round(&mut self, round: u32) -> [bool; 3] {
+        if round == 1 {
+            return [true; 3];
+        }
+        // One of the seven non-empty subsets of the three points.
+        let subset = 1 + self.next() % 7;
+        [subset & 1 != 0, subset & 2 != 0, subset & 4 != 0]
+    }
+}
+
 #[test]
 fn crashes_at_every_point_converge_without_leaks_stuck_nodes_or_double_launches() {
     let setup = setup("crash");
@@ -462,40 +510,63 @@ fn crashes_at_every_point_converge_without_leaks_stuck_nodes_or_double_launches(
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20);
+    let mut plan = CrashPlan::from_env();
+    println!("crash safety: KARPENTER_RS_CRASH_SEED={} ({rounds} rounds)", plan.seed);
 
     let s = Scenario::create(cluster);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut totals = Tally::default();
         let mut double_launches = 0;
+        let mut crashes = [0u32; 3];
         for round in 1..=rounds {
-            // 1. A pending pod; the binary exits right after launching its instance.
+            let [at_launch, at_drain, at_terminate] = plan.round(round);
+            let points: Vec<&str> = CrashPlan::POINTS
+                .iter()
+                .zip([at_launch, at_drain, at_terminate])
+                .filter_map(|(point, on)| on.then_some(*point))
+                .collect();
+            eprintln!("round {round}/{rounds}: crashing at {points:?}");
+            // 1. A pending pod; the binary exits right after launching its instance (when the
+            //    round crashes there).
             s.scale(1);
-            setup
-                .start(Some("after-launch"))
-                .expect_crash("after-launch", Duration::from_secs(90));
+            if at_launch {
+                setup
+                    .start(Some("after-launch"))
+                    .expect_crash("after-launch", Duration::from_secs(90));
+                crashes[0] += 1;
+            }
 
-            // 2. Restarted, it launches again, binds the pod, and collects the first instance.
+            // 2. (Re)started, it launches if it must, binds the pod, and collects an instance left
+            //    without a Node.
             let mut normal = setup.start(None);
             let node = normal.wait_for(&s, "the pod Running on a node", Duration::from_secs(90), || s.running_pod_node());
             let settled = settle(|| s.tally(&setup), |t| t.leaked == 0 && t.stuck == 0 && t.nodes == 1);
             totals.leaked += settled.leaked;
             totals.stuck += settled.stuck;
             double_launches += settled.nodes.saturating_sub(1);
+
             drop(normal);
 
-            // 3. The node is deleted; the binary exits in the middle of draining it.
+            // 3. The node is deleted; the binary exits in the middle of draining it (when the
+            //    round crashes there; otherwise the run of step 5 drains it).
             kubectl_ok(cluster, &["delete", "node", &node, "--wait=false"], None);
-            setup
-                .start(Some("during-drain"))
-                .expect_crash("during-drain", Duration::from_secs(60));
+            if at_drain {
+                setup
+                    .start(Some("during-drain"))
+                    .expect_crash("during-drain", Duration::from_secs(60));
+                crashes[1] += 1;
+            }
 
             // 4. No workload left to place; the next run terminates the instance and exits before
-            //    releasing the finalizer.
+            //    releasing the finalizer (when the round crashes there).
             s.scale(0);
             wait_for("the pods to be gone", Duration::from_secs(60), || s.pods().is_empty().then_some(()));
-            setup
-                .start(Some("after-terminate"))
-                .expect_crash("after-terminate", Duration::from_secs(60));
+            if at_terminate {
+                setup
+                    .start(Some("after-terminate"))
+                    .expect_crash("after-terminate", Duration::from_secs(60));
+                crashes[2] += 1;
+            }
 
             // 5. Restarted, it releases the node; whatever was launched meanwhile is cleaned up.
             let normal = setup.start(None);
@@ -509,13 +580,14 @@ fn crashes_at_every_point_converge_without_leaks_stuck_nodes_or_double_launches(
             eprintln!("round {round}/{rounds}: after launch {settled:?}, at the end {end:?}");
         }
         println!(
-            "crash safety: {rounds} rounds x 3 crash points: leaked instances {}, stuck nodes {}, double launches {}",
-            totals.leaked, totals.stuck, double_launches
+            "crash safety: {rounds} rounds, crashes after-launch {}, during-drain {}, after-terminate {} (seed {}): leaked instances {}, stuck nodes {}, double launches {}",
+            crashes[0], crashes[1], crashes[2], plan.seed, totals.leaked, totals.stuck, double_launches
         );
         assert_eq!(
             (totals.leaked, totals.stuck, double_launches),
             (0, 0, 0),
-            "leaked instances, stuck nodes and double launches after the rounds (logs in {})",
+            "leaked instances, stuck nodes and double launches after the rounds (seed {}; logs in {})",
+            plan.seed,
             setup.logs.display()
         );
     }));
@@ -638,8 +710,12 @@ fn a_cut_short_consolidation_is_released_when_consolidation_is_turned_off() {
             let marked = node.annotations().contains_key("karpenter.sh/voluntary-disruption");
             (!cordoned && !marked).then_some(())
         });
-        // Nothing was replaced: the pod still runs on the node, which is the only one.
-        std::thread::sleep(Duration::from_secs(20));
+        // Nothing was replaced over 10 deprovisioning passes: the pod still runs on the node,
+        // which is the only one.
+        let until = binary_passes(&normal, "deprovisioning") + 10;
+        wait_for("10 more deprovisioning passes", Duration::from_secs(120), || {
+            (binary_passes(&normal, "deprovisioning") >= until).then_some(())
+        });
         assert_eq!(s.running_pod_node().as_deref(), Some(big.as_str()), "{}", s.describe());
         assert_eq!(s.nodes().len(), 1, "no replacement was launched: {}", s.describe());
         s.scale_to_zero_and_settle(&setup);
@@ -776,6 +852,16 @@ fn binary_metrics(binary: &Binary) -> String {
         .find_map(support::process::parse_started)
         .expect("the start line names the metrics address");
     support::process::http_get(addresses.metrics, "/metrics").expect("metrics answer").1
+}
+
+/// Passes `controller` of the running binary has finished (`controller_runtime_reconcile_total`).
+fn binary_passes(binary: &Binary, controller: &str) -> u64 {
+    let prefix = format!("controller_runtime_reconcile_total{{controller=\"{controller}\",");
+    binary_metrics(binary)
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
 }
 
 #[test]
@@ -974,8 +1060,12 @@ fn api_server_and_etcd_outages_mid_launch_drain_and_consolidation_leave_nothing_
 
         let provider_id = |node: &str| kubectl_ok(cluster, &["get", "node", node, "-o", "jsonpath={.spec.providerID}"], None);
         s.request_cpu("1500m");
-        // Each component in turn, in the middle of each of the three.
-        for component in ["kube-apiserver", "etcd"] {
+        // Each component in turn, in the middle of each of the three. tests/run.sh takes
+        // kube-apiserver alone (`KARPENTER_RS_OUTAGE_COMPONENTS`, 5 minutes less);
+        // tests/benches/crash_rounds.sh takes both.
+        let components = std::env::var("KARPENTER_RS_OUTAGE_COMPONENTS").unwrap_or_else(|_| "kube-apiserver,etcd".into());
+        let components: Vec<&str> = components.split(',').map(str::trim).filter(|c| !c.is_empty()).collect();
+        for component in ["kube-apiserver", "etcd"].into_iter().filter(|c| components.contains(c)) {
             let launched_at_start = setup.launched(&s);
             // 1. A provisioning pass: the pod appears, and the component goes as the pass launches.
             s.scale(1);

@@ -262,8 +262,19 @@ fn ready_on(pods: &[Pod]) -> Vec<String> {
         .collect()
 }
 
-/// Runs `body`, then cleans up, and re-raises a failure of `body`.
+/// Runs `body` beside the binary's other tests, then cleans up, and re-raises a failure of `body`.
 fn with_scenario(scenario: Scenario, controller: &Controller, body: impl FnOnce(&Scenario)) {
+    let _shared = support::shared();
+    run_scenario(scenario, controller, body);
+}
+
+/// `with_scenario` while no other test of the binary runs.
+fn with_scenario_alone(scenario: Scenario, controller: &Controller, body: impl FnOnce(&Scenario)) {
+    let _alone = support::alone();
+    run_scenario(scenario, controller, body);
+}
+
+fn run_scenario(scenario: Scenario, controller: &Controller, body: impl FnOnce(&Scenario)) {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&scenario)));
     scenario.clean_up(controller);
     if let Err(panic) = result {
@@ -504,6 +515,56 @@ fn an_expired_node_is_replaced_first_and_drained_within_its_pdb() {
     });
 }
 
+/// The replacement launched for an expired node is deleted before it is Ready (here by hand; the
+/// registration TTL does the same to one whose kubelet never starts): the command is abandoned at
+/// once, the node put back into service, and the passes go on, instead of every deprovisioning
+/// command of the cluster waiting out the 10-minute replacement timeout for a node that will not
+/// come.
+#[test]
+fn a_replacement_deleted_before_it_is_ready_does_not_hold_deprovisioning() {
+    let (cluster, controller) = setup();
+    let scenario = Scenario::create(cluster, "regone", None, None);
+    with_scenario(scenario, controller, |s| {
+        s.deploy_nginx();
+        let first: BTreeSet<String> = s.wait_running(2);
+        // From now on the Provisioner's nodes never become Ready (kwok leaves nodes labelled
+        // e2e.karpenter-rs/no-kubelet alone), and its node is expired.
+        let patch = json!({"spec": {"labels": {"e2e.karpenter-rs/no-kubelet": "true"}, "ttlSecondsUntilExpired": 20}});
+        kubectl_ok(
+            cluster,
+            &["patch", "provisioner", &s.provisioner, "--type=merge", "-p", &patch.to_string()],
+            None,
+        );
+        let replacement = wait_for("a replacement launched for the expired node", Duration::from_secs(120), || {
+            s.nodes()
+                .into_iter()
+                .find(|n| n.labels().contains_key("e2e.karpenter-rs/no-kubelet"))
+                .map(|n| n.name_any())
+        });
+        // The node is no longer expired, and its replacement is deleted before it started.
+        let patch = json!({"spec": {"labels": {"e2e.karpenter-rs/no-kubelet": null}, "ttlSecondsUntilExpired": null}});
+        kubectl_ok(
+            cluster,
+            &["patch", "provisioner", &s.provisioner, "--type=merge", "-p", &patch.to_string()],
+            None,
+        );
+        kubectl_ok(cluster, &["delete", "node", &replacement, "--wait=false"], None);
+        wait_for("the expired node back in service", Duration::from_secs(60), || {
+            first
+                .iter()
+                .all(|name| {
+                    s.node(name).is_some_and(|n| {
+                        n.spec.as_ref().and_then(|sp| sp.unschedulable) != Some(true)
+                            && !n.annotations().contains_key("karpenter.sh/voluntary-disruption")
+                    })
+                })
+                .then_some(())
+        });
+        controller.wait_passes("deprovisioning", 3, Duration::from_secs(60));
+        assert_eq!(ready_on(&s.pods()).into_iter().collect::<BTreeSet<_>>(), first, "the pods did not move");
+    });
+}
+
 #[test]
 fn a_node_stuck_deleting_behind_a_pdb_does_not_hold_emptiness_of_another_node() {
     let (cluster, controller) = setup();
@@ -685,7 +746,9 @@ fn a_pod_every_new_node_evicts_does_not_launch_nodes_in_a_loop() {
         requirements.retain(|r| r["key"] != "karpenter.sh/capacity-type");
         requirements.push(json!({"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}));
     });
-    with_scenario(scenario, controller, |s| {
+    // Alone: its bound on nodes at once rests on emptiness deleting each node 30 s after its pod
+    // left, which another test's consolidation or expiration command holds up (one at a time, §5.8).
+    with_scenario_alone(scenario, controller, |s| {
         let mut deployment = fixture("first-writeup/nginx-deployment.yaml");
         deployment["metadata"]["namespace"] = json!(s.namespace);
         deployment["spec"]["replicas"] = json!(1);
@@ -1048,8 +1111,8 @@ fn every_opt_out_blocks_consolidation_with_its_event() {
         assert!(node_events(cluster, &pinned, "Unconsolidatable")
             .iter()
             .any(|e| e["message"].as_str().is_some_and(|m| m.ends_with("has do not evict annotation"))));
-        // Still there a validation period later.
-        std::thread::sleep(Duration::from_secs(20));
+        // Still there a validation period later: 10 passes of 2 s each, against 15 s (§5.6).
+        controller.wait_passes("deprovisioning", 10, Duration::from_secs(180));
         assert_eq!(s.node_names(), nodes);
 
         // A node that never initialises (its kubelet never starts) is not a candidate either.
@@ -1329,7 +1392,9 @@ fn rebalance_recommendations_foreign_instances_and_garbage_change_nothing() {
             4.0,
             "the four bodies that do not parse"
         );
-        std::thread::sleep(Duration::from_secs(5));
+        // Two more receives of the queue and two deprovisioning passes: chances to act on them.
+        controller.wait_passes("interruption", 2, Duration::from_secs(90));
+        controller.wait_passes("deprovisioning", 2, Duration::from_secs(90));
         let after = s.node(&name).expect("the node stays");
         assert!(after.metadata.deletion_timestamp.is_none());
         assert_ne!(after.spec.as_ref().and_then(|sp| sp.unschedulable), Some(true), "not cordoned");

@@ -357,24 +357,31 @@ fn describe_instances_failing_makes_the_garbage_collector_terminate_and_delete_n
         // Past the grace period, so the collector looks these up.
         std::thread::sleep(GC_GRACE + Duration::from_secs(1));
         let before = suite.proxy.calls("DescribeInstances").len();
+        // At most 2 minutes, should the test fail before it ends the outage itself.
         suite
             .proxy
-            .add(Rule::new("DescribeInstances", Fault::Status(500)).for_duration(Duration::from_secs(30)));
-        std::thread::sleep(Duration::from_secs(32));
-        let failed = suite
-            .proxy
-            .calls("DescribeInstances")
-            .iter()
-            .skip(before)
-            .filter(|c| c.fault.is_some())
-            .count();
-        assert!(failed >= 2, "the collector's lookups failed {failed} times");
+            .add(Rule::new("DescribeInstances", Fault::Status(500)).for_duration(Duration::from_secs(120)));
+        // Three failed lookups in a row, then the outage ends.
+        let failed = || {
+            suite
+                .proxy
+                .calls("DescribeInstances")
+                .iter()
+                .skip(before)
+                .filter(|c| c.fault.is_some())
+                .count()
+        };
+        wait_for("three failed lookups of the collector", Duration::from_secs(90), || {
+            (failed() >= 3).then_some(())
+        });
+        suite.controller.wait_passes("garbagecollection", 1, Duration::from_secs(60));
+        suite.proxy.clear("DescribeInstances");
         assert_eq!(instance_ids_of(&s.nodes()), instances, "no node deleted");
         let live: BTreeSet<String> = s.instances(suite).into_iter().map(|i| i.id).collect();
         assert_eq!(live, instances, "no instance terminated");
         assert_eq!(s.running(), 1);
-        // And after the outage, still nothing to collect.
-        std::thread::sleep(Duration::from_secs(8));
+        // And after the outage, still nothing to collect: two passes that see every instance.
+        suite.controller.wait_passes("garbagecollection", 2, Duration::from_secs(60));
         assert_eq!(instance_ids_of(&s.nodes()), instances);
     });
 }

@@ -18,12 +18,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "usage: $0 [--minutes N] [--out FILE]" >&2; exit 2 ;;
   esac
 done
-if [[ ! -f target/local-cluster/env ]]; then
-  trap 'bash tests/cluster/down.sh' EXIT
-fi
-bash tests/cluster/up.sh >/dev/null
-# Another karpenter-rs would provision for the run's pods too.
-bash tests/cluster/down.sh --karpenter-only
+source tests/cluster/use.sh
 out_abs="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"
 SOAK_MINUTES="$minutes" SOAK_OUT="$out_abs" \
   cargo test --locked --test soak -- --ignored --nocapture

@@ -9,12 +9,19 @@ own and no API to seed them. Karpenter resolves AMIs through exactly those
 parameters, so this wrapper lets PutParameter write names under /aws/service/
 (fixtures.py then writes the EKS / Bottlerocket ones with plain boto3). Every
 other name, and every other API, behaves as in stock moto.
+
+It also keeps the answer to each distinct DescribeInstanceTypes request (its
+region and parameters), which moto otherwise serialises anew every time: 5.8 s
+of CPU for its 1,395 instance types, and every controller a test starts asks
+once. moto's instance types are fixed data, so the kept answer is the answer it
+would give again; only the request id repeats.
 """
 
 import inspect
 import sys
 
 from moto.core.utils import utcnow
+from moto.ec2.responses import EC2Response
 from moto.server import main as moto_main
 from moto.ssm import models as ssm_models
 from moto.ssm.exceptions import ParameterAlreadyExists
@@ -56,6 +63,29 @@ def _put_parameter(self, *args, **kwargs):
 
 
 ssm_models.SimpleSystemManagerBackend.put_parameter = _put_parameter
+
+_original_call_action = EC2Response.call_action
+_instance_types_answers = {}
+
+
+def _call_action(self):
+    if self._get_action() != "DescribeInstanceTypes":
+        return _original_call_action(self)
+    key = (
+        self.region,
+        tuple(sorted((name, tuple(values)) for name, values in self.querystring.items())),
+    )
+    answer = _instance_types_answers.get(key)
+    if answer is None:
+        status, headers, body = _original_call_action(self)
+        if int(status) != 200:
+            return status, headers, body
+        answer = _instance_types_answers[key] = (status, dict(headers), body)
+    status, headers, body = answer
+    return status, dict(headers), body
+
+
+EC2Response.call_action = _call_action
 
 if __name__ == "__main__":
     moto_main(sys.argv[1:])

@@ -203,6 +203,22 @@ impl AdmissionWebhook {
     }
 }
 
+/// The tests of one binary share its controllers and run concurrently (tests/run.sh sets
+/// `RUST_TEST_THREADS`), each on a namespace and Provisioner of its own. A test whose check
+/// depends on the controllers doing nothing else meanwhile holds [`alone`] (and says why); the
+/// others hold [`shared`].
+static ALONE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Held by a test that may run beside the others of its binary.
+pub fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    ALONE.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Held by a test that must run while no other test of its binary does.
+pub fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    ALONE.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// A kube client for the local cluster (admin credentials).
 pub async fn client(cluster: &Cluster) -> kube::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -285,6 +301,27 @@ impl Controller {
     /// Runs a future on the controller's runtime.
     pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
         self.runtime.block_on(f)
+    }
+}
+
+impl Controller {
+    /// Passes `controller` (the label of `controller_runtime_reconcile_total`: `provisioner`,
+    /// `metric_scraper`, `deprovisioning`, `garbagecollection`, `termination`, `interruption`)
+    /// has finished so far, either way.
+    pub fn passes(&self, controller: &str) -> u64 {
+        ["success", "error"]
+            .iter()
+            .map(|result| self.metrics.reconcile_total.with_label_values(&[controller, result]).get())
+            .sum()
+    }
+
+    /// Waits until `controller` has finished `n` passes more than it had: `n` chances to act,
+    /// where a test shows that something does not happen. Panics after `timeout`.
+    pub fn wait_passes(&self, controller: &str, n: u64, timeout: Duration) {
+        let until = self.passes(controller) + n;
+        wait_for(&format!("{n} more {controller} passes"), timeout, || {
+            (self.passes(controller) >= until).then_some(())
+        });
     }
 }
 

@@ -342,18 +342,23 @@ async fn execute(ctx: &Context, command: &Command, pods: &[String]) -> Result<()
             .await;
         }
         let replacement = [launched.clone()];
-        if !super::await_nodes(
+        let awaited = super::await_nodes(
             state,
             &replacement,
             started + ctx.config.replacement_timeout,
             is_labelled_initialized,
         )
-        .await
-        {
-            warn!(replacement = %launched, nodes = ?command.nodes, timeout = ?ctx.config.replacement_timeout, "replacement did not initialise in time; keeping the nodes");
+        .await;
+        if awaited != super::Awaited::Done {
+            let gone = matches!(awaited, super::Awaited::Gone(_));
+            warn!(replacement = %launched, nodes = ?command.nodes, timeout = ?ctx.config.replacement_timeout, gone, "replacement did not initialise; keeping the nodes");
             for node in &nodes {
                 cordon(ctx, node, None).await?;
-                let note = format!("Replacement node {launched} did not initialize in time; keeping this node");
+                let note = if gone {
+                    format!("Replacement node {launched} was deleted before it initialized; keeping this node")
+                } else {
+                    format!("Replacement node {launched} did not initialize in time; keeping this node")
+                };
                 publish(
                     &ctx.recorder,
                     node.as_ref(),
@@ -366,7 +371,11 @@ async fn execute(ctx: &Context, command: &Command, pods: &[String]) -> Result<()
             }
             return Err(DeprovisioningError::Replace {
                 node: command.nodes.join(", "),
-                reason: format!("replacement {launched} not initialized within {:?}", ctx.config.replacement_timeout),
+                reason: if gone {
+                    format!("replacement {launched} was deleted before it initialized")
+                } else {
+                    format!("replacement {launched} not initialized within {:?}", ctx.config.replacement_timeout)
+                },
             });
         }
         ctx.metrics.replacement_initialized.observe(started.elapsed().as_secs_f64());

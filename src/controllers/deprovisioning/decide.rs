@@ -239,6 +239,43 @@ pub fn deletions<'a>(nodes: impl IntoIterator<Item = &'a Node>, timeout: Duratio
     outcome
 }
 
+/// Where a wait for the replacement nodes of a command stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replacements {
+    /// Every replacement is there and satisfies the condition (Ready, or initialised).
+    Done,
+    /// Some are not there yet, or not yet ready.
+    Waiting,
+    /// The replacement at this index was deleted, or is being deleted: it will never be ready, so
+    /// the command is abandoned now rather than at its timeout.
+    Gone(usize),
+}
+
+/// `nodes[i]` is what the cluster view holds now of the command's i-th replacement, `seen[i]`
+/// whether the view held it before (updated here): a node not there yet was just created and the
+/// view has not caught up; one that was there and is not any more was deleted.
+pub fn replacements(nodes: &[Option<&Node>], seen: &mut [bool], done: impl Fn(&Node) -> bool) -> Replacements {
+    let mut all_done = true;
+    for (i, node) in nodes.iter().enumerate() {
+        match node {
+            Some(node) => {
+                seen[i] = true;
+                if node.metadata.deletion_timestamp.is_some() {
+                    return Replacements::Gone(i);
+                }
+                all_done &= done(node);
+            }
+            None if seen[i] => return Replacements::Gone(i),
+            None => all_done = false,
+        }
+    }
+    if all_done {
+        Replacements::Done
+    } else {
+        Replacements::Waiting
+    }
+}
+
 /// At most one expired node to replace, oldest expiry first, skipping nodes already being deleted
 /// and nodes that run a do-not-evict pod or a pod whose PodDisruptionBudget allows no disruption
 /// now. (The pass does not call this while it waits for a deletion of its own, see [`deletions`].)
@@ -329,6 +366,24 @@ mod tests {
 
     fn decide(n: &Node, pods: &[Arc<Pod>], ttl: Option<i64>, now: i64) -> Emptiness {
         emptiness(n, pods, ttl, Duration::seconds(NOMINATION), at(now))
+    }
+
+    #[test]
+    fn a_replacement_deleted_before_it_is_ready_ends_the_wait_at_once() {
+        let not_ready: Node = serde_json::from_value(json!({"metadata": {"name": "r2"}})).unwrap();
+        let ready = node("r1", 0);
+        let is_ready = |n: &Node| n.metadata.name.as_deref() == Some("r1");
+        let mut seen = [false, false];
+        // Not in the view yet (just created): wait.
+        assert_eq!(replacements(&[Some(&ready), None], &mut seen, is_ready), Replacements::Waiting);
+        assert_eq!(replacements(&[Some(&ready), Some(&not_ready)], &mut seen, is_ready), Replacements::Waiting);
+        // Seen, then gone from the view: it will never be ready.
+        assert_eq!(replacements(&[Some(&ready), None], &mut seen, is_ready), Replacements::Gone(1));
+        // Being deleted counts as gone too.
+        let mut deleting = not_ready.clone();
+        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(5)));
+        assert_eq!(replacements(&[Some(&ready), Some(&deleting)], &mut [false, false], is_ready), Replacements::Gone(1));
+        assert_eq!(replacements(&[Some(&ready)], &mut [false], is_ready), Replacements::Done);
     }
 
     #[test]

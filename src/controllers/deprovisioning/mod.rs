@@ -343,9 +343,17 @@ async fn expire(ctx: &Context, stores: &Cluster, node: &Node, ttl: i64) -> Resul
             &note,
         )
         .await;
-        if !await_nodes(stores, &launched, started + ctx.config.replacement_timeout, is_ready).await {
+        let awaited = await_nodes(stores, &launched, started + ctx.config.replacement_timeout, is_ready).await;
+        if awaited != Awaited::Done {
             cordon(ctx, node, None).await?;
-            let note = format!("Replacement node(s) {} not Ready in time; keeping this node", launched.join(", "));
+            let why = match &awaited {
+                Awaited::Gone(gone) => format!("replacement {gone} was deleted before it was Ready"),
+                _ => format!("replacements {launched:?} not Ready within {:?}", ctx.config.replacement_timeout),
+            };
+            let note = match &awaited {
+                Awaited::Gone(gone) => format!("Replacement node {gone} was deleted before it was Ready; keeping this node"),
+                _ => format!("Replacement node(s) {} not Ready in time; keeping this node", launched.join(", ")),
+            };
             publish(
                 &ctx.recorder,
                 node,
@@ -355,10 +363,7 @@ async fn expire(ctx: &Context, stores: &Cluster, node: &Node, ttl: i64) -> Resul
                 &note,
             )
             .await;
-            return Err(DeprovisioningError::Replace {
-                node: name,
-                reason: format!("replacements {launched:?} not Ready within {:?}", ctx.config.replacement_timeout),
-            });
+            return Err(DeprovisioningError::Replace { node: name, reason: why });
         }
         ctx.metrics.replacement_initialized.observe(started.elapsed().as_secs_f64());
     }
@@ -369,21 +374,36 @@ async fn expire(ctx: &Context, stores: &Cluster, node: &Node, ttl: i64) -> Resul
 /// The `karpenter.sh/voluntary-disruption` value of an expired node being replaced.
 const EXPIRED: &str = "expired";
 
+/// How a wait for replacement nodes ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Awaited {
+    /// Every node satisfies the condition.
+    Done,
+    /// This node was deleted (or is being deleted) before it did: it never will.
+    Gone(String),
+    /// The deadline passed first.
+    TimedOut,
+}
+
 /// Waits, checking every second, until every node of `names` is in the shared state and
-/// satisfies `done`; false if `deadline` passes first.
-async fn await_nodes(state: &Cluster, names: &[String], deadline: Instant, done: impl Fn(&Node) -> bool) -> bool {
+/// satisfies `done` (`decide::replacements`). Stops as soon as one of them is gone or being
+/// deleted: otherwise the pass, and with it every other deprovisioning command (one at a time),
+/// would wait out the replacement timeout for a node that will not come.
+async fn await_nodes(state: &Cluster, names: &[String], deadline: Instant, done: impl Fn(&Node) -> bool) -> Awaited {
+    let mut seen = vec![false; names.len()];
     loop {
-        let all = names.iter().all(|n| {
-            state
-                .nodes
-                .get(&kube::runtime::reflector::ObjectRef::new(n))
-                .is_some_and(|n| done(&n))
-        });
-        if all {
-            return true;
+        let nodes: Vec<Option<Arc<Node>>> = names
+            .iter()
+            .map(|n| state.nodes.get(&kube::runtime::reflector::ObjectRef::new(n)))
+            .collect();
+        let nodes: Vec<Option<&Node>> = nodes.iter().map(|n| n.as_deref()).collect();
+        match decide::replacements(&nodes, &mut seen, &done) {
+            decide::Replacements::Done => return Awaited::Done,
+            decide::Replacements::Gone(i) => return Awaited::Gone(names[i].clone()),
+            decide::Replacements::Waiting => {}
         }
         if Instant::now() > deadline {
-            return false;
+            return Awaited::TimedOut;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
