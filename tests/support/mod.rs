@@ -209,9 +209,29 @@ impl AdmissionWebhook {
 /// others hold [`shared`].
 static ALONE: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
+thread_local! {
+    /// How many [`Shared`] guards this thread holds.
+    static SHARED_HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// What [`shared`] returns: the read lock, taken once per thread however deeply scenarios nest
+/// (a second read lock behind a waiting [`alone`] would wait for that writer, which waits for
+/// the first: a deadlock).
+pub struct Shared(#[allow(dead_code)] Option<std::sync::RwLockReadGuard<'static, ()>>);
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        SHARED_HELD.with(|held| held.set(held.get() - 1));
+    }
+}
+
 /// Held by a test that may run beside the others of its binary.
-pub fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
-    ALONE.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+pub fn shared() -> Shared {
+    let nested = SHARED_HELD.with(|held| {
+        held.set(held.get() + 1);
+        held.get() > 1
+    });
+    Shared((!nested).then(|| ALONE.read().unwrap_or_else(|poisoned| poisoned.into_inner())))
 }
 
 /// Held by a test that must run while no other test of its binary does.
