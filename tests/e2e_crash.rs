@@ -857,11 +857,7 @@ fn binary_metrics(binary: &Binary) -> String {
 /// Passes `controller` of the running binary has finished (`controller_runtime_reconcile_total`).
 fn binary_passes(binary: &Binary, controller: &str) -> u64 {
     let prefix = format!("controller_runtime_reconcile_total{{controller=\"{controller}\",");
-    binary_metrics(binary)
-        .lines()
-        .filter(|l| l.starts_with(&prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    support::metric_sum(&binary_metrics(binary), &prefix) as u64
 }
 
 #[test]

@@ -561,7 +561,11 @@ fn a_replacement_deleted_before_it_is_ready_does_not_hold_deprovisioning() {
                 .then_some(())
         });
         controller.wait_passes("deprovisioning", 3, Duration::from_secs(60));
-        assert_eq!(ready_on(&s.pods()).into_iter().collect::<BTreeSet<_>>(), first, "the pods did not move");
+        assert_eq!(
+            ready_on(&s.pods()).into_iter().collect::<BTreeSet<_>>(),
+            first,
+            "the pods did not move"
+        );
     });
 }
 
@@ -1043,13 +1047,7 @@ impl Scenario {
     /// `karpenter_nodes_created` summed over this scenario's Provisioner.
     fn created_count(&self, controller: &Controller) -> u64 {
         let prefix = format!("karpenter_nodes_created{{provisioner=\"{}\"", self.provisioner);
-        controller
-            .metrics
-            .render()
-            .lines()
-            .filter(|l| l.starts_with(&prefix))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>() as u64
+        support::metric_sum(&controller.metrics.render(), &prefix) as u64
     }
 }
 

@@ -44,6 +44,16 @@ impl Cluster {
     }
 }
 
+/// The sum of the samples in Prometheus text `metrics` whose line starts with `prefix` (a metric
+/// name and the first labels, e.g. `name{controller="x",`).
+pub fn metric_sum(metrics: &str, prefix: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// Starts the local cluster with tests/cluster/up.sh (a no-op when it is already up and healthy),
 /// once per test binary, and installs the CRDs.
 pub fn cluster() -> &'static Cluster {

@@ -376,13 +376,19 @@ mod tests {
         let mut seen = [false, false];
         // Not in the view yet (just created): wait.
         assert_eq!(replacements(&[Some(&ready), None], &mut seen, is_ready), Replacements::Waiting);
-        assert_eq!(replacements(&[Some(&ready), Some(&not_ready)], &mut seen, is_ready), Replacements::Waiting);
+        assert_eq!(
+            replacements(&[Some(&ready), Some(&not_ready)], &mut seen, is_ready),
+            Replacements::Waiting
+        );
         // Seen, then gone from the view: it will never be ready.
         assert_eq!(replacements(&[Some(&ready), None], &mut seen, is_ready), Replacements::Gone(1));
         // Being deleted counts as gone too.
         let mut deleting = not_ready.clone();
         deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(5)));
-        assert_eq!(replacements(&[Some(&ready), Some(&deleting)], &mut [false, false], is_ready), Replacements::Gone(1));
+        assert_eq!(
+            replacements(&[Some(&ready), Some(&deleting)], &mut [false, false], is_ready),
+            Replacements::Gone(1)
+        );
         assert_eq!(replacements(&[Some(&ready)], &mut [false], is_ready), Replacements::Done);
     }
 

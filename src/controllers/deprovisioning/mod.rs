@@ -346,13 +346,15 @@ async fn expire(ctx: &Context, stores: &Cluster, node: &Node, ttl: i64) -> Resul
         let awaited = await_nodes(stores, &launched, started + ctx.config.replacement_timeout, is_ready).await;
         if awaited != Awaited::Done {
             cordon(ctx, node, None).await?;
-            let why = match &awaited {
-                Awaited::Gone(gone) => format!("replacement {gone} was deleted before it was Ready"),
-                _ => format!("replacements {launched:?} not Ready within {:?}", ctx.config.replacement_timeout),
-            };
-            let note = match &awaited {
-                Awaited::Gone(gone) => format!("Replacement node {gone} was deleted before it was Ready; keeping this node"),
-                _ => format!("Replacement node(s) {} not Ready in time; keeping this node", launched.join(", ")),
+            let (why, note) = match &awaited {
+                Awaited::Gone(gone) => (
+                    format!("replacement {gone} was deleted before it was Ready"),
+                    format!("Replacement node {gone} was deleted before it was Ready; keeping this node"),
+                ),
+                _ => (
+                    format!("replacements {launched:?} not Ready within {:?}", ctx.config.replacement_timeout),
+                    format!("Replacement node(s) {} not Ready in time; keeping this node", launched.join(", ")),
+                ),
             };
             publish(
                 &ctx.recorder,
