@@ -9,6 +9,11 @@
 //! cordoned and marked its nodes, nothing is launched yet), `consolidation-before-delete` (its
 //! replacement is initialised, the old nodes are not deleted yet), `interruption-before-delete`
 //! (an interruption message was acted on, it is not deleted from the queue yet).
+//!
+//! `KARPENTER_RS_PANIC_IN=<controller>[:<passes>]` makes a controller's passes panic (every
+//! one, or its first `<passes>`), for the supervision tests: `panic_point` is called at the start
+//! of each pass of `provisioning`, `deprovisioning`, `termination`, `garbagecollection` and
+//! `interruption`.
 
 use std::sync::OnceLock;
 
@@ -24,5 +29,48 @@ pub fn hit(point: &str) {
     if crash_at.as_deref() == Some(point) {
         eprintln!("{CRASH_AT_ENV}={point}: exiting here");
         std::process::exit(CRASH_EXIT_CODE);
+    }
+}
+
+/// The environment variable naming a controller whose passes panic.
+pub const PANIC_IN_ENV: &str = "KARPENTER_RS_PANIC_IN";
+
+/// Panics if `KARPENTER_RS_PANIC_IN` names `controller` and its panics are not used up.
+pub fn panic_point(controller: &str) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PANIC_IN: OnceLock<Option<(String, Option<u64>)>> = OnceLock::new();
+    static PANICKED: AtomicU64 = AtomicU64::new(0);
+    let Some((name, passes)) = PANIC_IN.get_or_init(|| std::env::var(PANIC_IN_ENV).ok().and_then(|v| parse_panic_in(&v))) else {
+        return;
+    };
+    if name != controller {
+        return;
+    }
+    if passes.is_some_and(|n| PANICKED.fetch_add(1, Ordering::SeqCst) >= n) {
+        return;
+    }
+    panic!("{PANIC_IN_ENV}={name}: a failpoint panics this pass of {controller}");
+}
+
+/// `<controller>` (every pass) or `<controller>:<passes>`; None for an empty or unreadable value.
+pub fn parse_panic_in(value: &str) -> Option<(String, Option<u64>)> {
+    let (name, passes) = match value.split_once(':') {
+        Some((name, n)) => (name, Some(n.trim().parse().ok()?)),
+        None => (value, None),
+    };
+    let name = name.trim();
+    (!name.is_empty()).then(|| (name.to_string(), passes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panic_in_names_a_controller_and_optionally_a_count() {
+        assert_eq!(parse_panic_in("deprovisioning"), Some(("deprovisioning".into(), None)));
+        assert_eq!(parse_panic_in("termination:3"), Some(("termination".into(), Some(3))));
+        assert_eq!(parse_panic_in(""), None);
+        assert_eq!(parse_panic_in("termination:x"), None);
     }
 }

@@ -62,7 +62,11 @@ async fn run(args: RunArgs, with_controllers: bool) -> anyhow::Result<()> {
     let metrics_addr = metrics_listener.local_addr().context("reading the metrics address")?;
     let health_addr = health_listener.local_addr().context("reading the health probe address")?;
     let metrics_task = probes::serve(metrics_listener, probes::metrics_router(metrics.clone()), shutdown.clone());
-    let health_task = probes::serve(health_listener, probes::health_router(readiness.clone()), shutdown.clone());
+    let health_task = probes::serve(
+        health_listener,
+        probes::health_router(readiness.clone(), metrics.liveness.clone()),
+        shutdown.clone(),
+    );
     let webhook = if webhook::tls::has_certificate_files(&args.cert_dir) {
         webhook::start(webhook_listener, args.webhook(), metrics.clone(), shutdown.clone())
             .with_context(|| format!("loading the serving certificate from {}", args.cert_dir.display()))?
@@ -213,18 +217,19 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
         state.clone(),
         ctx.clone(),
     );
-    let deprovisioning = deprovisioning::Context::new(client, metrics, args.deprovisioning(), ctx.clone(), state.clone());
+    let deprovisioning = deprovisioning::Context::new(client, metrics.clone(), args.deprovisioning(), ctx.clone(), state.clone());
     info!(leader_elect = args.leader_elect, "controllers started");
-    // The controllers' loops share one task: a loop spawned as a task of its own could wait
-    // behind a busy worker indefinitely (the runtime's LIFO slot is not stolen by idle workers),
-    // which the end-to-end suites saw as node lifecycle and deprovisioning never ticking.
-    tokio::join!(
-        termination::run(termination, state, leading_rx.clone(), shutdown.clone()),
-        garbagecollection::run(collector, leading_rx.clone(), shutdown.clone()),
-        deprovisioning::run(deprovisioning, leading_rx.clone(), shutdown.clone()),
-        interruption::run(interruption, leading_rx.clone(), shutdown.clone()),
-        provisioning::run(ctx, leading_rx, shutdown),
-    );
+    karpenter_rs::controllers::Controllers {
+        state,
+        metrics,
+        provisioning: ctx,
+        termination: Some(termination),
+        deprovisioning: Some(deprovisioning),
+        garbage_collection: Some(collector),
+        interruption: Some(interruption),
+    }
+    .run(leading_rx, shutdown)
+    .await;
     if let Some(task) = election {
         let _ = task.await;
     }

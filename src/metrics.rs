@@ -144,6 +144,12 @@ pub struct Metrics {
     pub simulation_duration: Histogram,
     /// `controller_runtime_reconcile_total{controller, result}` (`success`, `error`).
     pub reconcile_total: IntCounterVec,
+    /// `karpenter_controller_panics_total{controller}`: panics caught by the supervisor, each
+    /// followed by a restart of that controller.
+    pub controller_panics: IntCounterVec,
+    /// The controllers' passes and panics, for `/healthz` (here because every controller
+    /// already holds the metrics).
+    pub liveness: crate::controllers::supervisor::Liveness,
     /// `controller_runtime_reconcile_errors_total{controller}`.
     pub reconcile_errors: IntCounterVec,
     /// `controller_runtime_reconcile_time_seconds{controller}`: one pass of a controller.
@@ -325,6 +331,14 @@ impl Metrics {
             .buckets(DURATION_BUCKETS.to_vec()),
         )
         .expect("metric options are valid");
+        let controller_panics = IntCounterVec::new(
+            Opts::new(
+                "karpenter_controller_panics_total",
+                "Panics of each controller, each followed by a restart of that controller.",
+            ),
+            &["controller"],
+        )
+        .expect("metric options are valid");
         let reconcile_total = IntCounterVec::new(
             Opts::new("controller_runtime_reconcile_total", "Passes of each controller, by result."),
             &["controller", "result"],
@@ -461,6 +475,7 @@ impl Metrics {
             Box::new(node_price.clone()),
             Box::new(simulation_duration.clone()),
             Box::new(reconcile_total.clone()),
+            Box::new(controller_panics.clone()),
             Box::new(reconcile_errors.clone()),
             Box::new(reconcile_time.clone()),
         ] {
@@ -508,6 +523,8 @@ impl Metrics {
             instance_types: InstanceTypeGauges::default(),
             simulation_duration,
             reconcile_total,
+            controller_panics,
+            liveness: Default::default(),
             reconcile_errors,
             reconcile_time,
         }

@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::controllers::supervisor::Liveness;
 use crate::metrics::Metrics;
 
 /// Whether the process is ready to serve: set once the webhook listens, cleared on shutdown.
@@ -40,9 +41,24 @@ pub fn metrics_router(metrics: Metrics) -> Router {
     )
 }
 
-/// `/healthz` (alive) and `/readyz` (serving).
-pub fn health_router(readiness: Readiness) -> Router {
-    Router::new().route("/healthz", get(|| async { "ok" })).route(
+/// `/healthz` (alive: 500 naming the controllers stuck in a pass past its deadline or panicking
+/// again and again, so that the kubelet restarts the process) and `/readyz` (serving).
+pub fn health_router(readiness: Readiness, liveness: Liveness) -> Router {
+    Router::new()
+        .route(
+            "/healthz",
+            get(move || {
+                let problems = liveness.problems(std::time::Instant::now());
+                async move {
+                    if problems.is_empty() {
+                        (StatusCode::OK, "ok".to_string())
+                    } else {
+                        (StatusCode::INTERNAL_SERVER_ERROR, format!("unhealthy: {}\n", problems.join("; ")))
+                    }
+                }
+            }),
+        )
+        .route(
         "/readyz",
         get(move || {
             let ready = readiness.is_ready();

@@ -41,7 +41,25 @@ pub fn init(level: &str, format: LogFormat) -> anyhow::Result<WorkerGuard> {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
     result.map_err(|e| anyhow::anyhow!("installing the log subscriber: {e}"))?;
+    log_panics();
     Ok(guard)
+}
+
+/// Logs every panic as an error with where it happened and its backtrace, through the log
+/// subscriber (a panic caught by the controllers' supervisor would otherwise leave only the
+/// default hook's line on stderr, without a backtrace unless RUST_BACKTRACE was set).
+pub fn log_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let location = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let backtrace = std::backtrace::Backtrace::force_capture();
+        tracing::error!(panic = %message, location = %location, backtrace = %backtrace, "panicked");
+    }));
 }
 
 /// An error with all its sources, `outer: inner: innermost`.

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_rs::cloudprovider::aws::AwsCloudProvider;
 use karpenter_rs::cloudprovider::{instance_id_from_provider_id, CloudProvider};
-use karpenter_rs::failpoint::{CRASH_AT_ENV, CRASH_EXIT_CODE};
+use karpenter_rs::failpoint::{CRASH_AT_ENV, CRASH_EXIT_CODE, PANIC_IN_ENV};
 use kube::ResourceExt;
 use serde_json::json;
 use support::{cluster, fixture, items, kubectl, kubectl_ok, unique, wait_for, AdmissionWebhook, Cluster};
@@ -43,7 +43,14 @@ struct Binary {
 
 impl Binary {
     /// Starts the binary with `extra` arguments (e.g. leader election settings).
-    fn spawn(cluster: &Cluster, certs: &std::path::Path, log_dir: &std::path::Path, crash_at: Option<&str>, extra: &[&str]) -> Binary {
+    fn spawn(
+        cluster: &Cluster,
+        certs: &std::path::Path,
+        log_dir: &std::path::Path,
+        crash_at: Option<&str>,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Binary {
         static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = log_dir.join(format!("run-{n:03}-{}.log", crash_at.unwrap_or("normal")));
@@ -62,7 +69,9 @@ impl Binary {
             .args(["--gc-interval", "2s", "--gc-grace-period", "5s"])
             .envs(&cluster.env)
             .env_remove(CRASH_AT_ENV)
+            .env_remove(PANIC_IN_ENV)
             .env("LOG_LEVEL", "info,karpenter_rs=debug")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out);
@@ -440,7 +449,12 @@ impl Setup {
     }
 
     fn start_with(&self, crash_at: Option<&str>, extra: &[&str]) -> Binary {
-        Binary::spawn(self.cluster, &self.certs, &self.logs, crash_at, extra)
+        Binary::spawn(self.cluster, &self.certs, &self.logs, crash_at, extra, &[])
+    }
+
+    /// Starts the binary alone with `env` set (e.g. a failpoint that panics a controller).
+    fn start_with_env(&self, env: &[(&str, &str)]) -> Binary {
+        Binary::spawn(self.cluster, &self.certs, &self.logs, None, &["--leader-elect", "false"], env)
     }
 
     /// Nodes launched for the scenario's Provisioner, counted from every run's log ("launched
@@ -844,14 +858,87 @@ fn a_missing_interruption_queue_is_retried_and_provisioning_goes_on() {
     }
 }
 
-/// The binary's /metrics, from the address its start line names.
+/// The addresses the binary's start line names, once it has started.
+fn binary_addresses(binary: &Binary) -> support::process::Addresses {
+    wait_for("the start line naming the addresses", Duration::from_secs(60), || {
+        binary.log().lines().find_map(support::process::parse_started)
+    })
+}
+
+/// The binary's /metrics.
 fn binary_metrics(binary: &Binary) -> String {
-    let log = binary.log();
-    let addresses = log
-        .lines()
-        .find_map(support::process::parse_started)
-        .expect("the start line names the metrics address");
+    addresses_metrics(&binary_addresses(binary))
+}
+
+fn addresses_metrics(addresses: &support::process::Addresses) -> String {
     support::process::http_get(addresses.metrics, "/metrics").expect("metrics answer").1
+}
+
+/// /healthz at `addresses`: status code and body.
+fn addresses_health(addresses: &support::process::Addresses) -> (u16, String) {
+    support::process::http_get(addresses.health, "/healthz").expect("healthz answers")
+}
+
+/// A controller whose passes panic (the `KARPENTER_RS_PANIC_IN` failpoint, the only injected
+/// fault) is logged with its backtrace, counted and started again while the others go on: a
+/// pod still gets a node. When its panics stop it is back (its passes succeed) and /healthz
+/// says ok; when they never stop, /healthz fails naming it, so the kubelet would restart the
+/// process, and provisioning still works meanwhile.
+#[test]
+fn a_controller_that_panics_is_restarted_and_the_others_go_on() {
+    let setup = setup("supervision");
+    let cluster = setup.cluster;
+    let s = Scenario::create(cluster);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let panics = |a: &support::process::Addresses| {
+            support::metric_sum(&addresses_metrics(a), "karpenter_controller_panics_total{controller=\"deprovisioning\"}")
+        };
+        let succeeded = |a: &support::process::Addresses| {
+            support::metric_sum(
+                &addresses_metrics(a),
+                "controller_runtime_reconcile_total{controller=\"deprovisioning\",result=\"success\"}",
+            )
+        };
+        // Three panics, then it is back.
+        let mut binary = setup.start_with_env(&[(PANIC_IN_ENV, "deprovisioning:3")]);
+        s.scale(1);
+        let addresses = binary_addresses(&binary);
+        binary.wait_for(&s, "the pod Running on a node", Duration::from_secs(90), || s.running_pod_node());
+        binary.wait_for(&s, "three panics counted and deprovisioning passing again", Duration::from_secs(60), || {
+            (panics(&addresses) == 3.0 && succeeded(&addresses) > 0.0).then_some(())
+        });
+        let log = binary.log();
+        assert!(log.contains("controller panicked; starting it again"), "{log}");
+        assert!(log.contains("backtrace"), "the panic is logged with its backtrace:\n{log}");
+        assert_eq!(addresses_health(&addresses).0, 200, "healthy once the controller passes again");
+        drop(binary);
+
+        // Panics that never stop: /healthz fails, provisioning goes on.
+        let mut binary = setup.start_with_env(&[(PANIC_IN_ENV, "deprovisioning")]);
+        let addresses = binary_addresses(&binary);
+        let (status, body) = binary.wait_for(&s, "/healthz failing", Duration::from_secs(90), || {
+            let (status, body) = addresses_health(&addresses);
+            (status != 200).then_some((status, body))
+        });
+        assert_eq!(status, 500, "{body}");
+        assert!(body.contains("deprovisioning: panicked"), "{body}");
+        s.scale(2);
+        binary.wait_for(&s, "two pods Running", Duration::from_secs(90), || {
+            let running = s
+                .pods()
+                .into_iter()
+                .filter(|p| p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running"))
+                .count();
+            (running == 2).then_some(())
+        });
+        assert!(panics(&addresses) >= 5.0);
+        s.scale_to_zero_and_settle(&setup);
+        drop(binary);
+    }));
+    s.tear_down(&setup);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
 }
 
 /// Passes `controller` of the running binary has finished (`controller_runtime_reconcile_total`).

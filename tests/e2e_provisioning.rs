@@ -630,9 +630,18 @@ fn limits_stop_provisioning_with_an_event_and_status_reports_usage() {
             d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "1500m"}});
         });
         kubectl_ok(cluster, &["apply", "-f", "-"], Some(&d.to_string()));
-        wait_for("one pod Running", Duration::from_secs(120), || {
-            (running_pods(cluster, &namespace).len() == 1).then_some(())
+        // At least one, then exactly one with what is where: two Running means two nodes (the
+        // limit broken) or two pods bound to one node that has room for one (an overcommit).
+        let running = wait_for("a pod Running", Duration::from_secs(120), || {
+            let running = running_pods(cluster, &namespace);
+            (!running.is_empty()).then_some(running)
         });
+        let placed: Vec<String> = running
+            .iter()
+            .map(|p| format!("{} on {:?}", p.name_any(), p.spec.as_ref().and_then(|s| s.node_name.clone())))
+            .collect();
+        let nodes: Vec<String> = our_nodes(cluster, &provisioner).iter().map(|n| n.name_any()).collect();
+        assert_eq!(running.len(), 1, "one pod Running; Running: {placed:?}, nodes: {nodes:?}");
         let event = wait_for("a FailedProvisioning event naming the limits", Duration::from_secs(90), || {
             events(cluster, &namespace, "FailedProvisioning")
                 .into_iter()
@@ -660,6 +669,11 @@ fn limits_stop_provisioning_with_an_event_and_status_reports_usage() {
             (!out.trim().is_empty()).then_some(())
         });
         assert_eq!(our_nodes(cluster, &provisioner).len(), 1, "the limit holds");
+        let running: Vec<String> = running_pods(cluster, &namespace)
+            .iter()
+            .map(|p| format!("{} on {:?}", p.name_any(), p.spec.as_ref().and_then(|s| s.node_name.clone())))
+            .collect();
+        assert_eq!(running.len(), 1, "the second pod stays Pending: {running:?}");
         let status = wait_for("status.resources", Duration::from_secs(60), || {
             let out = kubectl_ok(cluster, &["get", "provisioner", &provisioner, "-o", "json"], None);
             let p: serde_json::Value = serde_json::from_str(&out).unwrap();

@@ -428,31 +428,37 @@ impl Controller {
             let (_leading_tx, leading) = tokio::sync::watch::channel(true);
             let state = karpenter_rs::controllers::state::Cluster::start(&kube_client, &token);
             let ctx = provisioning::Context::new(kube_client.clone(), cloud.clone(), m.clone(), config, state.clone());
-            // One task for every loop, as in the binary (see its wiring).
-            match loops {
-                Some(loops) => {
-                    let t = termination::Context::new(kube_client.clone(), cloud.clone(), m.clone(), loops.termination);
-                    let d = deprovisioning::Context::new(kube_client.clone(), m.clone(), loops.deprovisioning, ctx.clone(), state.clone());
-                    let i = interruption::Context::new(
-                        kube_client.clone(),
-                        queue,
-                        cloud.clone(),
-                        m.clone(),
-                        loops.interruption,
-                        state.clone(),
-                        ctx.clone(),
-                    );
-                    let g = garbagecollection::Context::new(kube_client, cloud, m, loops.garbage_collection);
-                    tokio::join!(
-                        termination::run(t, state, leading.clone(), token.clone()),
-                        interruption::run(i, leading.clone(), token.clone()),
-                        deprovisioning::run(d, leading.clone(), token.clone()),
-                        garbagecollection::run(g, leading.clone(), token.clone()),
-                        provisioning::run(ctx, leading, token),
-                    );
-                }
-                None => provisioning::run(ctx, leading, token).await,
+            // The binary's wiring, with the loops the test asked for.
+            let mut controllers = karpenter_rs::controllers::Controllers {
+                state: state.clone(),
+                metrics: m.clone(),
+                provisioning: ctx.clone(),
+                termination: None,
+                deprovisioning: None,
+                garbage_collection: None,
+                interruption: None,
+            };
+            if let Some(loops) = loops {
+                controllers.termination = Some(termination::Context::new(kube_client.clone(), cloud.clone(), m.clone(), loops.termination));
+                controllers.deprovisioning = Some(deprovisioning::Context::new(
+                    kube_client.clone(),
+                    m.clone(),
+                    loops.deprovisioning,
+                    ctx.clone(),
+                    state.clone(),
+                ));
+                controllers.interruption = Some(interruption::Context::new(
+                    kube_client.clone(),
+                    queue,
+                    cloud.clone(),
+                    m.clone(),
+                    loops.interruption,
+                    state,
+                    ctx,
+                ));
+                controllers.garbage_collection = Some(garbagecollection::Context::new(kube_client, cloud, m, loops.garbage_collection));
             }
+            controllers.run(leading, token).await;
         });
         Controller {
             runtime,

@@ -137,6 +137,8 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
             continue;
         }
         let started = std::time::Instant::now();
+        let _pass = ctx.metrics.liveness.pass("deprovisioning");
+        crate::failpoint::panic_point("deprovisioning");
         let result = pass(&ctx).await;
         if let Err(e) = &result {
             warn!(error = %telemetry::chain(e), "deprovisioning pass failed; retrying with the next one");

@@ -199,6 +199,8 @@ pub async fn run(ctx: Arc<Context>, mut leading: watch::Receiver<bool>, shutdown
                 Err(e) => Some(e),
             },
             Some(u) => {
+                let _pass = ctx.metrics.liveness.pass("interruption");
+                crate::failpoint::panic_point("interruption");
                 let received = tokio::select! {
                     _ = shutdown.cancelled() => return,
                     received = ctx.queue.receive(u) => received,

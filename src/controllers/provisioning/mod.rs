@@ -128,6 +128,9 @@ pub struct Context {
     type_cache: StdMutex<catalogue::TypeCache>,
     /// The rate limit of `Nominated` events.
     nomination_events: StdMutex<TokenBucket>,
+    /// Pods seen pending, for `karpenter_pods_startup_time_seconds`; kept here so that a
+    /// controller started again after a panic goes on with the same record.
+    startups: Arc<StdMutex<pods::Startups>>,
 }
 
 struct PlannedNode {
@@ -167,6 +170,7 @@ impl Context {
                 NOMINATION_EVENTS_BURST,
                 Instant::now(),
             )),
+            startups: Arc::new(StdMutex::new(pods::Startups::new(Utc::now()))),
             config,
         })
     }
@@ -239,7 +243,7 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
     let trigger = ctx.clone();
     // Pod startup times are observed on every pod change (the leader's), so a pod that starts
     // and goes between two status ticks still counts.
-    let startups = Arc::new(std::sync::Mutex::new(pods::Startups::new(Utc::now())));
+    let startups = ctx.startups.clone();
     let (tracker, observing) = (startups.clone(), leading.clone());
     stores.on_pod_change(move |pod| {
         if pods::is_provisionable(pod) {
@@ -281,6 +285,8 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
                 continue;
             }
             let started = Instant::now();
+            let _pass = ctx.metrics.liveness.pass("provisioning");
+            crate::failpoint::panic_point("provisioning");
             let result = pass(&ctx, &stores).await;
             if let Err(e) = &result {
                 failures += 1;

@@ -116,6 +116,8 @@ pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receive
         }
         let terminating: Vec<Arc<Node>> = nodes.state().into_iter().filter(|n| is_terminating(n)).collect();
         let started = std::time::Instant::now();
+        let _pass = ctx.metrics.liveness.pass("termination");
+        crate::failpoint::panic_point("termination");
         let results = futures::future::join_all(terminating.iter().map(|node| reconcile(&ctx, node))).await;
         let mut waiting = 0;
         let mut ok = true;
