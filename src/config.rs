@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::apis::v1alpha5::validation::MAX_TTL_SECONDS;
 use crate::apis::{ApiSettings, DEFAULT_TTL_SECONDS_AFTER_EMPTY, DEFAULT_TTL_SECONDS_UNTIL_EXPIRED};
 use crate::cloudprovider::KubernetesVersion;
 use crate::settings::{self, GlobalSettings};
@@ -130,7 +131,7 @@ pub struct RunArgs {
     #[arg(long, env = "CERT_DIR", default_value = "/tmp/k8s-webhook-server/serving-certs")]
     pub cert_dir: PathBuf,
     /// How often the certificate files are checked for changes.
-    #[arg(long, env = "CERT_RELOAD_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "CERT_RELOAD_INTERVAL", default_value = "10s", value_parser = parse_interval)]
     pub cert_reload_interval: Duration,
     /// Secret holding the self-managed webhook certificate (used when --cert-dir holds no tls.crt or tls.key).
     #[arg(long, env = "CERT_SECRET", default_value = "karpenter-rs-cert")]
@@ -247,7 +248,7 @@ pub struct RunArgs {
     #[arg(long, env = "KUBE_CLIENT_BURST", default_value_t = 300)]
     pub kube_client_burst: u32,
     /// How often empty and expired nodes are looked for (`run` only).
-    #[arg(long, env = "DEPROVISIONING_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "DEPROVISIONING_INTERVAL", default_value = "10s", value_parser = parse_interval)]
     pub deprovisioning_interval: Duration,
     /// How long the replacements of an expired or consolidated node may take to become ready
     /// before the node is put back into service and tried again later (`run` only).
@@ -255,7 +256,7 @@ pub struct RunArgs {
     pub replacement_timeout: Duration,
     /// How often the garbage collector looks for leaked instances and orphaned Nodes, once past
     /// its first 20 passes, which run every 10 s (`run` only).
-    #[arg(long, env = "GC_INTERVAL", default_value = "2m", value_parser = parse_duration)]
+    #[arg(long, env = "GC_INTERVAL", default_value = "2m", value_parser = parse_interval)]
     pub gc_interval: Duration,
     /// How old an instance without a Node must be before the garbage collector terminates it
     /// (`run` only).
@@ -511,9 +512,9 @@ pub fn parse_ttl_default(s: &str) -> Result<TtlDefault, String> {
         return Ok(TtlDefault(None));
     }
     match s.parse::<i64>() {
-        Ok(n) if n >= 0 => Ok(TtlDefault(Some(n))),
+        Ok(n) if (0..=MAX_TTL_SECONDS).contains(&n) => Ok(TtlDefault(Some(n))),
         _ => Err(format!(
-            "invalid TTL default {s:?}: expected a number of seconds (0 or more) or \"none\""
+            "invalid TTL default {s:?}: expected a number of seconds from 0 to {MAX_TTL_SECONDS} (100 years) or \"none\""
         )),
     }
 }
@@ -571,6 +572,15 @@ pub fn parse_cidr(s: &str) -> Result<String, String> {
         Err(format!(
             "invalid service CIDR {s:?}: expected an IPv4 network such as 10.100.0.0/16"
         ))
+    }
+}
+
+/// A Go duration for how often something runs: more than zero (a zero period would make a
+/// controller spin or stop).
+pub fn parse_interval(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        Duration::ZERO => Err(format!("invalid interval {s:?}: must be more than 0 (e.g. 10s, 2m)")),
+        d => Ok(d),
     }
 }
 
@@ -653,6 +663,22 @@ mod tests {
         assert_eq!(parse_ttl_default("none"), Ok(TtlDefault(None)));
         assert_eq!(parse_ttl_default("0"), Ok(TtlDefault(Some(0))));
         assert!(parse_ttl_default("-1").unwrap_err().contains("\"-1\""));
+        assert_eq!(parse_ttl_default("3153600000"), Ok(TtlDefault(Some(3_153_600_000))));
+        let e = parse_ttl_default("9000000000000").unwrap_err();
+        assert!(e.contains("\"9000000000000\"") && e.contains("3153600000"), "{e}");
+    }
+
+    #[test]
+    fn an_interval_of_zero_is_refused_naming_the_flag() {
+        for flag in ["--deprovisioning-interval", "--gc-interval", "--cert-reload-interval"] {
+            for zero in ["0", "0s", "0ms"] {
+                let err = Cli::try_parse_from(["karpenter-rs", "run", "--cluster-name", "c", flag, zero])
+                    .unwrap_err()
+                    .to_string();
+                assert!(err.contains(flag) && err.contains("must be more than 0"), "{flag} {zero}: {err}");
+            }
+        }
+        assert_eq!(parse_interval("1s"), Ok(Duration::from_secs(1)));
     }
 
     #[test]

@@ -10,6 +10,8 @@ pub mod controllers;
 pub mod convert;
 pub mod crds;
 pub mod failpoint;
+#[cfg(test)]
+mod hostile_values;
 pub mod metrics;
 pub mod probes;
 pub mod ratelimit;

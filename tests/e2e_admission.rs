@@ -154,6 +154,15 @@ fn refuses_invalid_specs_with_a_message_naming_the_field() {
             "spec.ttlSecondsUntilExpired: invalid value -30",
         ),
         (
+            // The value that once panicked the deprovisioning controller.
+            provisioner(&|p| p["spec"]["ttlSecondsUntilExpired"] = json!(9_000_000_000_000i64)),
+            "spec.ttlSecondsUntilExpired: invalid value 9000000000000: must be at most 3153600000 (100 years)",
+        ),
+        (
+            provisioner(&|p| p["spec"]["limits"] = json!({"resources": {"memory": "8Ei"}})),
+            "spec.limits.resources[memory]: invalid value \"8Ei\": must be at most 4Ei",
+        ),
+        (
             provisioner(&|p| p["spec"]["consolidation"] = json!({"enabled": true})),
             "spec.ttlSecondsAfterEmpty: forbidden",
         ),

@@ -48,6 +48,34 @@ pub fn parse_quantity(s: &str) -> Option<f64> {
     Some(sign * value * multiplier)
 }
 
+/// The largest amount of one resource karpenter-rs keeps, in its integer unit (millicores for
+/// cpu, the base unit otherwise): 2^62, so that the sum of two such amounts still fits an `i64`.
+pub const MAX_AMOUNT: i64 = 1 << 62;
+
+/// The largest quantity of `resource` a spec may give, as the value `parse_quantity` returns
+/// (cores for cpu) and as the text an error shows: 4611686018427387 cores for cpu (2^62
+/// millicores), 4Ei for bytes, 2^62 for anything else.
+pub fn max_quantity(resource: &str) -> (f64, String) {
+    match resource {
+        "cpu" => ((MAX_AMOUNT / 1000) as f64, (MAX_AMOUNT / 1000).to_string()),
+        "memory" | "ephemeral-storage" => (MAX_AMOUNT as f64, "4Ei".to_string()),
+        r if r.starts_with("hugepages-") => (MAX_AMOUNT as f64, "4Ei".to_string()),
+        _ => (MAX_AMOUNT as f64, MAX_AMOUNT.to_string()),
+    }
+}
+
+/// Checks a spec's quantity of `resource`: a quantity, not negative, at most `max_quantity`.
+/// The error says what is wrong, for a `FieldError` on the field holding it.
+pub fn check_spec_quantity(resource: &str, text: &str) -> Result<f64, String> {
+    let (max, max_text) = max_quantity(resource);
+    match parse_quantity(text) {
+        None => Err("must be a quantity such as 100, 500m or 1000Gi".to_string()),
+        Some(v) if v < 0.0 => Err("must not be negative".to_string()),
+        Some(v) if v > max => Err(format!("must be at most {max_text}")),
+        Some(v) => Ok(v),
+    }
+}
+
 /// Parses a Go duration (`300ms`, `1m30s`, `-1h`, `0`) into seconds.
 pub fn parse_go_duration(s: &str) -> Option<f64> {
     let (sign, mut rest) = match s.as_bytes().first()? {
@@ -101,6 +129,17 @@ mod tests {
         for bad in ["", "110GB", "5%3", "abc", "1.2.3", "Gi", "1e", "1 Gi"] {
             assert_eq!(parse_quantity(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn spec_quantities_are_bounded_so_sums_cannot_overflow() {
+        assert_eq!(check_spec_quantity("memory", "4Ei"), Ok(4.0 * 1024f64.powi(6)));
+        assert_eq!(check_spec_quantity("memory", "8Ei"), Err("must be at most 4Ei".to_string()));
+        assert_eq!(check_spec_quantity("cpu", "4611686018427387"), Ok(4611686018427387.0));
+        assert_eq!(check_spec_quantity("cpu", "1E"), Err("must be at most 4611686018427387".to_string()));
+        assert_eq!(check_spec_quantity("nvidia.com/gpu", "1e400"), Err("must be at most 4611686018427387904".to_string()));
+        assert_eq!(check_spec_quantity("cpu", "-1"), Err("must not be negative".to_string()));
+        assert!(check_spec_quantity("cpu", "lots").unwrap_err().contains("quantity"));
     }
 
     #[test]

@@ -933,6 +933,23 @@ mod tests {
     }
 
     #[test]
+    fn a_request_past_every_instance_type_fits_none_even_when_sums_would_overflow() {
+        // The API server admits `8Ei` (2^63 bytes); with a DaemonSet's memory added, a wrapping
+        // sum would turn negative and "fit" every type.
+        let mut inp = input(vec![service()], vec![nginx("huge").memory("8Ei"), nginx("huge-cpu").cpu("1E")]);
+        inp.daemonset_pods = vec![pod("agent")
+            .cpu("100m")
+            .memory("100Mi")
+            .tolerate("service", "true", "NoSchedule")
+            .daemonset("agent")
+            .build()];
+        let plan = simulate(&inp);
+        assert!(plan.new_nodes.is_empty(), "{:?}", plan.new_nodes);
+        assert!(reason_of(&plan, "huge").contains("no instance type has room"), "{plan:?}");
+        assert!(reason_of(&plan, "huge-cpu").contains("no instance type has room"), "{plan:?}");
+    }
+
+    #[test]
     fn host_port_conflicts_need_separate_nodes() {
         let plan = simulate(&input(
             vec![provisioner("default").build()],

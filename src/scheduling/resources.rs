@@ -104,14 +104,16 @@ impl Resources {
         self.entries().next().is_none()
     }
 
-    /// Adds `other` to `self`.
+    /// Adds `other` to `self`. Sums saturate at `i64::MAX` (a pod requesting `8Ei` of memory,
+    /// which the API server admits, then fits nowhere instead of wrapping to a negative request
+    /// that fits everywhere).
     pub fn add(&mut self, other: &Resources) {
-        self.cpu_millis += other.cpu_millis;
-        self.memory_bytes += other.memory_bytes;
-        self.pods += other.pods;
-        self.ephemeral_storage_bytes += other.ephemeral_storage_bytes;
+        self.cpu_millis = self.cpu_millis.saturating_add(other.cpu_millis);
+        self.memory_bytes = self.memory_bytes.saturating_add(other.memory_bytes);
+        self.pods = self.pods.saturating_add(other.pods);
+        self.ephemeral_storage_bytes = self.ephemeral_storage_bytes.saturating_add(other.ephemeral_storage_bytes);
         for (k, v) in &other.extended {
-            let sum = self.get(k) + v;
+            let sum = self.get(k).saturating_add(*v);
             self.set(k, sum);
         }
     }
@@ -123,15 +125,15 @@ impl Resources {
         sum
     }
 
-    /// `self - other`; amounts may go negative.
+    /// `self - other`; amounts may go negative, and saturate at the ends of `i64`.
     pub fn minus(&self, other: &Resources) -> Resources {
         let mut out = self.clone();
-        out.cpu_millis -= other.cpu_millis;
-        out.memory_bytes -= other.memory_bytes;
-        out.pods -= other.pods;
-        out.ephemeral_storage_bytes -= other.ephemeral_storage_bytes;
+        out.cpu_millis = out.cpu_millis.saturating_sub(other.cpu_millis);
+        out.memory_bytes = out.memory_bytes.saturating_sub(other.memory_bytes);
+        out.pods = out.pods.saturating_sub(other.pods);
+        out.ephemeral_storage_bytes = out.ephemeral_storage_bytes.saturating_sub(other.ephemeral_storage_bytes);
         for (k, v) in &other.extended {
-            let diff = out.get(k) - v;
+            let diff = out.get(k).saturating_sub(*v);
             out.set(k, diff);
         }
         out
@@ -284,7 +286,7 @@ pub fn resource_list_lenient(list: &BTreeMap<String, Quantity>) -> Resources {
 /// plus one `pods`.
 pub fn pod_requests(pod: &Pod) -> Resources {
     let mut total = pod_total(pod, container_requests);
-    total.pods += 1;
+    total.pods = total.pods.saturating_add(1);
     total
 }
 

@@ -127,7 +127,7 @@ impl NodeTemplate {
     pub fn with_usage(mut self, nodes: &[&ExistingNode]) -> Self {
         if let Some(limits) = &self.limits {
             let usage = provisioner_usage(nodes.iter().copied(), &self.provisioner);
-            self.remaining = Some(limits.iter().map(|(res, limit)| (res.clone(), limit - usage.get(res))).collect());
+            self.remaining = Some(limits.iter().map(|(res, limit)| (res.clone(), limit.saturating_sub(usage.get(res)))).collect());
         }
         self
     }
@@ -146,7 +146,7 @@ impl NodeTemplate {
             return;
         };
         for (left, caps) in rem.values_mut().zip(&self.limited_capacity) {
-            *left -= options.iter().map(|o| caps[*o]).max().unwrap_or(0);
+            *left = left.saturating_sub(options.iter().map(|o| caps[*o]).max().unwrap_or(0));
         }
     }
 

@@ -495,6 +495,12 @@ pub fn facts(name: &str) -> InstanceFacts {
 
 /// A type of the test catalogue, sold on-demand and spot (30% of on-demand, c5 35%) in every zone.
 pub fn instance_type(name: &str) -> InstanceType {
+    instance_type_with(name, &NodeSettings::default())
+}
+
+/// `instance_type` with its capacity and overhead computed under `settings` (e.g. a
+/// Provisioner's kubelet configuration).
+pub fn instance_type_with(name: &str, settings: &NodeSettings) -> InstanceType {
     let od = CATALOGUE.iter().find(|c| c.0 == name).expect("in catalogue").5;
     let spot = if name.starts_with("c5") { od * 0.35 } else { od * 0.30 };
     let offerings = ZONES
@@ -508,7 +514,7 @@ pub fn instance_type(name: &str) -> InstanceType {
             })
         })
         .collect();
-    InstanceType::from_facts(&facts(name), offerings, &NodeSettings::default(), Some("ap-northeast-2"))
+    InstanceType::from_facts(&facts(name), offerings, settings, Some("ap-northeast-2"))
 }
 
 /// The whole test catalogue.

@@ -13,10 +13,14 @@ use super::{KubeletConfiguration, Provisioner, ProvisionerSpec};
 use crate::apis::decode::decode;
 use crate::apis::field_error::{FieldError, FieldErrors, Path};
 use crate::apis::names::{check_label_value, check_qualified_name};
-use crate::apis::quantity::{parse_go_duration, parse_quantity};
+use crate::apis::quantity::{check_spec_quantity, parse_go_duration, parse_quantity, MAX_AMOUNT};
 use crate::apis::v1alpha1::validation::validate_provider;
 use crate::apis::v1alpha1::AwsProvider;
 use crate::apis::{validate_object_name, ApiSettings};
+
+/// The longest TTL a Provisioner may give (100 years of 365 days): every date computed from a
+/// node's creation and a TTL stays representable.
+pub const MAX_TTL_SECONDS: i64 = 100 * 365 * 24 * 3600;
 
 /// Taint effects a node accepts.
 pub const TAINT_EFFECTS: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecute"];
@@ -50,8 +54,14 @@ pub fn validate_spec(spec: &ProvisionerSpec, settings: &ApiSettings) -> Vec<Fiel
         ("ttlSecondsAfterEmpty", spec.ttl_seconds_after_empty),
         ("ttlSecondsUntilExpired", spec.ttl_seconds_until_expired),
     ] {
-        if let Some(ttl) = ttl.filter(|t| *t < 0) {
-            errs.push(FieldError::invalid(path.child(field), ttl, "must be 0 or greater"));
+        match ttl {
+            Some(ttl) if ttl < 0 => errs.push(FieldError::invalid(path.child(field), ttl, "must be 0 or greater")),
+            Some(ttl) if ttl > MAX_TTL_SECONDS => errs.push(FieldError::invalid(
+                path.child(field),
+                ttl,
+                format!("must be at most {MAX_TTL_SECONDS} (100 years)"),
+            )),
+            _ => {}
         }
     }
     let consolidating = spec.consolidation.as_ref().and_then(|c| c.enabled) == Some(true);
@@ -126,14 +136,8 @@ pub fn validate_spec(spec: &ProvisionerSpec, settings: &ApiSettings) -> Vec<Fiel
             if let Err(reason) = check_qualified_name(name) {
                 errs.push(FieldError::invalid(limits_path.clone(), name, format!("resource name {reason}")));
             }
-            match parse_quantity(&q.0) {
-                Some(v) if v >= 0.0 => {}
-                Some(_) => errs.push(FieldError::invalid(limits_path.key(name), &q.0, "must not be negative")),
-                None => errs.push(FieldError::invalid(
-                    limits_path.key(name),
-                    &q.0,
-                    "must be a quantity such as 100, 500m or 1000Gi",
-                )),
+            if let Err(reason) = check_spec_quantity(name, &q.0) {
+                errs.push(FieldError::invalid(limits_path.key(name), &q.0, reason));
             }
         }
     }
@@ -304,14 +308,8 @@ fn validate_kubelet(k: &KubeletConfiguration, path: &Path) -> Vec<FieldError> {
                 ));
                 continue;
             }
-            match parse_quantity(&q.0) {
-                Some(v) if v >= 0.0 => {}
-                Some(_) => errs.push(FieldError::invalid(path.child(field).key(resource), &q.0, "must not be negative")),
-                None => errs.push(FieldError::invalid(
-                    path.child(field).key(resource),
-                    &q.0,
-                    "must be a quantity such as 100m or 1Gi",
-                )),
+            if let Err(reason) = check_spec_quantity(resource, &q.0) {
+                errs.push(FieldError::invalid(path.child(field).key(resource), &q.0, reason));
             }
         }
     }
@@ -349,6 +347,7 @@ fn check_threshold(threshold: &str) -> Result<(), String> {
         };
     }
     match parse_quantity(threshold) {
+        Some(v) if v > MAX_AMOUNT as f64 => Err("must be at most 4Ei".into()),
         Some(v) if v >= 0.0 => Ok(()),
         _ => Err("must be a percentage such as 10% or a quantity such as 500Mi".into()),
     }
@@ -492,6 +491,12 @@ mod tests {
         let cases: Vec<(serde_json::Value, &str)> = vec![
             (with("ttlSecondsAfterEmpty", json!(-1)), "spec.ttlSecondsAfterEmpty: invalid value -1: must be 0 or greater"),
             (with("ttlSecondsUntilExpired", json!(-5)), "spec.ttlSecondsUntilExpired: invalid value -5"),
+            (with("ttlSecondsUntilExpired", json!(9_000_000_000_000i64)), "spec.ttlSecondsUntilExpired: invalid value 9000000000000: must be at most 3153600000 (100 years)"),
+            (with("ttlSecondsAfterEmpty", json!(i64::MAX)), "spec.ttlSecondsAfterEmpty: invalid value 9223372036854775807: must be at most 3153600000"),
+            (with("limits", json!({"resources": {"memory": "8Ei"}})), "spec.limits.resources[memory]: invalid value \"8Ei\": must be at most 4Ei"),
+            (with("limits", json!({"resources": {"cpu": "1e400"}})), "spec.limits.resources[cpu]: invalid value \"1e400\": must be at most 4611686018427387"),
+            (with("kubeletConfiguration", json!({"kubeReserved": {"memory": "9Ei"}})), "spec.kubeletConfiguration.kubeReserved[memory]: invalid value \"9Ei\": must be at most 4Ei"),
+            (with("kubeletConfiguration", json!({"evictionHard": {"memory.available": "8Ei"}})), "evictionHard[memory.available]: invalid value \"8Ei\""),
             (with("consolidation", json!({"enabled": true})), "spec.ttlSecondsAfterEmpty: forbidden: ttlSecondsAfterEmpty and consolidation.enabled"),
             (with("provider", json!({"subnetSelector": {"a": "b"}, "securityGroupSelector": {"a": "b"}})), "spec.provider: forbidden"),
             (with("providerRef", json!(null)), "spec.providerRef: required value"),

@@ -151,11 +151,12 @@ pub fn emptiness(
     let Some(annotation) = annotation else { return Emptiness::Mark };
     match DateTime::parse_from_rfc3339(annotation) {
         Ok(since) => {
-            let until = since.with_timezone(&Utc) + Duration::seconds(ttl);
-            if now >= until {
-                Emptiness::Delete
-            } else {
-                Emptiness::Wait { until }
+            // A TTL past the end of the calendar (one that bypassed the webhook's bound) never
+            // runs out.
+            match after_seconds(since.with_timezone(&Utc), ttl) {
+                Some(until) if now >= until => Emptiness::Delete,
+                Some(until) => Emptiness::Wait { until },
+                None => Emptiness::Ignore,
             }
         }
         Err(_) => Emptiness::Delete,
@@ -181,7 +182,13 @@ pub struct Candidate<'a> {
 /// When `node` expires, if its Provisioner sets `ttlSecondsUntilExpired`.
 pub fn expires_at(node: &Node, ttl_seconds_until_expired: Option<i64>) -> Option<DateTime<Utc>> {
     let ttl = ttl_seconds_until_expired.filter(|t| *t >= 0)?;
-    Some(created(node)? + Duration::seconds(ttl))
+    after_seconds(created(node)?, ttl)
+}
+
+/// `at + seconds`, or None when the date would not be representable (a TTL of a Provisioner that
+/// bypassed the webhook's bound never expires).
+fn after_seconds(at: DateTime<Utc>, seconds: i64) -> Option<DateTime<Utc>> {
+    at.checked_add_signed(Duration::try_seconds(seconds)?)
 }
 
 /// The outcome of an expiration pass.
@@ -526,6 +533,19 @@ mod tests {
         let n = node("n1", 0);
         assert_eq!(expiration(&[candidate(&n, &[], Some(100))], &[], at(100)).expire, None);
         assert_eq!(expiration(&[candidate(&n, &[], None)], &[], at(100_000)).expire, None);
+    }
+
+    #[test]
+    fn a_ttl_past_the_end_of_the_calendar_never_runs_out_and_never_panics() {
+        // Provisioners that bypassed the webhook's bound (it refuses more than 100 years).
+        let n = node("n1", 0);
+        for ttl in [9_000_000_000_000, i64::MAX / 1000 + 1, i64::MAX] {
+            assert_eq!(expires_at(&n, Some(ttl)), None, "{ttl}");
+            assert_eq!(expiration(&[candidate(&n, &[], Some(ttl))], &[], at(100)).expire, None);
+            let marked = annotated(n.clone(), EMPTINESS_TIMESTAMP_ANNOTATION, &emptiness_timestamp(at(100)));
+            assert_eq!(decide(&marked, &[], Some(ttl), 200), Emptiness::Ignore, "{ttl}");
+        }
+        assert_eq!(expires_at(&n, Some(3_153_600_000)), Some(at(3_153_600_000)));
     }
 
     #[test]
