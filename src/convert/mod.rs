@@ -292,7 +292,7 @@ fn read_template(value: &Value, at: &str, api: &ApiSettings) -> Result<InputTemp
 
 /// Decodes `value` strictly, then defaults and validates it with `check`; either failure is the
 /// webhook's denial.
-fn admit<T: DeserializeOwned>(
+fn admit<T: DeserializeOwned + schemars::JsonSchema>(
     value: &Value,
     at: &str,
     kind: &'static str,

@@ -242,7 +242,7 @@ fn object_name(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta
 }
 
 /// Reads a Kubernetes object, naming the field at fault when it cannot.
-fn read_object<T: DeserializeOwned>(at: &Location<'_>, object: &Value) -> Result<T, Error> {
+fn read_object<T: DeserializeOwned + schemars::JsonSchema>(at: &Location<'_>, object: &Value) -> Result<T, Error> {
     decode_like_the_webhook(object).map_err(|errors| {
         let kind = object.get("kind").and_then(Value::as_str).unwrap_or_default();
         let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
@@ -251,8 +251,8 @@ fn read_object<T: DeserializeOwned>(at: &Location<'_>, object: &Value) -> Result
 }
 
 /// Decodes as the webhook does: the first problem, with its field path and value.
-fn decode_like_the_webhook<T: DeserializeOwned>(object: &Value) -> Result<T, FieldErrors> {
-    T::deserialize(object).or_else(|_| decode::<T>(object, &Path::default()).map_err(FieldErrors::from))
+fn decode_like_the_webhook<T: DeserializeOwned + schemars::JsonSchema>(object: &Value) -> Result<T, FieldErrors> {
+    decode::<T>(object, &Path::default()).map_err(FieldErrors::from)
 }
 
 /// The webhook's denial message for an object of `kind` named `name`.

@@ -18,7 +18,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::apis::decode::decode;
+use schemars::JsonSchema;
+use crate::apis::decode::{decode, from_str_exact};
 use crate::apis::field_error::{FieldError, FieldErrors, Path};
 use crate::apis::v1alpha1::{self, AwsNodeTemplate};
 use crate::apis::v1alpha5::{self, Provisioner};
@@ -416,8 +417,8 @@ impl Object<'_> {
 /// Decodes the object; on failure reads it again as JSON to name the field and value at fault.
 /// An object JSON cannot be read into a tree (nested past serde_json's 128 levels) is refused at
 /// the deepest field the typed read reached.
-fn decode_object<T: DeserializeOwned>(object: &RawValue) -> Result<T, FieldErrors> {
-    serde_json::from_str(object.get()).or_else(|_| match serde_json::from_str::<Value>(object.get()) {
+fn decode_object<T: DeserializeOwned + JsonSchema>(object: &RawValue) -> Result<T, FieldErrors> {
+    from_str_exact(object.get()).ok_or(()).or_else(|_| match serde_json::from_str::<Value>(object.get()) {
         Ok(value) => decode::<T>(&value, &Path::default()).map_err(FieldErrors::from),
         Err(e) => {
             let mut de = serde_json::Deserializer::from_str(object.get());

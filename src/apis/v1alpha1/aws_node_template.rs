@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"AMIFamily","type":"string","jsonPath":".spec.amiFamily"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct AwsNodeTemplateSpec {
     /// Tags that select the subnets nodes are launched in (`key: value`, `key: "*"`, or
     /// `aws-ids: subnet-1,subnet-2` alone). Defaults to `karpenter.sh/discovery: <cluster name>`.
@@ -118,9 +118,10 @@ pub struct AmiStatus {
     pub requirements: Option<Vec<k8s_openapi::api::core::v1::NodeSelectorRequirement>>,
 }
 
-/// The inline `spec.provider` of a Provisioner. Decoded strictly: an unknown key is an error.
+/// The inline `spec.provider` of a Provisioner. Decoded strictly (`apis::decode`): an unknown
+/// key is an error.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct AwsProvider {
     /// Optional type information, `extensions.karpenter.sh/v1alpha1`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,7 +166,7 @@ pub struct AwsProvider {
 
 /// Instance metadata service settings.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct MetadataOptions {
     /// `enabled` or `disabled`. Default enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -183,7 +184,7 @@ pub struct MetadataOptions {
 
 /// A block device attached to a node.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct BlockDeviceMapping {
     /// Device name, e.g. /dev/xvda.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -195,7 +196,7 @@ pub struct BlockDeviceMapping {
 
 /// An EBS volume.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct BlockDevice {
     /// Whether the volume is deleted with the instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Weight","type":"integer","jsonPath":".spec.weight","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ProvisionerSpec {
     /// Annotations applied to every node this Provisioner launches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -77,7 +77,7 @@ pub struct ProvisionerSpec {
 
 /// Reference to the object that holds a Provisioner's cloud settings.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ProviderRef {
     /// API version of the referent (karpenter.k8s.aws/v1alpha1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -91,7 +91,7 @@ pub struct ProviderRef {
 
 /// Resource limits of a Provisioner.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Limits {
     /// Maximum total of each resource (cpu, memory, nvidia.com/gpu, ...) over this Provisioner's
     /// nodes; each a quantity string or a number.
@@ -106,7 +106,7 @@ pub struct Limits {
 
 /// Consolidation settings.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Consolidation {
     /// Whether consolidation is on. Excludes ttlSecondsAfterEmpty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -115,7 +115,7 @@ pub struct Consolidation {
 
 /// Kubelet settings of the nodes a Provisioner launches.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct KubeletConfiguration {
     /// IP addresses of the cluster DNS servers.
     #[serde(default, rename = "clusterDNS", skip_serializing_if = "Option::is_none")]
