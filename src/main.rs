@@ -155,9 +155,12 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
                 .context("connecting to the Kubernetes API")?
                 .with_layer(&RateLimitLayer::new(args.kube_client_qps, args.kube_client_burst))
                 .build();
-            // The settings ConfigMap, read once: changes take effect on restart.
+            // The settings ConfigMap, read once: changes take effect on restart. One that cannot
+            // be read is retried with the rest of the start, never run past on defaults.
             let mut args = args.clone();
-            settings::load(client.clone(), &mut args).await;
+            settings::load(client.clone(), &mut args)
+                .await
+                .context("reading the settings ConfigMap karpenter-global-settings")?;
             let mut cloud_config = args.cloud();
             // The nodes trust the CA the controller trusts, unless one is configured.
             if cloud_config.cluster_ca_bundle.is_none() {

@@ -209,54 +209,60 @@ pub fn parse_tags(s: &str) -> Result<BTreeMap<String, String>, String> {
 /// What reading the ConfigMap found.
 #[derive(Debug)]
 pub enum Read {
-    /// The ConfigMap's data.
-    Found(BTreeMap<String, String>),
+    /// The ConfigMap.
+    Found(Box<ConfigMap>),
     /// There is no such ConfigMap: flags and defaults apply.
     Missing,
-    /// It could not be read (forbidden, unreachable): flags and defaults apply.
-    Failed(kube::Error),
 }
 
-/// GETs the ConfigMap in `namespace`.
-pub async fn read(client: kube::Client, namespace: &str) -> Read {
+/// GETs the ConfigMap in `namespace`; an error (forbidden, unreachable) is the caller's to retry.
+pub async fn read(client: kube::Client, namespace: &str) -> Result<Read, kube::Error> {
     let api: Api<ConfigMap> = Api::namespaced(client, namespace);
-    match api.get_opt(SETTINGS_CONFIGMAP).await {
-        Ok(Some(cm)) => Read::Found(cm.data.unwrap_or_default()),
-        Ok(None) => Read::Missing,
-        Err(e) => Read::Failed(e),
-    }
+    Ok(match api.get_opt(SETTINGS_CONFIGMAP).await? {
+        Some(cm) => Read::Found(Box::new(cm)),
+        None => Read::Missing,
+    })
+}
+
+/// The note of the `InvalidSetting` event a refused value gets on the ConfigMap.
+pub fn refused_note(e: &SettingError) -> String {
+    format!("{e}; the key is ignored and its flag or default applies")
 }
 
 /// Reads the ConfigMap from `args.system_namespace` and applies it under `args`' explicit flags.
-/// A missing ConfigMap is fine; one that cannot be read is a warning; every refused value is an
-/// error in the log naming key and value, and that key is ignored. Returns the refused values.
-pub async fn load(client: kube::Client, args: &mut crate::config::RunArgs) -> Vec<SettingError> {
+/// A missing ConfigMap is fine; one that cannot be read is an error, for the caller to retry
+/// with back-off (running on defaults that the ConfigMap overrides could launch the wrong
+/// nodes); every refused value is an error in the log and a Warning event `InvalidSetting` on
+/// the ConfigMap, naming key and value, and that key is ignored. Returns the refused values.
+pub async fn load(client: kube::Client, args: &mut crate::config::RunArgs) -> Result<Vec<SettingError>, kube::Error> {
     let namespace = args.system_namespace.clone();
-    let data = match read(client, &namespace).await {
-        Read::Found(data) => data,
+    let configmap = match read(client.clone(), &namespace).await? {
+        Read::Found(cm) => cm,
         Read::Missing => {
             info!(namespace = %namespace, configmap = SETTINGS_CONFIGMAP, "no settings ConfigMap; using flags and defaults");
-            return Vec::new();
-        }
-        Read::Failed(e) => {
-            warn!(
-                namespace = %namespace,
-                configmap = SETTINGS_CONFIGMAP,
-                error = %crate::telemetry::chain(&e),
-                "cannot read the settings ConfigMap; using flags and defaults"
-            );
-            return Vec::new();
+            return Ok(Vec::new());
         }
     };
+    let data = configmap.data.clone().unwrap_or_default();
     let (settings, errors) = parse(&data);
+    let recorder = crate::controllers::events::recorder(&client);
     for e in &errors {
         error!(namespace = %namespace, key = %e.key, value = %e.value, "{e}; the key is ignored");
+        crate::controllers::events::publish(
+            &recorder,
+            &*configmap,
+            kube::runtime::events::EventType::Warning,
+            "InvalidSetting",
+            "ReadSettings",
+            &refused_note(e),
+        )
+        .await;
     }
     for note in args.apply_settings(&settings) {
         warn!(namespace = %namespace, "{note}");
     }
     info!(namespace = %namespace, configmap = SETTINGS_CONFIGMAP, keys = data.len(), "read the settings ConfigMap");
-    errors
+    Ok(errors)
 }
 
 #[cfg(test)]
@@ -265,6 +271,14 @@ mod tests {
 
     fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn a_refused_value_is_named_with_what_applies_instead() {
+        let (_, errors) = parse(&data(&[("aws.reservedENIs", "two")]));
+        let note = refused_note(&errors[0]);
+        assert!(note.contains("aws.reservedENIs") && note.contains("\"two\""), "{note}");
+        assert!(note.ends_with("its flag or default applies"), "{note}");
     }
 
     #[test]

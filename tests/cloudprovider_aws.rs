@@ -700,7 +700,22 @@ async fn the_settings_configmap_tags_launches_and_sets_memory_overhead_unless_a_
         panic!("run subcommand");
     };
     let client = support::client(cluster).await;
-    let refused = karpenter_rs::settings::load(client, &mut args).await;
+    let refused = karpenter_rs::settings::load(client.clone(), &mut args).await.expect("the ConfigMap is read");
+    // The refused value is a Warning event on the ConfigMap, naming key and value.
+    let events = support::wait_for("the InvalidSetting event", Duration::from_secs(30), || {
+        let out = support::kubectl(cluster, &["get", "events", "-n", &namespace, "-o", "json"], None);
+        let out = String::from_utf8_lossy(&out.stdout).to_string();
+        out.contains("InvalidSetting").then_some(out)
+    });
+    assert!(events.contains("aws.reservedENIs") && events.contains("\\\"two\\\""), "{events}");
+    // One that cannot be read is an error for the caller to retry, not defaults.
+    let forbidden = kube::Client::try_from({
+        let mut c = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
+        c.connect_timeout = Some(Duration::from_secs(2));
+        c
+    })
+    .unwrap();
+    assert!(karpenter_rs::settings::load(forbidden, &mut args.clone()).await.is_err());
     support::kubectl(cluster, &["delete", "namespace", &namespace, "--wait=false"], None);
 
     assert_eq!(refused.len(), 1, "{refused:?}");
