@@ -188,8 +188,8 @@ pub fn parse_cluster_endpoint(s: &str) -> Result<(), String> {
 
 /// `aws.tags`: a JSON object of tag key → string value, put on every instance, volume and launch
 /// template. Keys karpenter-rs sets itself to track what it owns (`kubernetes.io/cluster/*`,
-/// `karpenter.sh/provisioner-name`, `karpenter.sh/managed-by`, `karpenter.k8s.aws/cluster`) are
-/// refused, naming the key.
+/// `karpenter.sh/provisioner-name`, `karpenter-rs.sh/managed-by`, `karpenter.k8s.aws/cluster`)
+/// and Karpenter's `karpenter.sh/managed-by` are refused, naming the key.
 pub fn parse_tags(s: &str) -> Result<BTreeMap<String, String>, String> {
     let tags: BTreeMap<String, String> =
         serde_json::from_str(s).map_err(|e| format!("invalid tags {s:?}: expected a JSON object of tag key to string value ({e})"))?;
@@ -361,6 +361,7 @@ mod tests {
             "kubernetes.io/cluster/ssungz-cluster",
             "karpenter.sh/provisioner-name",
             "karpenter.sh/managed-by",
+            "karpenter-rs.sh/managed-by",
             "karpenter.k8s.aws/cluster",
         ] {
             let err = parse_tags(&format!(r#"{{"{key}": "x"}}"#)).unwrap_err();

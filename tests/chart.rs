@@ -519,6 +519,10 @@ fn values_of_the_wrong_type_or_range_fail_naming_the_value() {
             "at '/settings/aws/tags/karpenter.sh~1managed-by': false schema",
         ),
         (
+            ["--set", "settings.aws.tags.karpenter-rs\\.sh/managed-by=me"],
+            "at '/settings/aws/tags/karpenter-rs.sh~1managed-by': false schema",
+        ),
+        (
             ["--set", "settings.priceOverrides.t3\\.large=0"],
             "at '/settings/priceOverrides/t3.large'",
         ),

@@ -371,7 +371,8 @@ async fn launches_tags_lists_and_terminates_first_write_up_nodes() {
             let tags = tag_map(ec2_instance.tags());
             assert_eq!(tags["kubernetes.io/cluster/ssungz-cluster"], "owned");
             assert_eq!(tags["karpenter.sh/provisioner-name"], provisioner);
-            assert_eq!(tags["karpenter.sh/managed-by"], CLUSTER_NAME);
+            assert_eq!(tags["karpenter-rs.sh/managed-by"], CLUSTER_NAME);
+            assert!(!tags.contains_key("karpenter.sh/managed-by"), "Karpenter's collector keys on it: {tags:?}");
             assert_eq!(tags["karpenter.sh/discovery"], CLUSTER_NAME, "the template's tags");
             assert_eq!(tags["Name"], format!("karpenter.sh/provisioner-name/{provisioner}"));
             assert_eq!(ec2_instance.subnet_id(), fx["subnets"][first.zone.as_str()].as_str());
@@ -754,4 +755,77 @@ async fn the_settings_configmap_tags_launches_and_sets_memory_overhead_unless_a_
         }
     })
     .await;
+}
+
+/// A Node of ours (its provisioner label, and `selector` for this test only) whose providerID
+/// names an instance moto never had.
+fn node_without_instance(name: &str, selector: &str, n: usize) -> String {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"karpenter.sh/provisioner-name": "gc-guard", selector: "true"},
+        },
+        "spec": {"providerID": format!("aws:///ap-northeast-2a/i-0{n:016x}")},
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn garbage_collection_deletes_no_node_while_most_instances_look_gone_and_deletes_them_once_few_do() {
+    use karpenter_rs::controllers::garbagecollection::{self, GarbageCollectionConfig};
+    let cluster = support::cluster();
+    let selector = unique("gc-guard");
+    let names: Vec<String> = (0..3).map(|i| format!("{selector}-{i}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        support::kubectl_ok(cluster, &["apply", "-f", "-"], Some(&node_without_instance(name, &selector, i + 0xdead00)));
+    }
+    let metrics = karpenter_rs::metrics::Metrics::new();
+    let ctx = garbagecollection::Context::new(
+        support::client(cluster).await,
+        Arc::new(provider().await),
+        metrics.clone(),
+        GarbageCollectionConfig {
+            startup_interval: Duration::from_millis(200),
+            grace_period: Duration::ZERO,
+            // No instance carries this tag: the instance half of the pass has nothing to see.
+            instance_tags: BTreeMap::from([("gc-guard".to_string(), selector.clone())]),
+            node_selector: selector.clone(),
+            ..Default::default()
+        },
+    );
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let (_leading_tx, leading) = tokio::sync::watch::channel(true);
+    let collector = tokio::spawn(garbagecollection::run(ctx, leading, shutdown.clone()));
+    let passes = || metrics.reconcile_total.with_label_values(&["garbagecollection", "success"]).get();
+    let node_names = || {
+        let out = support::kubectl(cluster, &["get", "nodes", "-l", &selector, "-o", "name"], None);
+        String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect::<Vec<_>>()
+    };
+    let result = AssertUnwindSafe(async {
+        // Every one of three nodes "without an instance" is what a wrong region looks like.
+        let until = passes() + 3;
+        while passes() < until {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(node_names().len(), 3, "no node deleted while all three look gone");
+        // Two of two is a small cluster's real loss, not a misconfiguration.
+        support::kubectl_ok(cluster, &["delete", "node", &names[0]], None);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !node_names().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "nodes left: {:?}", node_names());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .catch_unwind()
+    .await;
+    shutdown.cancel();
+    let _ = collector.await;
+    for name in &names {
+        support::kubectl(cluster, &["delete", "node", name, "--ignore-not-found"], None);
+    }
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
 }

@@ -15,8 +15,17 @@ pub const AMI_FAMILIES: &[&str] = &["AL2", "AL2023", "Bottlerocket", "Ubuntu", "
 pub const VOLUME_TYPES: &[&str] = &["standard", "io1", "io2", "gp2", "sc1", "st1", "gp3"];
 /// Selector keys that select by id rather than by tag.
 pub const ID_FILTER_KEYS: &[&str] = &["aws-ids", "aws::ids"];
-/// Tag keys karpenter-rs sets itself on what it launches.
-pub const RESTRICTED_TAG_KEYS: &[&str] = &[PROVISIONER_NAME_LABEL, "karpenter.sh/managed-by"];
+/// Tag naming the cluster whose karpenter-rs manages an instance. Not Karpenter's
+/// `karpenter.sh/managed-by`: Karpenter v0.28–v0.31's garbage collector terminates every
+/// instance carrying that tag that none of its Machines names, so a Karpenter still installed
+/// during a migration would delete ours 30 s after launch (karpenter-behavior.md §6.2).
+pub const MANAGED_BY_TAG: &str = "karpenter-rs.sh/managed-by";
+/// The tag Karpenter v0.28+ keys its garbage collection on; refused as a user tag, since it
+/// would invite that collector to delete our instances.
+pub const KARPENTER_MANAGED_BY_TAG: &str = "karpenter.sh/managed-by";
+/// Tag keys karpenter-rs sets itself on what it launches, or that would hand the instance to
+/// another controller.
+pub const RESTRICTED_TAG_KEYS: &[&str] = &[PROVISIONER_NAME_LABEL, MANAGED_BY_TAG, KARPENTER_MANAGED_BY_TAG];
 /// Prefix of the cluster-ownership tag EKS and karpenter-rs set.
 pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
 
@@ -407,6 +416,7 @@ mod tests {
             (with("tags", json!({"kubernetes.io/cluster/my.cluster": "owned"})), "forbidden"),
             (with("tags", json!({"karpenter.sh/provisioner-name": "x"})), "forbidden"),
             (with("tags", json!({"karpenter.sh/managed-by": "x"})), "forbidden"),
+            (with("tags", json!({"karpenter-rs.sh/managed-by": "x"})), "forbidden"),
             (with("amiSelector", json!({"aws-ids": "ami-1,xami-2"})), "\"xami-2\" is not an id"),
             (
                 with("amiSelector", json!({"name": ""})),

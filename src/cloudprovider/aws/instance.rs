@@ -27,8 +27,7 @@ use crate::cloudprovider::{Error, Instance, InstanceOption, Offering};
 pub const MAX_INSTANCE_TYPES: usize = 60;
 /// Tag every launched instance carries, valued `owned`: `kubernetes.io/cluster/<cluster>`.
 pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
-/// Tag naming the cluster whose karpenter-rs manages the instance; the garbage collector keys on it.
-pub const MANAGED_BY_TAG: &str = "karpenter.sh/managed-by";
+pub use crate::apis::v1alpha1::validation::MANAGED_BY_TAG;
 /// Instance states that count as existing (everything but `terminated`).
 pub const LIVE_STATES: &[&str] = &["pending", "running", "stopping", "stopped", "shutting-down"];
 
@@ -526,7 +525,11 @@ mod tests {
         let tags = instance_tags("ssungz-cluster", "service", None, &BTreeMap::new(), &template);
         assert_eq!(tags["kubernetes.io/cluster/ssungz-cluster"], "owned");
         assert_eq!(tags["karpenter.sh/provisioner-name"], "service");
-        assert_eq!(tags["karpenter.sh/managed-by"], "ssungz-cluster");
+        assert_eq!(tags["karpenter-rs.sh/managed-by"], "ssungz-cluster");
+        assert!(
+            !tags.contains_key("karpenter.sh/managed-by"),
+            "Karpenter's collector would terminate an instance with its tag and no Machine"
+        );
         assert_eq!(tags["karpenter.sh/discovery"], "ssungz-cluster");
         assert_eq!(tags["Name"], "custom", "Name may be overridden");
         let tags = instance_tags("c", "service", Some("node-1"), &BTreeMap::new(), &BTreeMap::new());

@@ -46,6 +46,42 @@ pub fn nodes_to_check(nodes: &[Node], grace: Duration, now: DateTime<Utc>) -> Ve
         .collect()
 }
 
+/// What one pass may remove of the `found` things (leaked instances, Nodes whose instance is
+/// gone) out of the `seen` it looked at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Removal<T> {
+    /// Remove these (at most the cap; `held_back` more wait for the next pass).
+    Remove {
+        /// What to remove now.
+        now: Vec<T>,
+        /// How many more wait for a later pass.
+        held_back: usize,
+    },
+    /// Remove none: more than half of at least `SUSPICIOUS_MINIMUM` things look gone at once,
+    /// which is what a wrong region, account, cluster name or kubeconfig looks like from here
+    /// (every instance "without a Node", every Node "without an instance"), not a real loss.
+    Suspicious {
+        /// How many looked gone.
+        found: usize,
+        /// Out of how many.
+        seen: usize,
+    },
+}
+
+/// From how many things seen a majority of them gone is held to be a misconfiguration.
+pub const SUSPICIOUS_MINIMUM: usize = 3;
+
+/// Bounds one pass's removals: none when most of what was seen looks gone (see
+/// [`Removal::Suspicious`]), else the first `cap` of `found`.
+pub fn bounded<T>(mut found: Vec<T>, seen: usize, cap: usize) -> Removal<T> {
+    if seen >= SUSPICIOUS_MINIMUM && found.len() * 2 > seen {
+        return Removal::Suspicious { found: found.len(), seen };
+    }
+    let held_back = found.len().saturating_sub(cap);
+    found.truncate(cap);
+    Removal::Remove { now: found, held_back }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +123,22 @@ mod tests {
             instance("i-0ddd", None, now),
         ];
         assert_eq!(leaked_instances(&instances, &nodes, Duration::from_secs(120), now), ["i-0bbb"]);
+    }
+
+    #[test]
+    fn a_pass_removes_at_most_the_cap_and_nothing_when_most_look_gone() {
+        let ids = |n: usize| (0..n).collect::<Vec<_>>();
+        assert_eq!(bounded(ids(2), 2, 10), Removal::Remove { now: ids(2), held_back: 0 }, "a small cluster's only nodes");
+        assert_eq!(bounded(ids(1), 3, 10), Removal::Remove { now: ids(1), held_back: 0 });
+        assert_eq!(bounded(ids(12), 40, 10), Removal::Remove { now: ids(10), held_back: 2 });
+        assert_eq!(bounded(ids(20), 40, 10), Removal::Remove { now: ids(10), held_back: 10 }, "half is not most");
+        assert_eq!(bounded(ids(2), 3, 10), Removal::Suspicious { found: 2, seen: 3 });
+        assert_eq!(
+            bounded(ids(500), 500, 10),
+            Removal::Suspicious { found: 500, seen: 500 },
+            "a wrong region: every node's instance missing"
+        );
+        assert_eq!(bounded(Vec::<usize>::new(), 0, 10), Removal::Remove { now: vec![], held_back: 0 });
     }
 
     #[test]

@@ -18,7 +18,7 @@ use kube::runtime::events::{EventType, Recorder};
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, instrument, warn};
+use tracing::{error, info, instrument, warn};
 
 use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
 use crate::cloudprovider::{self, CloudProvider};
@@ -43,6 +43,8 @@ pub struct GarbageCollectionConfig {
     pub node_selector: String,
     /// Launch templates no launch has used for this long are deleted.
     pub launch_template_unused_for: Duration,
+    /// At most this many instances, and this many Nodes, are removed by one pass.
+    pub max_removals_per_pass: usize,
 }
 
 impl Default for GarbageCollectionConfig {
@@ -55,6 +57,7 @@ impl Default for GarbageCollectionConfig {
             instance_tags: BTreeMap::new(),
             node_selector: PROVISIONER_NAME_LABEL.to_string(),
             launch_template_unused_for: Duration::from_secs(600),
+            max_removals_per_pass: 20,
         }
     }
 }
@@ -82,6 +85,28 @@ impl Context {
             metrics,
             config,
         })
+    }
+}
+
+impl Context {
+    /// What of `found` (out of `seen`) this pass removes, logging what it holds back and why.
+    fn bounded<T>(&self, what: &str, found: Vec<T>, seen: usize) -> Vec<T> {
+        match collect::bounded(found, seen, self.config.max_removals_per_pass) {
+            collect::Removal::Remove { now, held_back } => {
+                if held_back > 0 {
+                    info!(held_back, removing = now.len(), "garbage collection removes at most {} {what} per pass; the rest wait for the next pass", self.config.max_removals_per_pass);
+                }
+                now
+            }
+            collect::Removal::Suspicious { found, seen } => {
+                error!(
+                    found,
+                    seen,
+                    "{found} of {seen} {what}: garbage collection removes none of them, as this is what a wrong AWS region or account, cluster name or kubeconfig looks like; check the settings, or remove them by hand if they are really gone"
+                );
+                Vec::new()
+            }
+        }
     }
 }
 
@@ -133,7 +158,8 @@ async fn pass(ctx: &Context) -> Result<(), GarbageCollectionError> {
         .await
         .map_err(|source| GarbageCollectionError::ListNodes { source })?
         .items;
-    for instance_id in collect::leaked_instances(&instances, &nodes, ctx.config.grace_period, SystemTime::now()) {
+    let leaked = collect::leaked_instances(&instances, &nodes, ctx.config.grace_period, SystemTime::now());
+    for instance_id in ctx.bounded("instances without a node", leaked, instances.len()) {
         let provisioner = instances
             .iter()
             .find(|i| i.id == instance_id)
@@ -149,21 +175,24 @@ async fn pass(ctx: &Context) -> Result<(), GarbageCollectionError> {
         .await
         .map_err(|source| GarbageCollectionError::ListNodes { source })?
         .items;
-    for (node_name, instance_id) in collect::nodes_to_check(&selected, ctx.config.grace_period, Utc::now()) {
+    let checked = collect::nodes_to_check(&selected, ctx.config.grace_period, Utc::now());
+    let mut gone = Vec::new();
+    for (node_name, instance_id) in &checked {
         // Timed by hand: a gone instance is the answer looked for here, not an error to count.
         let result = {
             let _timer = ctx.metrics.cloudprovider_duration.with_label_values(&["get"]).start_timer();
-            ctx.cloud.get(&instance_id).await
+            ctx.cloud.get(instance_id).await
         };
         match result {
-            Ok(_) => continue,
-            Err(e) if e.is_not_found() => {}
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => gone.push((node_name.clone(), instance_id.clone())),
             Err(e) => {
                 ctx.metrics.cloudprovider_errors.with_label_values(&["get", e.kind()]).inc();
                 warn!(node = %node_name, instance_id = %instance_id, error = %telemetry::chain(&e), "looking up the instance of node; retrying next pass");
-                continue;
             }
         }
+    }
+    for (node_name, instance_id) in ctx.bounded("nodes whose instance is gone", gone, checked.len()) {
         let Some(node) = selected.iter().find(|n| n.name_any() == node_name) else {
             continue;
         };
