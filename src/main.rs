@@ -143,7 +143,7 @@ const USER_AGENT: &str = concat!("karpenter-rs/", env!("CARGO_PKG_VERSION"));
 /// the provisioning, termination, deprovisioning and garbage-collection controllers until shutdown.
 async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: CancellationToken) {
     let mut backoff = std::time::Duration::from_secs(1);
-    let (client, cloud, args) = loop {
+    let (client, lease_client, cloud, args) = loop {
         let connected = async {
             let mut kube_config = kube::Config::infer().await.context("reading the kube config")?;
             // Named in the API server's audit log and request metrics, as client-go programs are.
@@ -151,6 +151,9 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
                 .headers
                 .push((axum::http::header::USER_AGENT, axum::http::HeaderValue::from_static(USER_AGENT)));
             let root_cert = kube_config.root_cert.clone();
+            // The Lease has a client of its own: its renewals never queue behind the controllers'
+            // rate-limited traffic or share a hung connection with it.
+            let lease_client = kube::Client::try_from(kube_config.clone()).context("connecting to the Kubernetes API")?;
             let client = kube::client::ClientBuilder::try_from(kube_config)
                 .context("connecting to the Kubernetes API")?
                 .with_layer(&RateLimitLayer::new(args.kube_client_qps, args.kube_client_burst))
@@ -172,7 +175,7 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
             let cloud = AwsCloudProvider::new(cloud_config)
                 .await
                 .context("setting up the AWS cloud provider")?;
-            anyhow::Ok((client, cloud, args))
+            anyhow::Ok((client, lease_client, cloud, args))
         };
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -187,54 +190,65 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
         }
         backoff = (backoff * 2).min(std::time::Duration::from_secs(60));
     };
-    let (leading_tx, leading_rx) = tokio::sync::watch::channel(!args.leader_elect);
-    let election = args.leader_elect.then(|| {
-        let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("karpenter-rs-{}", std::process::id()));
-        let config = leader::LeaderConfig {
-            namespace: args.leader_election_namespace.clone(),
-            name: "karpenter-rs-leader-election".into(),
-            identity,
-            lease_duration: std::time::Duration::from_secs(15),
-            retry_period: std::time::Duration::from_secs(2),
-        };
-        let api = kube::Api::namespaced(client.clone(), &args.leader_election_namespace);
-        tokio::spawn(leader::run(api, config, leading_tx, shutdown.clone()))
-    });
     use karpenter_rs::controllers::{deprovisioning, garbagecollection, interruption, termination};
     let queue = std::sync::Arc::new(cloud.interruption_queue());
     let cloud: std::sync::Arc<dyn karpenter_rs::cloudprovider::CloudProvider> = std::sync::Arc::new(cloud);
-    // Termination runs only on the leader, like every other controller (Karpenter runs them all in
-    // its leader-elected manager): two replicas would evict and terminate side by side. Each step
-    // is idempotent and re-read from the API, so a new leader picks up a half-drained node.
-    // One watch per kind in the process, shared by every controller.
+    // One watch per kind in the process, shared by every controller and kept across terms.
     let state = karpenter_rs::controllers::state::Cluster::start(&client, &shutdown);
-    let termination = termination::Context::new(client.clone(), cloud.clone(), metrics.clone(), Default::default());
-    let collector = garbagecollection::Context::new(client.clone(), cloud.clone(), metrics.clone(), args.garbage_collection());
-    let ctx = provisioning::Context::new(client.clone(), cloud.clone(), metrics.clone(), args.provisioning(), state.clone());
-    let interruption = interruption::Context::new(
-        client.clone(),
-        queue,
-        cloud,
-        metrics.clone(),
-        args.interruption(),
-        state.clone(),
-        ctx.clone(),
-    );
-    let deprovisioning = deprovisioning::Context::new(client, metrics.clone(), args.deprovisioning(), ctx.clone(), state.clone());
-    info!(leader_elect = args.leader_elect, "controllers started");
-    karpenter_rs::controllers::Controllers {
-        state,
-        metrics,
-        provisioning: ctx,
-        termination: Some(termination),
-        deprovisioning: Some(deprovisioning),
-        garbage_collection: Some(collector),
-        interruption: Some(interruption),
-    }
-    .run(leading_rx, shutdown)
-    .await;
-    if let Some(task) = election {
-        let _ = task.await;
+    let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("karpenter-rs-{}", std::process::id()));
+    // A term lasts until shutdown or until this replica loses the Lease. Losing it drops every
+    // pass in flight at once (nothing more is written; each step is idempotent and re-read from
+    // the API, as after a crash) and starts a new term, a follower until it leads again, with the
+    // controllers' in-memory state made afresh. The webhook serves throughout.
+    loop {
+        let (leading_tx, leading_rx) = tokio::sync::watch::channel(!args.leader_elect);
+        // Stopped only after the passes have: on SIGTERM the Lease is released once nothing acts.
+        let election_stop = CancellationToken::new();
+        let election = args.leader_elect.then(|| {
+            let config = leader::LeaderConfig::new(&args.leader_election_namespace, "karpenter-rs-leader-election", &identity);
+            let api = kube::Api::namespaced(lease_client.clone(), &args.leader_election_namespace);
+            tokio::spawn(leader::run(api, config, leading_tx, election_stop.clone()))
+        });
+        // Termination runs only on the leader, like every other controller (Karpenter runs them
+        // all in its leader-elected manager): two replicas would evict and terminate side by side.
+        let termination = termination::Context::new(client.clone(), cloud.clone(), metrics.clone(), Default::default());
+        let collector = garbagecollection::Context::new(client.clone(), cloud.clone(), metrics.clone(), args.garbage_collection());
+        let ctx = provisioning::Context::new(client.clone(), cloud.clone(), metrics.clone(), args.provisioning(), state.clone());
+        let interruption = interruption::Context::new(
+            client.clone(),
+            queue.clone(),
+            cloud.clone(),
+            metrics.clone(),
+            args.interruption(),
+            state.clone(),
+            ctx.clone(),
+        );
+        let deprovisioning =
+            deprovisioning::Context::new(client.clone(), metrics.clone(), args.deprovisioning(), ctx.clone(), state.clone());
+        info!(leader_elect = args.leader_elect, "controllers started");
+        let controllers = karpenter_rs::controllers::Controllers {
+            state: state.clone(),
+            metrics: metrics.clone(),
+            provisioning: ctx,
+            termination: Some(termination),
+            deprovisioning: Some(deprovisioning),
+            garbage_collection: Some(collector),
+            interruption: Some(interruption),
+        }
+        .run(leading_rx, shutdown.clone());
+        let Some(mut election) = election else {
+            return controllers.await;
+        };
+        tokio::select! {
+            _ = controllers => {
+                election_stop.cancel();
+                let _ = election.await;
+                return;
+            }
+            ended = &mut election => {
+                error!(ended = ?ended, "lost the leader lease: every pass in flight is stopped; following until this replica leads again");
+            }
+        }
     }
 }
 

@@ -1,24 +1,27 @@
-//! Leader election against the real kube-apiserver: of two replicas exactly one leads, and when
-//! it stops, the other takes over.
+//! Leader election against the real kube-apiserver: of two replicas exactly one leads, when it
+//! stops the other takes over, and a leader whose connection to the API server turns slow stops
+//! leading before the other may take over and writes nothing after (the API server's audit log).
 
 mod support;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use karpenter_rs::controllers::leader::{self, LeaderConfig};
+use karpenter_rs::controllers::leader::{self, Ended, LeaderConfig};
 use kube::Api;
 use support::{cluster, unique};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 fn config(name: &str, identity: &str) -> LeaderConfig {
     LeaderConfig {
-        namespace: "default".into(),
-        name: name.into(),
-        identity: identity.into(),
         lease_duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_secs(2),
         retry_period: Duration::from_millis(200),
+        ..LeaderConfig::new("default", name, identity)
     }
 }
 
@@ -55,8 +58,129 @@ async fn exactly_one_replica_leads_and_the_other_takes_over() {
         (stop_b, task_b, a.clone())
     };
     leader_stop.cancel();
-    leader_task.await.unwrap();
+    assert_eq!(leader_task.await.unwrap(), Ended::Stopped);
     wait_until("the other replica takes over", || *follower.borrow()).await;
 
+    api.delete(&name, &Default::default()).await.unwrap();
+}
+
+/// A TCP proxy to the API server on loopback that connects from `source` (so the audit log tells
+/// its requests apart) and, once `latency` is set (in ms), delivers every chunk that late in both
+/// directions: a slow or hung connection, which the real API server cannot be made to have.
+async fn latency_proxy(upstream: std::net::SocketAddr, source: std::net::IpAddr, latency: Arc<AtomicU64>) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let latency = latency.clone();
+            tokio::spawn(async move {
+                let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                socket.bind((source, 0).into()).unwrap();
+                let Ok(server) = socket.connect(upstream).await else { return };
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                tokio::join!(pipe(cr, sw, latency.clone()), pipe(sr, cw, latency));
+            });
+        }
+    });
+    addr
+}
+
+async fn pipe(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp::OwnedWriteHalf, latency: Arc<AtomicU64>) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let delay = latency.load(Ordering::Relaxed);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}
+
+/// The audit log's successful writes of Lease `name` from `source`, with when the API server
+/// finished each.
+fn lease_writes_from(audit_log: &str, name: &str, source: &str) -> Vec<k8s_openapi::chrono::DateTime<k8s_openapi::chrono::Utc>> {
+    audit_log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|e| e["objectRef"]["resource"] == "leases" && e["objectRef"]["name"] == name)
+        .filter(|e| matches!(e["verb"].as_str(), Some("create" | "update" | "patch" | "delete")))
+        .filter(|e| e["sourceIPs"].as_array().is_some_and(|ips| ips.iter().any(|ip| ip == source)))
+        .filter(|e| e["responseStatus"]["code"].as_u64().is_some_and(|c| (200..300).contains(&c)))
+        .filter_map(|e| e["stageTimestamp"].as_str()?.parse().ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_leader_on_a_slow_connection_stops_before_the_other_takes_over_and_writes_nothing_after() {
+    let cluster = cluster();
+    let direct = support::client(cluster).await;
+    let api: Api<Lease> = Api::namespaced(direct, "default");
+    let name = unique("karpenter-rs-slow-leader");
+    // Replica a reaches the API server through the proxy, from 127.0.0.2.
+    let endpoint = &cluster.env["CLUSTER_ENDPOINT"];
+    let upstream: std::net::SocketAddr = endpoint.trim_start_matches("https://").parse().unwrap();
+    let latency = Arc::new(AtomicU64::new(0));
+    let source = "127.0.0.2";
+    let proxy = latency_proxy(upstream, source.parse().unwrap(), latency.clone()).await;
+    let mut slow_config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(cluster.kubeconfig()).unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    slow_config.cluster_url = format!("https://127.0.0.1:{}", proxy.port()).parse().unwrap();
+    let slow: Api<Lease> = Api::namespaced(kube::Client::try_from(slow_config).unwrap(), "default");
+
+    let (a_tx, a) = watch::channel(false);
+    let (b_tx, b) = watch::channel(false);
+    let (stop_a, stop_b) = (CancellationToken::new(), CancellationToken::new());
+    let task_a = tokio::spawn(leader::run(slow, config(&name, "replica-a"), a_tx, stop_a.clone()));
+    wait_until("replica a leads", || *a.borrow()).await;
+    let task_b = tokio::spawn(leader::run(api.clone(), config(&name, "replica-b"), b_tx, stop_b.clone()));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(*a.borrow() && !*b.borrow(), "a keeps leading while its connection is fine");
+
+    // 5 s per chunk: longer than the lease (3 s), so a's renewals reach the API server too late.
+    latency.store(5_000, Ordering::Relaxed);
+    let slowed = tokio::time::Instant::now();
+    let mut a_stopped = None;
+    while !*b.borrow() {
+        assert!(!(*a.borrow() && *b.borrow()), "two leaders");
+        if a_stopped.is_none() && !*a.borrow() {
+            a_stopped = Some(slowed.elapsed());
+        }
+        assert!(slowed.elapsed() < Duration::from_secs(60), "replica b never took over");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!*a.borrow(), "two leaders: a still leads as b takes over");
+    let b_leads = slowed.elapsed();
+    let a_stopped = a_stopped.expect("a stopped leading before b led");
+    eprintln!("a stopped leading {a_stopped:?} after the latency began, b led after {b_leads:?}");
+    assert_eq!(task_a.await.unwrap(), Ended::Lost, "a's election ends: the process stops acting");
+    let taken_over = api.get(&name).await.unwrap().spec.unwrap();
+    assert_eq!(taken_over.holder_identity.as_deref(), Some("replica-b"));
+    let acquired = taken_over.acquire_time.unwrap().0;
+
+    // a's last requests reach the API server late (5 s a chunk); then the audit log is flushed (1 s).
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let audit_path = std::path::Path::new(cluster.kubeconfig()).parent().unwrap().join("logs/audit.log");
+    let audit = std::fs::read_to_string(&audit_path).expect("the local cluster's audit log");
+    let writes = lease_writes_from(&audit, &name, source);
+    assert!(!writes.is_empty(), "a's writes before the latency are in {}", audit_path.display());
+    let late: Vec<_> = writes.iter().filter(|t| **t >= acquired).collect();
+    assert!(late.is_empty(), "a wrote the Lease after b acquired it at {acquired}: {late:?}");
+    assert!(*b.borrow(), "b still leads");
+
+    stop_b.cancel();
+    assert_eq!(task_b.await.unwrap(), Ended::Stopped);
+    latency.store(0, Ordering::Relaxed);
     api.delete(&name, &Default::default()).await.unwrap();
 }

@@ -1,8 +1,10 @@
 //! Leader election on a `coordination.k8s.io` Lease, so that with several replicas exactly one
 //! runs the controllers while every replica serves the webhook. The decision (create, renew,
 //! take over an expired lease, or follow) is a pure function of the Lease and the time; the loop
-//! around it reads and writes the Lease with optimistic concurrency (resourceVersion), so two
-//! replicas can never both believe they hold it for longer than one lease duration.
+//! around it reads and writes the Lease with optimistic concurrency (resourceVersion) and a
+//! deadline, so a leader that cannot renew within the renew deadline (10 s) stops leading before
+//! its lease (15 s) lets another replica take over (controller-runtime's rule, which Karpenter
+//! follows: core@v0.27.0:cmd/controller/main.go through operator.NewOperator).
 
 use std::time::Duration;
 
@@ -13,9 +15,10 @@ use kube::api::PostParams;
 use kube::Api;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tokio::time::Instant;
+use tracing::{error, info, warn};
 
-/// Lease settings (controller-runtime's defaults).
+/// Lease settings (controller-runtime's defaults: 15 s lease, 10 s renew deadline, 2 s retry).
 #[derive(Clone, Debug)]
 pub struct LeaderConfig {
     /// Namespace of the Lease.
@@ -24,10 +27,38 @@ pub struct LeaderConfig {
     pub name: String,
     /// Who this replica is (pod name, or host name plus a random suffix).
     pub identity: String,
-    /// How long a lease is valid without renewal.
+    /// How long a lease is valid without renewal, as the other replicas judge it.
     pub lease_duration: Duration,
+    /// How long the leader may go without a successful renewal before it stops leading; shorter
+    /// than `lease_duration`, so that it stops before another replica may take over.
+    pub renew_deadline: Duration,
     /// How often the Lease is read and renewed.
     pub retry_period: Duration,
+}
+
+impl LeaderConfig {
+    /// controller-runtime's timings (Karpenter's): 15 s lease, 10 s renew deadline, 2 s retry.
+    pub fn new(namespace: &str, name: &str, identity: &str) -> LeaderConfig {
+        LeaderConfig {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            identity: identity.to_string(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+/// How an election ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// Stopped from outside; a held lease was released.
+    Stopped,
+    /// This replica led and can no longer prove it does (no renewal within the renew deadline,
+    /// or another replica holds the Lease): `leading` is false and the caller must stop every
+    /// pass at once, as Karpenter's manager does by exiting.
+    Lost,
 }
 
 /// What to do with the Lease as it is now.
@@ -71,36 +102,77 @@ pub fn decide(lease: Option<&Lease>, identity: &str, now: DateTime<Utc>, lease_d
     }
 }
 
-/// Runs the election until `shutdown`, publishing whether this replica leads on `leading`. On
-/// shutdown a held lease is released so that another replica takes over at once.
-pub async fn run(api: Api<Lease>, config: LeaderConfig, leading: watch::Sender<bool>, shutdown: CancellationToken) {
+/// Runs the election until `stop`, publishing whether this replica leads on `leading`. Every
+/// read and write of the Lease is bounded: while leading, by the last successful renewal plus
+/// the renew deadline (counted from before that renewal was sent, so the leader always stops
+/// before the others' clocks let them take over); else by the renew deadline. On `stop` a held
+/// lease is released so that another replica takes over at once; the caller stops its passes
+/// before that.
+pub async fn run(api: Api<Lease>, config: LeaderConfig, leading: watch::Sender<bool>, stop: CancellationToken) -> Ended {
     let mut ticker = tokio::time::interval(config.retry_period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_renewal: Option<tokio::time::Instant> = None;
+    // When the renewal that proves our leadership was sent, while we lead.
+    let mut renewed_at: Option<Instant> = None;
     loop {
+        let deadline = renewed_at.map(|t| t + config.renew_deadline);
         tokio::select! {
-            _ = shutdown.cancelled() => break,
+            _ = stop.cancelled() => break,
             _ = ticker.tick() => {}
+            // Leading, the deadline passes while waiting for the next try.
+            _ = sleep_until_or_never(deadline) => {}
         }
-        let held = match try_acquire_or_renew(&api, &config).await {
-            Ok(held) => held,
-            Err(e) => {
-                warn!(lease = %config.name, error = %e, "reading or writing the leader lease");
-                // Keep leading only while the last renewal is still within the lease.
-                last_renewal.is_some_and(|t| t.elapsed() < config.lease_duration.mul_f32(0.66))
+        let started = Instant::now();
+        let deadline = deadline.unwrap_or(started + config.renew_deadline);
+        let attempt = tokio::time::timeout_at(deadline, try_acquire_or_renew(&api, &config)).await;
+        let held = match &attempt {
+            Ok(Ok(held)) => *held,
+            Ok(Err(e)) => {
+                warn!(lease = %config.name, error = %crate::telemetry::chain(e), "reading or writing the leader lease");
+                false
+            }
+            Err(_) => {
+                warn!(lease = %config.name, deadline = ?config.renew_deadline, "reading or writing the leader lease timed out");
+                false
             }
         };
         if held {
-            last_renewal = Some(tokio::time::Instant::now());
+            if renewed_at.is_none() {
+                info!(identity = %config.identity, lease = %config.name, "leading");
+                leading.send_replace(true);
+            }
+            renewed_at = Some(started);
+            continue;
         }
-        if *leading.borrow() != held {
-            info!(identity = %config.identity, lease = %config.name, leading = held, "leader election");
-            leading.send_replace(held);
+        let Some(renewed) = renewed_at else {
+            continue;
+        };
+        // Someone else holds it (or wrote it since we read it), or the deadline has passed.
+        let taken = matches!(attempt, Ok(Ok(false)));
+        if taken || Instant::now() >= renewed + config.renew_deadline {
+            leading.send_replace(false);
+            error!(
+                identity = %config.identity,
+                lease = %config.name,
+                since_renewal = ?renewed.elapsed(),
+                "lost the leader lease: {}",
+                if taken { "another replica holds it" } else { "no renewal within the renew deadline" }
+            );
+            return Ended::Lost;
         }
     }
-    if *leading.borrow() {
-        release(&api, &config).await;
+    if renewed_at.is_some() {
         leading.send_replace(false);
+        if tokio::time::timeout(config.renew_deadline, release(&api, &config)).await.is_err() {
+            warn!(lease = %config.name, "releasing the leader lease timed out; it expires by itself");
+        }
+    }
+    Ended::Stopped
+}
+
+async fn sleep_until_or_never(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }
 

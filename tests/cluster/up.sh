@@ -321,21 +321,29 @@ start_etcd() {
 }
 
 start_apiserver() {
-  # LOCAL_CLUSTER_AUDIT=1: an audit log of every request's metadata (user agent, verb, resource)
-  #   in logs/audit.log, for benchmarks that count a controller's API requests.
-  local audit=()
+  # An audit log (logs/audit.log, JSON, metadata only) of every Lease request outside the
+  # system namespaces, always: tests/e2e_leader.rs reads who wrote a leader Lease when.
+  # LOCAL_CLUSTER_AUDIT=1: of every request (user agent, verb, resource), for benchmarks that
+  # count a controller's API requests.
+  local rules="- level: None
+  namespaces: [kube-system, kube-node-lease]
+  resources: [{group: coordination.k8s.io, resources: [leases]}]
+- level: Metadata
+  resources: [{group: coordination.k8s.io, resources: [leases]}]
+- level: None"
   if [[ "${LOCAL_CLUSTER_AUDIT:-0}" == 1 ]]; then
-    cat >"$STATE/audit-policy.yaml" <<'EOF'
+    rules="- level: Metadata"
+  fi
+  cat >"$STATE/audit-policy.yaml" <<EOF
 apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
-- level: Metadata
+$rules
 EOF
-    : >"$LOGS/audit.log"
-    audit=(--audit-policy-file="$STATE/audit-policy.yaml" --audit-log-path="$LOGS/audit.log"
-      --audit-log-format=json --audit-log-mode=batch)
-  fi
+  : >"$LOGS/audit.log"
+  local audit=(--audit-policy-file="$STATE/audit-policy.yaml" --audit-log-path="$LOGS/audit.log"
+    --audit-log-format=json --audit-log-mode=batch --audit-log-batch-max-wait=1s)
   # --disable-admission-plugins=ServiceAccount: like envtest; pods can be created
   #   in a new namespace before KCM made its default ServiceAccount.
   # --endpoint-reconciler-type=none: a loopback advertise address is not a valid
