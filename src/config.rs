@@ -160,6 +160,9 @@ pub struct RunArgs {
     /// Longest time a webhook client may take for its TLS handshake, headers or body.
     #[arg(long, env = "WEBHOOK_CLIENT_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub webhook_client_timeout: Duration,
+    /// A webhook connection with no request in flight for this long is closed.
+    #[arg(long, env = "WEBHOOK_IDLE_TIMEOUT", default_value = "90s", value_parser = parse_interval)]
+    pub webhook_idle_timeout: Duration,
     /// Longest time open requests get to finish after SIGTERM.
     #[arg(long, env = "SHUTDOWN_GRACE", default_value = "15s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
@@ -459,6 +462,7 @@ impl RunArgs {
             cert_dir: self.cert_dir.clone(),
             cert_reload_interval: self.cert_reload_interval,
             client_timeout: self.webhook_client_timeout,
+            idle_timeout: self.webhook_idle_timeout,
             shutdown_grace: self.shutdown_grace,
             settings: self.api_settings(),
         }

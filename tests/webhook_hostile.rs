@@ -332,3 +332,133 @@ async fn hostile_clients_get_answers_or_clean_refusals_and_memory_stays_bounded(
     std::fs::File::open(&log).unwrap().read_to_string(&mut text).unwrap();
     assert!(!text.contains("panicked"), "{text}");
 }
+
+/// A TLS connection to the webhook speaking HTTP/2 (ALPN `h2`), driven in the background: the
+/// sender, and the driver's task, which ends when the server closes the connection.
+async fn http2_connection(
+    webhook: SocketAddr,
+    ca_pem: &str,
+) -> (hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>>, tokio::task::JoinHandle<()>) {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls_pki_types::CertificateDer::from(ca_der(ca_pem))).unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = TcpStream::connect(webhook).await.unwrap();
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp).await.expect("handshake");
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "the server speaks HTTP/2");
+    let (sender, connection) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(tls))
+            .await
+            .expect("HTTP/2 handshake");
+    (sender, tokio::spawn(async move {
+        let _ = connection.await;
+    }))
+}
+
+/// Whether an HTTP/2 review was answered with `allowed: true`. A stream the server refused
+/// (`REFUSED_STREAM`: opened past its stream limit before the client had its settings, and not
+/// processed) is sent again, as HTTP/2 clients do (Go's, the API server's, among them).
+async fn http2_allowed(mut sender: hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>>, body: bytes::Bytes) -> bool {
+    use http_body_util::BodyExt;
+    let mut refused = 0;
+    let response = loop {
+        if sender.ready().await.is_err() {
+            return false;
+        }
+        let request = hyper::Request::post("https://127.0.0.1/validate")
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(body.clone()))
+            .unwrap();
+        match sender.send_request(request).await {
+            Ok(response) => break response,
+            Err(e) if format!("{e:?}").contains("REFUSED_STREAM") && refused < 5 => refused += 1,
+            Err(e) => {
+                eprintln!("error {e:?}");
+                return false;
+            }
+        }
+    };
+    if response.status() != 200 {
+        eprintln!("status {}", response.status());
+        return false;
+    }
+    let Ok(collected) = response.into_body().collect().await else {
+        return false;
+    };
+    serde_json::from_slice::<Value>(&collected.to_bytes()).is_ok_and(|v| v["response"]["allowed"] == true)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_streams_with_large_bodies_keep_memory_bounded_and_idle_connections_are_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = Command::new(BIN).args(["certs", "--out-dir"]).arg(dir.path()).output().unwrap();
+    assert!(certs.status.success());
+    let log = dir.path().join("webhook.log");
+    let idle_timeout = Duration::from_secs(3);
+    let mut child = Running(
+        process::webhook_command(BIN, dir.path(), &log)
+            .env("WEBHOOK_CLIENT_TIMEOUT", format!("{}s", CLIENT_TIMEOUT.as_secs()))
+            .env("WEBHOOK_IDLE_TIMEOUT", format!("{}s", idle_timeout.as_secs()))
+            .spawn()
+            .unwrap(),
+    );
+    let addresses = process::wait_started(&mut child.0, &log, Duration::from_secs(30));
+    let pid = child.0.id();
+    let webhook: SocketAddr = addresses.webhook;
+    let ca_pem = std::fs::read_to_string(dir.path().join("ca.crt")).unwrap();
+    let small = bytes::Bytes::from(review());
+    // A review padded with leading whitespace to just under 3 MiB: valid, and allowed.
+    let large = {
+        let mut body = vec![b' '; 3 * 1024 * 1024 - small.len() - 16];
+        body.extend_from_slice(&small);
+        bytes::Bytes::from(body)
+    };
+    let (warm, _) = http2_connection(webhook, &ca_pem).await;
+    for _ in 0..20 {
+        assert!(http2_allowed(warm.clone(), large.clone()).await, "warm-up request");
+    }
+    let idle_rss = status_kib(pid, "VmRSS");
+
+    // 4 connections × 100 large reviews at once: 1.2 GiB of bodies, were they all read at once.
+    let started = Instant::now();
+    let mut attack = Vec::new();
+    for _ in 0..4 {
+        let (sender, _driver) = http2_connection(webhook, &ca_pem).await;
+        for _ in 0..100 {
+            attack.push(tokio::spawn(http2_allowed(sender.clone(), large.clone())));
+        }
+    }
+    // An ordinary review on a connection of its own is answered in the middle of it.
+    let (ordinary, _) = http2_connection(webhook, &ca_pem).await;
+    let mut ordinary_answered = 0;
+    for _ in 0..5 {
+        let answered = tokio::time::timeout(CLIENT_TIMEOUT, http2_allowed(ordinary.clone(), small.clone())).await;
+        ordinary_answered += usize::from(answered == Ok(true));
+    }
+    let answered = futures::future::join_all(attack).await.into_iter().filter(|r| matches!(r, Ok(true))).count();
+    let attack_seconds = started.elapsed().as_secs_f64();
+    let peak = status_kib(pid, "VmHWM");
+    eprintln!(
+        "webhook_hostile http2: idle RSS {} MiB, peak {} MiB over 400 reviews of 3 MiB on 4 connections ({answered} answered in {attack_seconds:.1} s), {ordinary_answered} of 5 ordinary reviews answered meanwhile",
+        idle_rss / 1024,
+        peak / 1024
+    );
+    assert_eq!(answered, 400, "every large review answered");
+    assert_eq!(ordinary_answered, 5, "ordinary reviews answered in the middle of it");
+    // The body budget (120 MiB) and what parsing them takes, not 800 bodies at once.
+    assert!(peak < idle_rss + 384 * 1024, "peak RSS {peak} KiB, idle {idle_rss} KiB");
+
+    // An HTTP/2 connection with nothing in flight is closed by the server after the idle timeout.
+    let (sender, driver) = http2_connection(webhook, &ca_pem).await;
+    assert!(http2_allowed(sender.clone(), small.clone()).await);
+    let closed = tokio::time::timeout(idle_timeout + Duration::from_secs(10), driver).await;
+    assert!(closed.is_ok(), "the idle HTTP/2 connection is still open after {:?}", idle_timeout + Duration::from_secs(10));
+    let mut text = String::new();
+    std::fs::File::open(&log).unwrap().read_to_string(&mut text).unwrap();
+    assert!(!text.contains("panicked"), "{text}");
+}

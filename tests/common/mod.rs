@@ -43,6 +43,7 @@ impl Server {
             cert_dir: cert_dir.path().to_path_buf(),
             cert_reload_interval: Duration::from_millis(100),
             client_timeout,
+            idle_timeout: Duration::from_secs(90),
             shutdown_grace: Duration::from_secs(5),
             settings,
         };

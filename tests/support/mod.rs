@@ -202,6 +202,7 @@ impl AdmissionWebhook {
             cert_dir: self.cert_dir.path().to_path_buf(),
             cert_reload_interval: Duration::from_secs(1),
             client_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(90),
             shutdown_grace: Duration::from_secs(1),
             settings: ApiSettings::new(CLUSTER_NAME),
         };
