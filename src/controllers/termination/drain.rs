@@ -95,7 +95,7 @@ impl DrainPlan {
 /// The drain plan for the pods bound to a node at `now`. Terminal, DaemonSet, mirror and
 /// unschedulable-tolerating pods stay; pods deleted more than a minute ago are presumed stuck
 /// and ignored; `karpenter.sh/do-not-evict` is not consulted (§5.7).
-pub fn plan(pods: &[Pod], now: DateTime<Utc>) -> DrainPlan {
+pub fn plan<'a>(pods: impl IntoIterator<Item = &'a Pod>, now: DateTime<Utc>) -> DrainPlan {
     let stuck_before = now - Duration::seconds(STUCK_TERMINATING_AFTER_SECONDS);
     let mut plan = DrainPlan::default();
     let (mut critical, mut non_critical) = (Vec::new(), Vec::new());

@@ -2,7 +2,8 @@
 //! garbage collector or `kubectl delete node`) is cordoned, drained through the Eviction API,
 //! its instance terminated, and only then the finalizer released (karpenter-behavior.md §6.1).
 //!
-//! A periodic reconcile (1 s) over a Node reflector: every step reads the state it acts on and is
+//! A periodic reconcile (1 s) over the shared Node and Pod reflectors, at most
+//! `MAX_CONCURRENT_NODES` nodes at once: every step reads the state it acts on and is
 //! idempotent, so a restart or a leader hand-over at any point just carries on. `drain.rs`
 //! decides which pods go and in which order.
 
@@ -12,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::chrono::Utc;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -34,6 +36,8 @@ pub const EXCLUDE_FROM_LB_LABEL: &str = "node.kubernetes.io/exclude-from-externa
 /// First retry delay of a pod whose eviction was refused; doubles up to `MAX_EVICTION_BACKOFF`.
 const MIN_EVICTION_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_EVICTION_BACKOFF: Duration = Duration::from_secs(10);
+/// Most deleting nodes reconciled at once.
+const MAX_CONCURRENT_NODES: usize = 16;
 /// At most one `FailedDraining` event per node this often.
 const DRAINING_EVENT_PERIOD: Duration = Duration::from_secs(30);
 
@@ -118,7 +122,24 @@ pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receive
         let started = std::time::Instant::now();
         let _pass = ctx.metrics.liveness.pass("termination");
         crate::failpoint::panic_point("termination");
-        let results = futures::future::join_all(terminating.iter().map(|node| reconcile(&ctx, node))).await;
+        // The pods of every deleting node, from the shared cache, grouped once for the pass.
+        let mut pods_of: HashMap<String, Vec<Arc<Pod>>> = terminating.iter().map(|n| (n.name_any(), Vec::new())).collect();
+        for pod in state.pods.state() {
+            if let Some(list) = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).and_then(|n| pods_of.get_mut(n)) {
+                list.push(pod);
+            }
+        }
+        // A bounded number of nodes at once: each step is a few API or cloud calls.
+        // (The futures are made first: a stream mapping with a closure over borrows trips the
+        // compiler's Send check of the spawned controller task.)
+        let work: Vec<_> = terminating
+            .iter()
+            .map(|node| {
+                let pods = pods_of.get(&node.name_any()).map(Vec::as_slice).unwrap_or_default();
+                reconcile(&ctx, node, pods)
+            })
+            .collect();
+        let results: Vec<_> = futures::stream::iter(work).buffered(MAX_CONCURRENT_NODES).collect().await;
         let mut waiting = 0;
         let mut ok = true;
         for (node, result) in terminating.iter().zip(results) {
@@ -148,7 +169,7 @@ pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receive
 
 /// One step forward for one deleting node; returns how many of its pods still wait for eviction.
 #[instrument(skip_all, fields(node = %node.name_any()))]
-async fn reconcile(ctx: &Context, node: &Node) -> Result<usize, TerminationError> {
+async fn reconcile(ctx: &Context, node: &Node, cached_pods: &[Arc<Pod>]) -> Result<usize, TerminationError> {
     let name = node.name_any();
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     // 1. cordon
@@ -174,16 +195,21 @@ async fn reconcile(ctx: &Context, node: &Node) -> Result<usize, TerminationError
             Err(source) => return Err(TerminationError::Cordon { node: name, source }),
         }
     }
-    // 2. drain
-    let pods_api: Api<Pod> = Api::all(ctx.client.clone());
-    let pods = pods_api
-        .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
-        .await
-        .map_err(|source| TerminationError::ListPods {
-            node: name.clone(),
-            source,
-        })?;
-    let plan = drain::plan(&pods.items, Utc::now());
+    // 2. drain, from the shared cache; a drain that looks done there is confirmed with one list
+    // from the API server before the instance goes (the cache may lag a pod bound just before
+    // the cordon).
+    let mut plan = drain::plan(cached_pods.iter().map(AsRef::as_ref), Utc::now());
+    if plan.is_complete() {
+        let pods_api: Api<Pod> = Api::all(ctx.client.clone());
+        let pods = pods_api
+            .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
+            .await
+            .map_err(|source| TerminationError::ListPods {
+                node: name.clone(),
+                source,
+            })?;
+        plan = drain::plan(&pods.items, Utc::now());
+    }
     if !plan.is_complete() {
         for pod in &plan.evict {
             evict(ctx, pod).await;
