@@ -87,9 +87,13 @@ fn first_write_up_request(provisioner: &str) -> LaunchRequest {
             option("t3.xlarge", "ap-northeast-2a", 0.208),
             option("t3.xlarge", "ap-northeast-2c", 0.208),
         ],
+        // With a zone and an instance type, as the plan samples them from the Provisioner's
+        // requirements: the kubelet must not register with them (the fleet may pick others).
         labels: BTreeMap::from([
             ("nodeType".to_string(), "service-2023".to_string()),
             ("karpenter.sh/provisioner-name".to_string(), provisioner.to_string()),
+            ("topology.kubernetes.io/zone".to_string(), "ap-northeast-2a".to_string()),
+            ("node.kubernetes.io/instance-type".to_string(), "t3.large".to_string()),
         ]),
         taints: vec![Taint {
             key: "service".into(),
@@ -99,6 +103,8 @@ fn first_write_up_request(provisioner: &str) -> LaunchRequest {
         }],
         startup_taints: vec![],
         kubelet: Default::default(),
+        // What the plan counts with ENI-limited pod density: 3 ENIs x (12 - 1) + 2, 4 x (15 - 1) + 2.
+        max_pods: BTreeMap::from([("t3.large".to_string(), 35), ("t3.xlarge".to_string(), 58)]),
         spot_max_price: None,
     }
 }
@@ -184,6 +190,24 @@ async fn catalogue_has_every_moto_instance_type_with_offerings_in_the_subnet_zon
     assert!(types
         .iter()
         .all(|t| t.facts.architecture == "amd64" || t.facts.architecture == "arm64"));
+    // Every label a node of any type would get is one the API server takes (a GPU name with
+    // spaces would fail the Node's create and loop launches).
+    let valid = |v: &str| {
+        v.len() <= 63
+            && (v.is_empty()
+                || (v.starts_with(|c: char| c.is_ascii_alphanumeric())
+                    && v.ends_with(|c: char| c.is_ascii_alphanumeric())
+                    && v.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))))
+    };
+    let mut gpu_types = 0;
+    for info in &types {
+        let it = karpenter_rs::scheduling::InstanceType::from_facts(&info.facts, vec![], &Default::default(), None);
+        for (key, value) in it.requirements.node_labels() {
+            assert!(valid(&value), "{}: label {key}={value:?} is not a valid label value", info.facts.name);
+        }
+        gpu_types += usize::from(it.requirements.node_labels().contains_key("karpenter.k8s.aws/instance-gpu-name"));
+    }
+    assert!(gpu_types > 0, "GPU types are in the catalogue");
 }
 
 /// moto does not implement the Pricing API (GetProducts answers 500 on the same endpoint), which
@@ -328,7 +352,10 @@ async fn selectors_that_match_nothing_are_configuration_errors_naming_the_select
 }
 
 /// The one launch template tagged with `provisioner`.
-async fn only_launch_template(cloud: &AwsCloudProvider, provisioner: &str) -> aws_sdk_ec2::types::LaunchTemplate {
+/// The provisioner's launch template for nodes of `max_pods` pods. A launch of the first
+/// write-up's types makes two, one per max pods the plan counted (t3.large 35, t3.xlarge 58):
+/// the kubelet's flag is in the user data. Exactly one must be for `max_pods`.
+async fn launch_template_for_max_pods(cloud: &AwsCloudProvider, provisioner: &str, max_pods: i64) -> aws_sdk_ec2::types::LaunchTemplate {
     let templates = cloud
         .ec2()
         .describe_launch_templates()
@@ -341,8 +368,20 @@ async fn only_launch_template(cloud: &AwsCloudProvider, provisioner: &str) -> aw
         .send()
         .await
         .unwrap();
-    assert_eq!(templates.launch_templates().len(), 1, "{templates:?}");
-    templates.launch_templates()[0].clone()
+    let mut found = Vec::new();
+    for lt in templates.launch_templates() {
+        let name = lt.launch_template_name().unwrap();
+        let versions = cloud.ec2().describe_launch_template_versions().launch_template_name(name).send().await.unwrap();
+        let data = versions.launch_template_versions()[0].launch_template_data().unwrap();
+        let user_data = base64::engine::general_purpose::STANDARD.decode(data.user_data().unwrap()).unwrap();
+        // AL2's `--max-pods=35`, AL2023's NodeConfig `maxPods: 35`.
+        let flat: String = String::from_utf8(user_data).unwrap().chars().filter(|c| !matches!(c, ' ' | '"')).collect();
+        if flat.contains(&format!("--max-pods={max_pods}'")) || flat.contains(&format!("maxPods:{max_pods}\n")) || flat.contains(&format!("maxPods:{max_pods},")) {
+            found.push(lt.clone());
+        }
+    }
+    assert_eq!(found.len(), 1, "one template for {max_pods} pods in {templates:?}");
+    found.remove(0)
 }
 
 #[tokio::test]
@@ -379,8 +418,8 @@ async fn launches_tags_lists_and_terminates_first_write_up_nodes() {
             let al2 = fx["amis"]["/aws/service/eks/optimized-ami/1.33/amazon-linux-2/recommended/image_id"]["image_id"].as_str();
             assert_eq!(ec2_instance.image_id(), al2);
 
-            // 3. one launch template, holding the AMI, security group, profile, metadata and bootstrap
-            let lt = only_launch_template(cloud, &provisioner).await;
+            // 3. a launch template per max pods, holding the AMI, security group, profile, metadata and bootstrap
+            let lt = launch_template_for_max_pods(cloud, &provisioner, 35).await;
             let lt_name = lt.launch_template_name().unwrap().to_string();
             assert!(lt_name.starts_with("karpenter-rs/ssungz-cluster/"), "{lt_name}");
             assert_eq!(tag_map(lt.tags()).get("karpenter.k8s.aws/cluster").map(String::as_str), Some(CLUSTER_NAME));
@@ -405,6 +444,8 @@ async fn launches_tags_lists_and_terminates_first_write_up_nodes() {
                 )),
                 "{user_data}"
             );
+            // The pods the plan counted, not AL2's own ENI table.
+            assert!(user_data.contains("--use-max-pods false") && user_data.contains("--max-pods=35'"), "{user_data}");
             let root = &data.block_device_mappings()[0];
             assert_eq!(root.device_name(), Some("/dev/xvda"));
             assert_eq!(root.ebs().and_then(|e| e.volume_size()), Some(20));
@@ -421,7 +462,8 @@ async fn launches_tags_lists_and_terminates_first_write_up_nodes() {
                 .await
                 .unwrap();
             let names: Vec<_> = again.launch_templates().iter().filter_map(|t| t.launch_template_name()).collect();
-            assert_eq!(names, vec![lt_name.as_str()]);
+            assert_eq!(names.len(), 2, "the same two templates: {names:?}");
+            assert!(names.contains(&lt_name.as_str()), "{names:?}");
 
             // 5. list finds both, get finds each
             let listed: BTreeSet<String> = cloud.list().await.unwrap().into_iter().map(|i| i.id).collect();
@@ -457,13 +499,15 @@ async fn launches_al2023_nodes_with_a_node_config_in_the_launch_template() {
             // The fixture names no amiFamily: on Kubernetes 1.33 that is AL2023.
             request.template = first_write_up_template();
             assert_eq!(request.template.ami_family, AmiFamily::Al2023);
+            // The plan counts the Provisioner's maxPods for every type: one template.
             request.kubelet.max_pods = Some(29);
+            request.max_pods.values_mut().for_each(|n| *n = 29);
             let instance = cloud.create(&request).await.expect("launching an AL2023 node");
             ids.lock().unwrap().push(instance.id.clone());
             let al2023 = fx["amis"]["/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/standard/recommended/image_id"]["image_id"].as_str();
             assert_eq!(instance.image_id.as_deref(), al2023);
 
-            let lt = only_launch_template(cloud, &provisioner).await;
+            let lt = launch_template_for_max_pods(cloud, &provisioner, 29).await;
             let lt_name = lt.launch_template_name().unwrap();
             let versions = cloud.ec2().describe_launch_template_versions().launch_template_name(lt_name).send().await.unwrap();
             let data = versions.launch_template_versions()[0].launch_template_data().unwrap();
@@ -594,7 +638,7 @@ async fn launch_templates_unused_for_the_period_are_deleted_and_made_again_when_
             let first = cloud.create(&request).await.expect("launching");
             ids.lock().unwrap().push(first.id.clone());
             let ours = cluster_templates(cloud, &cluster).await;
-            assert_eq!(ours.len(), 1, "{ours:?}");
+            assert_eq!(ours.len(), 2, "one per max pods: {ours:?}");
             assert!(ours.iter().all(|n| n.starts_with(&format!("karpenter-rs/{cluster}/"))), "{ours:?}");
 
             // A template of the user's, tagged with the cluster but not named by karpenter-rs.

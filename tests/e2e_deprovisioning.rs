@@ -628,6 +628,7 @@ fn an_instance_without_a_node_is_terminated_after_the_grace_period() {
         taints: vec![],
         startup_taints: vec![],
         kubelet: Default::default(),
+        max_pods: Default::default(),
         spot_max_price: None,
     };
     let instance = controller.block_on(cloud.create(&request)).expect("launching an instance");

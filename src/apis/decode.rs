@@ -321,6 +321,36 @@ mod tests {
     }
 
     #[test]
+    fn quantities_stored_as_numbers_decode_as_karpenters_int_or_string_crds_allow() {
+        // Objects kept from Karpenter: its CRDs declare quantities int-or-string.
+        use crate::apis::v1alpha1::AwsNodeTemplate;
+        use crate::apis::v1alpha5::Provisioner;
+        let template: AwsNodeTemplate = serde_json::from_value(json!({
+            "metadata": {"name": "t"},
+            "spec": {"blockDeviceMappings": [{"deviceName": "/dev/xvda", "ebs": {"volumeSize": 100, "volumeType": "gp3"}}]}
+        }))
+        .expect("a numeric volumeSize decodes");
+        let ebs = template.spec.block_device_mappings.unwrap()[0].ebs.clone().unwrap();
+        assert_eq!(ebs.volume_size.unwrap().0, "100");
+        let provisioner: Provisioner = serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "spec": {"limits": {"resources": {"cpu": 1000}},
+                     "kubeletConfiguration": {"kubeReserved": {"cpu": 1}, "systemReserved": {"memory": "100Mi", "pid": 100}}},
+            "status": {"resources": {"cpu": 4, "memory": "16Gi"}}
+        }))
+        .expect("numeric quantities decode");
+        let kubelet = provisioner.spec.kubelet_configuration.unwrap();
+        assert_eq!(kubelet.kube_reserved.unwrap()["cpu"].0, "1");
+        assert_eq!(kubelet.system_reserved.unwrap()["pid"].0, "100");
+        assert_eq!(provisioner.status.unwrap().resources.unwrap()["cpu"].0, "4");
+        assert!(serde_json::from_value::<AwsNodeTemplate>(json!({
+            "metadata": {"name": "t"},
+            "spec": {"blockDeviceMappings": [{"ebs": {"volumeSize": [1]}}]}
+        }))
+        .is_err());
+    }
+
+    #[test]
     fn suggests_only_close_names() {
         assert_eq!(did_you_mean("subnetselector", &["subnetSelector", "tags"]), Some("subnetSelector"));
         assert_eq!(did_you_mean("zzzzzzzz", &["subnetSelector", "tags"]), None);

@@ -33,6 +33,22 @@ pub fn quantity_map(_: &mut SchemaGenerator) -> Schema {
     serde_json::from_value(schema).expect("a valid schema")
 }
 
+/// Reads an optional quantity given as a string or a number: Karpenter's CRDs declare
+/// quantities int-or-string (`volumeSize: 100`), and an object stored under them must decode.
+pub fn deserialize_quantity<'de, D>(deserializer: D) -> Result<Option<k8s_openapi::apimachinery::pkg::api::resource::Quantity>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    use serde::de::Error;
+    use serde::Deserialize;
+    match Option::<serde_json::Value>::deserialize(deserializer)? {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(s)) => Ok(Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(s))),
+        Some(serde_json::Value::Number(n)) => Ok(Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(n.to_string()))),
+        Some(other) => Err(D::Error::custom(format!("expected a quantity (a string or a number), got {other}"))),
+    }
+}
+
 /// Reads an optional map of quantities given as strings or numbers (see [`quantity_map`]).
 pub fn deserialize_quantity_map<'de, D>(
     deserializer: D,

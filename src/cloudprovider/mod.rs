@@ -409,6 +409,13 @@ pub struct LaunchRequest {
     pub startup_taints: Vec<Taint>,
     /// The Provisioner's kubelet settings (maxPods, reserved resources, eviction, ...).
     pub kubelet: KubeletConfiguration,
+    /// How many pods a node of each instance type holds as the plan counted them (its `pods`
+    /// capacity). Passed to the kubelet as its max pods, one launch template per distinct
+    /// figure, so that it takes as many pods as were planned: AL2's bootstrap would otherwise
+    /// apply its own ENI table (Karpenter always passes `--max-pods`,
+    /// aws@v0.27.0:pkg/providers/amifamily/resolver.go). A type not named here gets the
+    /// Provisioner's `maxPods`, or the AMI's own rule.
+    pub max_pods: BTreeMap<String, i64>,
     /// Highest USD per hour paid for spot (`spec.provider.spotPrice`); dearer spot options are dropped.
     pub spot_max_price: Option<f64>,
 }

@@ -3,6 +3,7 @@
 //! cheapest matching offering, price order). Plain data: the cloud provider builds them, nothing
 //! here knows about AWS APIs. No I/O here.
 
+use std::collections::BTreeMap;
 use std::cmp::Ordering;
 use std::sync::Arc;
 
@@ -39,6 +40,38 @@ pub const INSTANCE_GPU_MANUFACTURER_LABEL: &str = "karpenter.k8s.aws/instance-gp
 pub const INSTANCE_GPU_COUNT_LABEL: &str = "karpenter.k8s.aws/instance-gpu-count";
 /// `karpenter.k8s.aws/instance-gpu-memory` (MiB).
 pub const INSTANCE_GPU_MEMORY_LABEL: &str = "karpenter.k8s.aws/instance-gpu-memory";
+/// `karpenter.k8s.aws/instance-accelerator-name`, `-manufacturer`, `-count`.
+pub const INSTANCE_ACCELERATOR_LABELS: [&str; 3] = [
+    "karpenter.k8s.aws/instance-accelerator-name",
+    "karpenter.k8s.aws/instance-accelerator-manufacturer",
+    "karpenter.k8s.aws/instance-accelerator-count",
+];
+
+/// Keys of hardware an instance type may lack: `DoesNotExist` on a type without it, so that a
+/// requirement on the hardware (`instance-local-nvme Gt 100`, `instance-gpu-name In [t4]`)
+/// excludes that type instead of being met by a key the type never defined (Karpenter's
+/// `computeRequirements`, aws@v0.27.0:pkg/providers/instancetype/types.go).
+pub const HARDWARE_LABELS: [&str; 6] = [
+    INSTANCE_LOCAL_NVME_LABEL,
+    INSTANCE_NETWORK_BANDWIDTH_LABEL,
+    INSTANCE_GPU_NAME_LABEL,
+    INSTANCE_GPU_MANUFACTURER_LABEL,
+    INSTANCE_GPU_COUNT_LABEL,
+    INSTANCE_GPU_MEMORY_LABEL,
+];
+
+/// A name EC2 reports (`NVIDIA`, `RTX PRO 4500`) as a label value: lower case, spaces as dashes
+/// (Karpenter's `lowerKabobCase`); any other character a label value may not hold becomes a
+/// dash too, and ends that are not alphanumeric are trimmed.
+pub fn label_value(name: &str) -> String {
+    let kabob: String = name
+        .trim()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c.to_ascii_lowercase() } else { '-' })
+        .collect();
+    let trimmed = kabob.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+    trimmed.chars().take(63).collect::<String>().trim_end_matches(|c: char| !c.is_ascii_alphanumeric()).to_string()
+}
 
 /// Where and how an instance type can be bought, and for how much.
 #[derive(Clone, Debug, PartialEq)]
@@ -118,17 +151,32 @@ impl InstanceType {
                 r.add(INSTANCE_GENERATION_LABEL, one(generation));
             }
         }
+        let mut hardware: BTreeMap<&str, String> = BTreeMap::new();
         if facts.local_nvme_gb > 0 {
-            r.add(INSTANCE_LOCAL_NVME_LABEL, one(facts.local_nvme_gb.to_string()));
+            hardware.insert(INSTANCE_LOCAL_NVME_LABEL, facts.local_nvme_gb.to_string());
         }
         if let Some(bw) = facts.network_bandwidth_mbps {
-            r.add(INSTANCE_NETWORK_BANDWIDTH_LABEL, one(bw.to_string()));
+            hardware.insert(INSTANCE_NETWORK_BANDWIDTH_LABEL, bw.to_string());
         }
         if let [gpu] = facts.gpus.as_slice() {
-            r.add(INSTANCE_GPU_NAME_LABEL, one(gpu.name.to_lowercase()));
-            r.add(INSTANCE_GPU_MANUFACTURER_LABEL, one(gpu.manufacturer.to_lowercase()));
-            r.add(INSTANCE_GPU_COUNT_LABEL, one(gpu.count.to_string()));
-            r.add(INSTANCE_GPU_MEMORY_LABEL, one(gpu.memory_mib.to_string()));
+            hardware.insert(INSTANCE_GPU_NAME_LABEL, label_value(&gpu.name));
+            hardware.insert(INSTANCE_GPU_MANUFACTURER_LABEL, label_value(&gpu.manufacturer));
+            hardware.insert(INSTANCE_GPU_COUNT_LABEL, gpu.count.to_string());
+            hardware.insert(INSTANCE_GPU_MEMORY_LABEL, gpu.memory_mib.to_string());
+        }
+        for key in HARDWARE_LABELS {
+            let requirement = match hardware.remove(key).filter(|v| !v.is_empty()) {
+                Some(value) => one(value),
+                None => Requirement::does_not_exist(),
+            };
+            r.add(key, requirement);
+        }
+        // Accelerators (Inferentia, Trainium) are not in the facts: a type with Neuron devices
+        // leaves the keys undefined (any requirement on them is met), every other type has none.
+        if facts.neuron_devices == 0 {
+            for key in INSTANCE_ACCELERATOR_LABELS {
+                r.add(key, Requirement::does_not_exist());
+            }
         }
         r
     }
@@ -176,8 +224,17 @@ fn by_price(a: &Offering, b: &Offering) -> Ordering {
 
 /// `m5d` → (`m`, `5`), `c6gn` → (`c`, `6`), `inf1` → (`inf`, `1`).
 fn parse_family(family: &str) -> Option<(String, String)> {
-    let category: String = family.chars().take_while(|c| c.is_ascii_lowercase() || *c == '-').collect();
-    let generation: String = family[category.len()..].chars().take_while(char::is_ascii_digit).collect();
+    // Karpenter's `(^[a-z]+)(\-[0-9]+tb)?([0-9]+)`: the high-memory `u-6tb1` is category `u`,
+    // generation 1 (a category `u-` would be a label value the API server refuses).
+    let category: String = family.chars().take_while(char::is_ascii_lowercase).collect();
+    let mut rest = &family[category.len()..];
+    if let Some(after) = rest.strip_prefix('-') {
+        let digits = after.chars().take_while(char::is_ascii_digit).count();
+        if digits > 0 && after[digits..].starts_with("tb") {
+            rest = &after[digits + 2..];
+        }
+    }
+    let generation: String = rest.chars().take_while(char::is_ascii_digit).collect();
     if category.is_empty() || generation.is_empty() {
         return None;
     }
@@ -220,7 +277,44 @@ mod tests {
         }
         assert_eq!(parse_family("c6gn"), Some(("c".into(), "6".into())));
         assert_eq!(parse_family("inf1"), Some(("inf".into(), "1".into())));
-        assert_eq!(parse_family("u-6tb1"), Some(("u-".into(), "6".into())));
+        assert_eq!(parse_family("u-6tb1"), Some(("u".into(), "1".into())));
+        assert_eq!(parse_family("u7i-12tb"), Some(("u".into(), "7".into())));
+    }
+
+    #[test]
+    fn requirements_on_hardware_exclude_types_without_it() {
+        let gt = |key: &str, n: i64| Requirements::new().with(key, Requirement::from_operator("Gt", &[n.to_string()]));
+        let gpu_name = |name: &str| Requirements::new().with(INSTANCE_GPU_NAME_LABEL, Requirement::in_values([name]));
+        let (c5, g4dn) = (instance_type("c5.large"), instance_type("g4dn.xlarge"));
+        assert!(!c5.requirements.is_compatible(&gt(INSTANCE_LOCAL_NVME_LABEL, 100)), "no NVMe");
+        assert!(c5.requirements.compatible(&gt(INSTANCE_LOCAL_NVME_LABEL, 100)).is_err());
+        assert!(!c5.requirements.is_compatible(&gpu_name("t4")), "no GPU");
+        assert!(g4dn.requirements.is_compatible(&gpu_name("t4")));
+        assert!(!g4dn.requirements.is_compatible(&gpu_name("v100")));
+        assert!(!c5.requirements.is_compatible(&gt(INSTANCE_NETWORK_BANDWIDTH_LABEL, 1000)), "no bandwidth figure");
+        let accelerator = Requirements::new().with(INSTANCE_ACCELERATOR_LABELS[0], Requirement::in_values(["inferentia"]));
+        assert!(!c5.requirements.is_compatible(&accelerator), "no accelerator");
+        // Excluding hardware a type lacks is met.
+        let no_gpu = Requirements::new().with(INSTANCE_GPU_COUNT_LABEL, Requirement::does_not_exist());
+        assert!(c5.requirements.is_compatible(&no_gpu));
+        assert!(!g4dn.requirements.is_compatible(&no_gpu));
+        // And a node of a type without the hardware gets no label for it.
+        assert!(c5.requirements.node_labels().keys().all(|k| !HARDWARE_LABELS.contains(&k.as_str())), "{:?}", c5.requirements.node_labels());
+    }
+
+    #[test]
+    fn hardware_names_become_label_values_the_api_server_accepts() {
+        assert_eq!(label_value("T4"), "t4");
+        assert_eq!(label_value("NVIDIA"), "nvidia");
+        assert_eq!(label_value("RTX PRO 4500"), "rtx-pro-4500");
+        assert_eq!(label_value(" Radeon Pro V520 "), "radeon-pro-v520");
+        assert_eq!(label_value("A10G/24GB (x)"), "a10g-24gb--x");
+        assert_eq!(label_value(&"x".repeat(70)).len(), 63);
+        assert_eq!(label_value("-"), "");
+        let mut facts = crate::scheduling::testing::facts("g4dn.xlarge");
+        facts.gpus[0].name = "RTX PRO 4500".into();
+        let it = InstanceType::from_facts(&facts, vec![], &NodeSettings::default(), None);
+        assert!(it.requirements.allows(INSTANCE_GPU_NAME_LABEL, "rtx-pro-4500"), "{}", it.requirements);
     }
 
     #[test]

@@ -217,7 +217,7 @@ pub struct BlockDevice {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throughput: Option<i64>,
     /// Size, 1G to 64T (decimal), required unless snapshotID is set.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::apis::schema::deserialize_quantity")]
     pub volume_size: Option<Quantity>,
     /// standard, io1, io2, gp2, sc1, st1 or gp3.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -149,10 +149,18 @@ pub struct KubeletConfiguration {
     #[serde(rename = "imageGCLowThresholdPercent")]
     pub image_gc_low_threshold_percent: Option<i32>,
     /// Resources reserved for Kubernetes system daemons (cpu, memory, ephemeral-storage, pid).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::apis::schema::deserialize_quantity_map"
+    )]
     pub kube_reserved: Option<BTreeMap<String, Quantity>>,
     /// Resources reserved for OS system daemons (cpu, memory, ephemeral-storage, pid).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::apis::schema::deserialize_quantity_map"
+    )]
     pub system_reserved: Option<BTreeMap<String, Quantity>>,
     /// Maximum number of pods per node, overriding the ENI-based limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -172,7 +180,11 @@ pub struct ProvisionerStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_scale_time: Option<Time>,
     /// Total resources of the nodes this Provisioner has launched.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::apis::schema::deserialize_quantity_map"
+    )]
     pub resources: Option<BTreeMap<String, Quantity>>,
     /// Conditions of this Provisioner.
     #[serde(default, skip_serializing_if = "Option::is_none")]

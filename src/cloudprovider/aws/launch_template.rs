@@ -66,6 +66,27 @@ pub struct Bootstrap<'a> {
 }
 
 /// The user data of a family, not yet base64-encoded. Custom AMIs get the template's user data only.
+/// The labels a node's kubelet registers with (`--node-labels`, nodeadm's and Bottlerocket's
+/// `node-labels`): the node's labels except the well-known ones, plus the provisioner and the
+/// capacity type. A well-known label describes the instance the fleet picks (zone, instance
+/// type, architecture, its size and hardware): the launch only knows the choices, not the pick,
+/// and a kubelet registering with the first choice would overwrite the true value karpenter-rs
+/// put on the Node (its own well-known labels the kubelet sets from the instance anyway). As
+/// Karpenter's `Requirements.Labels()` leaves out `IsRestrictedNodeLabel` keys
+/// (core@v0.27.0:pkg/scheduling/requirements.go) and its launch template adds the capacity type
+/// (aws@v0.27.0:pkg/providers/launchtemplate/launchtemplate.go).
+pub fn kubelet_labels(labels: &BTreeMap<String, String>, provisioner: &str, capacity_type: &str) -> BTreeMap<String, String> {
+    use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, PROVISIONER_NAME_LABEL, WELL_KNOWN_LABELS};
+    let mut kubelet: BTreeMap<String, String> = labels
+        .iter()
+        .filter(|(k, _)| !WELL_KNOWN_LABELS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    kubelet.insert(PROVISIONER_NAME_LABEL.to_string(), provisioner.to_string());
+    kubelet.insert(CAPACITY_TYPE_LABEL.to_string(), capacity_type.to_string());
+    kubelet
+}
+
 pub fn user_data(family: AmiFamily, b: &Bootstrap<'_>) -> Result<String, Error> {
     match family {
         AmiFamily::Al2 | AmiFamily::Ubuntu => Ok(eks_user_data(b)),
@@ -708,6 +729,22 @@ mod tests {
             ("karpenter.sh/provisioner-name".to_string(), "service".to_string()),
             ("karpenter.sh/capacity-type".to_string(), "on-demand".to_string()),
         ])
+    }
+
+    #[test]
+    fn the_kubelet_gets_no_label_of_the_instance_the_fleet_picks() {
+        // What the first write-up's launch plans: zones 2a and 2c, t3.large or t3.xlarge.
+        let planned = BTreeMap::from([
+            ("nodeType".to_string(), "service-2023".to_string()),
+            ("team".to_string(), "a".to_string()),
+            ("topology.kubernetes.io/zone".to_string(), "ap-northeast-2a".to_string()),
+            ("node.kubernetes.io/instance-type".to_string(), "t3.large".to_string()),
+            ("kubernetes.io/arch".to_string(), "amd64".to_string()),
+            ("karpenter.k8s.aws/instance-size".to_string(), "large".to_string()),
+            ("karpenter.sh/capacity-type".to_string(), "spot".to_string()),
+        ]);
+        let labels = kubelet_labels(&planned, "service", "on-demand");
+        assert_eq!(labels, first_write_up_labels().into_iter().chain([("team".to_string(), "a".to_string())]).collect());
     }
 
     #[test]

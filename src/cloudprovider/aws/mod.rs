@@ -36,7 +36,7 @@ use self::launch_template::{Bootstrap, LaunchTemplateConfig, Metadata};
 use self::subnets::{SecurityGroup, Subnet};
 use self::unavailable_offerings::UnavailableOfferings;
 use crate::apis::v1alpha1::{AmiStatus, AwsNodeTemplateStatus, SecurityGroupStatus, SubnetStatus};
-use crate::apis::v1alpha5::labels::{ARCH_LABEL, CAPACITY_TYPE_LABEL, PROVISIONER_NAME_LABEL};
+use crate::apis::v1alpha5::labels::{ARCH_LABEL, PROVISIONER_NAME_LABEL};
 use crate::cloudprovider::{CloudConfig, CloudProvider, Error, Instance, InstanceTypeInfo, LaunchRequest, NodeTemplate, Offering};
 
 /// A value cache with a time to live, keyed by selector.
@@ -377,7 +377,8 @@ impl AwsCloudProvider {
         }
         let catalogue = self.catalogue().await?;
         let by_name: HashMap<&str, &InstanceTypeInfo> = catalogue.iter().map(|t| (t.facts.name.as_str(), t)).collect();
-        let mut needs: BTreeMap<AmiNeed, Vec<String>> = BTreeMap::new();
+        // One launch template per AMI and per max pods (the kubelet's flag is in the user data).
+        let mut needs: BTreeMap<(AmiNeed, Option<i64>), Vec<String>> = BTreeMap::new();
         for t in types {
             let info = by_name
                 .get(t.as_str())
@@ -391,7 +392,8 @@ impl AwsCloudProvider {
                     (false, false) => Accelerator::None,
                 },
             };
-            needs.entry(need).or_default().push(t.clone());
+            let max_pods = request.max_pods.get(t).copied().or(request.kubelet.max_pods.map(i64::from));
+            needs.entry((need, max_pods)).or_default().push(t.clone());
         }
         let instance_profile = template
             .instance_profile
@@ -402,9 +404,7 @@ impl AwsCloudProvider {
             })?;
         let mut security_group_ids: Vec<String> = self.resolve_security_groups(template).await?.into_iter().map(|g| g.id).collect();
         security_group_ids.sort();
-        let mut labels = request.labels.clone();
-        labels.insert(PROVISIONER_NAME_LABEL.to_string(), request.provisioner_name.clone());
-        labels.insert(CAPACITY_TYPE_LABEL.to_string(), capacity_type.to_string());
+        let labels = launch_template::kubelet_labels(&request.labels, &request.provisioner_name, capacity_type);
         let taints: Vec<_> = request.taints.iter().chain(&request.startup_taints).cloned().collect();
         let bootstrap = Bootstrap {
             cluster_name: &self.config.cluster_name,
@@ -417,13 +417,15 @@ impl AwsCloudProvider {
             kubelet: &request.kubelet,
             custom_user_data: template.user_data.as_deref(),
         };
-        let user_data = launch_template::user_data(template.ami_family, &bootstrap)?;
         let mut lt_tags = BTreeMap::from([("Name".to_string(), format!("{PROVISIONER_NAME_LABEL}/{}", request.provisioner_name))]);
         lt_tags.insert(PROVISIONER_NAME_LABEL.to_string(), request.provisioner_name.clone());
         lt_tags.extend(self.config.tags.clone());
         lt_tags.extend(template.tags.clone());
         let mut out = HashMap::new();
-        for (need, need_types) in needs {
+        for ((need, max_pods), need_types) in needs {
+            let mut kubelet = request.kubelet.clone();
+            kubelet.max_pods = max_pods.and_then(|n| i32::try_from(n).ok()).or(kubelet.max_pods);
+            let user_data = launch_template::user_data(template.ami_family, &Bootstrap { kubelet: &kubelet, ..bootstrap })?;
             let image = self.ami(template, need).await?;
             let config = LaunchTemplateConfig {
                 cluster_name: self.config.cluster_name.clone(),

@@ -211,6 +211,7 @@ pub fn launch_request(
         taints: request.taints.clone(),
         startup_taints: request.startup_taints.clone(),
         kubelet: provisioner.spec.kubelet_configuration.clone().unwrap_or_default(),
+        max_pods: request.instance_type_options.iter().map(|it| (it.name.clone(), it.capacity.pods)).collect(),
         spot_max_price,
     }
 }

@@ -275,6 +275,7 @@ mod tests {
             taints: Vec::new(),
             startup_taints: Vec::new(),
             kubelet: Default::default(),
+            max_pods: Default::default(),
             spot_max_price: None,
         }
     }
