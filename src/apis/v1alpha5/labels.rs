@@ -11,6 +11,15 @@ pub const EMPTINESS_TIMESTAMP_ANNOTATION: &str = "karpenter.sh/emptiness-timesta
 pub const DO_NOT_EVICT_ANNOTATION: &str = "karpenter.sh/do-not-evict";
 /// Annotation on nodes that consolidation must leave alone.
 pub const DO_NOT_CONSOLIDATE_ANNOTATION: &str = "karpenter.sh/do-not-consolidate";
+/// Karpenter v0.31's alias of both (the v1beta1 name, karpenter-behavior.md §4.4): on a pod it
+/// is `do-not-evict`, on a node `do-not-consolidate`.
+pub const DO_NOT_DISRUPT_ANNOTATION: &str = "karpenter.sh/do-not-disrupt";
+
+/// The opt-out annotation among `keys` that `annotations` sets to `"true"`, if any.
+pub fn opted_out<'a>(annotations: Option<&std::collections::BTreeMap<String, String>>, keys: &[&'a str]) -> Option<&'a str> {
+    let annotations = annotations?;
+    keys.iter().copied().find(|k| annotations.get(*k).map(String::as_str) == Some("true"))
+}
 /// Finalizer that makes every node we own drain and release its instance before it goes.
 pub const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
 /// Tag and selector key used for subnet and security-group discovery.

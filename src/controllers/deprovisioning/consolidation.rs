@@ -19,7 +19,7 @@ use k8s_openapi::chrono::{DateTime, Duration, Utc};
 use super::decide::{blocking_pdb, do_not_evict};
 use super::VOLUNTARY_DISRUPTION_ANNOTATION;
 use crate::apis::v1alpha5::labels::{
-    CAPACITY_TYPE_LABEL, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, DO_NOT_CONSOLIDATE_ANNOTATION, INSTANCE_TYPE_LABEL,
+    opted_out, CAPACITY_TYPE_LABEL, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, DO_NOT_CONSOLIDATE_ANNOTATION, DO_NOT_DISRUPT_ANNOTATION, INSTANCE_TYPE_LABEL,
     PROVISIONER_NAME_LABEL, ZONE_LABEL,
 };
 use crate::apis::v1alpha5::Provisioner;
@@ -201,8 +201,8 @@ pub fn candidate(
         // such Provisioner each pass; that is noise for the users who chose emptiness TTLs.
         return skip("its provisioner does not consolidate");
     }
-    if annotations.get(DO_NOT_CONSOLIDATE_ANNOTATION).map(String::as_str) == Some("true") {
-        return Err(Ineligible::Blocked(format!("{DO_NOT_CONSOLIDATE_ANNOTATION} annotation exists")));
+    if let Some(key) = opted_out(Some(&annotations), &[DO_NOT_CONSOLIDATE_ANNOTATION, DO_NOT_DISRUPT_ANNOTATION]) {
+        return Err(Ineligible::Blocked(format!("{key} annotation exists")));
     }
     if !is_labelled_initialized(node) {
         return Err(Ineligible::Blocked("node is not initialized".to_string()));
@@ -965,6 +965,17 @@ mod tests {
             .unwrap()
             .insert(DO_NOT_CONSOLIDATE_ANNOTATION.into(), "false".into());
         assert_eq!(check(&opted_out, &p, false, &[], &[]), Ok("a".to_string()));
+        // Karpenter v0.31's alias on a node.
+        opted_out
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(DO_NOT_DISRUPT_ANNOTATION.into(), "true".into());
+        assert_eq!(
+            check(&opted_out, &p, false, &[], &[]),
+            blocked("karpenter.sh/do-not-disrupt annotation exists")
+        );
         let mut uninitialized = n.clone();
         uninitialized.metadata.labels.as_mut().unwrap().remove(INITIALIZED_LABEL);
         assert_eq!(check(&uninitialized, &p, false, &[], &[]), blocked("node is not initialized"));
@@ -974,6 +985,17 @@ mod tests {
             .annotations
             .get_or_insert_with(Default::default)
             .insert("karpenter.sh/do-not-evict".into(), "true".into());
+        assert_eq!(
+            check(&n, &p, false, &[pinned], &[]),
+            blocked("pod default/pinned has do not evict annotation")
+        );
+        // And on a pod.
+        let mut pinned = bound("pinned", "1", "a");
+        pinned
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(DO_NOT_DISRUPT_ANNOTATION.into(), "true".into());
         assert_eq!(
             check(&n, &p, false, &[pinned], &[]),
             blocked("pod default/pinned has do not evict annotation")

@@ -10,7 +10,9 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::chrono::{DateTime, Duration, Utc};
 
 use super::VOLUNTARY_DISRUPTION_ANNOTATION;
-use crate::apis::v1alpha5::labels::{DO_NOT_EVICT_ANNOTATION, EMPTINESS_TIMESTAMP_ANNOTATION, PROVISIONER_NAME_LABEL};
+use crate::apis::v1alpha5::labels::{
+    opted_out, DO_NOT_DISRUPT_ANNOTATION, DO_NOT_EVICT_ANNOTATION, EMPTINESS_TIMESTAMP_ANNOTATION, PROVISIONER_NAME_LABEL,
+};
 use crate::controllers::pods::{is_daemonset_pod, is_mirror_pod, is_terminal, is_terminating};
 use crate::scheduling::nodes::{is_labelled_initialized, is_ready};
 use crate::scheduling::Selector;
@@ -42,18 +44,14 @@ pub fn occupies(pod: &Pod) -> bool {
     !(is_terminal(pod) || is_daemonset_pod(pod) || is_mirror_pod(pod))
 }
 
-/// A running, non-terminating, non-mirror pod annotated `karpenter.sh/do-not-evict: "true"`.
+/// A running, non-terminating, non-mirror pod annotated `karpenter.sh/do-not-evict: "true"`
+/// (or its v0.31 alias `karpenter.sh/do-not-disrupt`).
 pub fn do_not_evict(pods: &[Arc<Pod>]) -> Option<&Pod> {
     pods.iter().map(|p| p.as_ref()).find(|p| {
         !is_terminal(p)
             && !is_terminating(p)
             && !is_mirror_pod(p)
-            && p.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(DO_NOT_EVICT_ANNOTATION))
-                .map(String::as_str)
-                == Some("true")
+            && opted_out(p.metadata.annotations.as_ref(), &[DO_NOT_EVICT_ANNOTATION, DO_NOT_DISRUPT_ANNOTATION]).is_some()
     })
 }
 
@@ -558,6 +556,8 @@ mod tests {
         let outcome = expiration(&[candidate(&a, &pinned, Some(100)), candidate(&b, &[], Some(100))], &[], at(200));
         assert_eq!(outcome.expire.as_deref(), Some("b"));
         assert_eq!(outcome.blocked, vec![("a".to_string(), "do-not-evict pod ns/pinned".to_string())]);
+        let alias = [pod("p", json!({"metadata": {"annotations": {DO_NOT_DISRUPT_ANNOTATION: "true"}}}))];
+        assert!(do_not_evict(&alias).is_some(), "Karpenter v0.31's alias");
         let not_true = [pod("p", json!({"metadata": {"annotations": {DO_NOT_EVICT_ANNOTATION: "false"}}}))];
         assert_eq!(
             expiration(&[candidate(&a, &not_true, Some(100))], &[], at(200)).expire.as_deref(),
