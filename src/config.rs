@@ -361,6 +361,9 @@ impl RunArgs {
         if let Some(v) = s.batch_idle_duration.filter(|_| take("batch_idle_duration")) {
             self.batch_idle_duration = v;
         }
+        if let Some(v) = s.cluster_ca_bundle.clone().filter(|_| take("cluster_ca_bundle") || self.cluster_ca_bundle.is_empty()) {
+            self.cluster_ca_bundle = v;
+        }
         notes
     }
 
@@ -740,6 +743,7 @@ mod tests {
             enable_pod_eni: Some(true),
             batch_max_duration: Some(Duration::from_secs(90)),
             batch_idle_duration: Some(Duration::from_secs(3)),
+            cluster_ca_bundle: Some("Q0E=".into()),
         };
         // Nothing explicit: every value comes from the ConfigMap.
         let mut args = run_args(&[]);
@@ -756,6 +760,7 @@ mod tests {
         assert_eq!(args.provisioning().windows.idle, Duration::from_secs(3));
         assert_eq!(args.cloud().tags["team"], "a");
         assert_eq!(args.interruption().queue_name, "from-configmap");
+        assert_eq!(args.cloud().cluster_ca_bundle.as_deref(), Some("Q0E="), "aws.clusterCABundle");
         // --cluster-name is required and wins; the difference is reported.
         assert_eq!(args.cluster_name, "c");
         assert!(notes[0].contains("aws.clusterName") && notes[0].contains("\"other\""), "{notes:?}");

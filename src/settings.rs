@@ -18,8 +18,8 @@ use crate::cloudprovider::aws::launch_template::LAUNCH_TEMPLATE_CLUSTER_TAG;
 /// Name of the ConfigMap, as Karpenter's chart creates it.
 pub const SETTINGS_CONFIGMAP: &str = "karpenter-global-settings";
 
-/// The keys karpenter-rs reads (others, e.g. `featureGates.driftEnabled`, are ignored like unknown
-/// keys are by Karpenter).
+/// The keys karpenter-rs reads; any other (`featureGates.driftEnabled`, a typo) is ignored
+/// with a warning naming it (`not_honoured`).
 pub mod keys {
     /// `aws.clusterName`.
     pub const CLUSTER_NAME: &str = "aws.clusterName";
@@ -44,6 +44,49 @@ pub mod keys {
     pub const BATCH_MAX_DURATION: &str = "batchMaxDuration";
     /// `batchIdleDuration`.
     pub const BATCH_IDLE_DURATION: &str = "batchIdleDuration";
+    /// `aws.clusterCABundle`: base64 of the API server's PEM CA, for the nodes' bootstrap.
+    pub const CLUSTER_CA_BUNDLE: &str = "aws.clusterCABundle";
+
+    /// Every key karpenter-rs reads.
+    pub const READ: &[&str] = &[
+        CLUSTER_NAME,
+        CLUSTER_ENDPOINT,
+        DEFAULT_INSTANCE_PROFILE,
+        TAGS,
+        VM_MEMORY_OVERHEAD_PERCENT,
+        ENABLE_ENI_LIMITED_POD_DENSITY,
+        RESERVED_ENIS,
+        ENABLE_POD_ENI,
+        INTERRUPTION_QUEUE_NAME,
+        BATCH_MAX_DURATION,
+        BATCH_IDLE_DURATION,
+        CLUSTER_CA_BUNDLE,
+    ];
+
+    /// Keys of Karpenter v0.27–v0.31's ConfigMap that karpenter-rs does not honour, and why
+    /// (karpenter-behavior.md §8.1).
+    pub const NOT_HONOURED: &[(&str, &str)] = &[
+        (
+            "featureGates.driftEnabled",
+            "drift is not implemented yet: nodes are not replaced when their AMI, subnets, security groups or Provisioner change",
+        ),
+        (
+            "aws.isolatedVPC",
+            "prices are read from the Pricing API when it answers and estimated when it does not, in an isolated VPC as elsewhere",
+        ),
+        (
+            "aws.nodeNameConvention",
+            "nodes are named by their private DNS name (Karpenter v0.27's ip-name); resource-name is not supported",
+        ),
+        (
+            "aws.assumeRoleARN",
+            "karpenter-rs uses the credentials of its pod (IRSA or the node role); it assumes no other role",
+        ),
+        (
+            "aws.assumeRoleDuration",
+            "karpenter-rs uses the credentials of its pod (IRSA or the node role); it assumes no other role",
+        ),
+    ];
 }
 
 /// What the ConfigMap sets; `None` for a key that is absent or whose value was refused.
@@ -71,6 +114,8 @@ pub struct GlobalSettings {
     pub batch_max_duration: Option<Duration>,
     /// `batchIdleDuration`.
     pub batch_idle_duration: Option<Duration>,
+    /// `aws.clusterCABundle` (base64 PEM).
+    pub cluster_ca_bundle: Option<String>,
 }
 
 /// A value of the ConfigMap that was refused.
@@ -86,7 +131,7 @@ pub struct SettingError {
 }
 
 /// The settings in a ConfigMap's `data`, and an error for every value refused (that key is then
-/// left unset). Unknown keys are ignored.
+/// left unset). Other keys are not read here (`not_honoured` names them).
 pub fn parse(data: &BTreeMap<String, String>) -> (GlobalSettings, Vec<SettingError>) {
     let mut errors = Vec::new();
     let mut value = |key: &str, parse: &dyn Fn(&str) -> Result<(), String>| {
@@ -121,6 +166,7 @@ pub fn parse(data: &BTreeMap<String, String>) -> (GlobalSettings, Vec<SettingErr
     let pod_eni = value(keys::ENABLE_POD_ENI, &|v| parse_bool(v).map(drop));
     let batch_max = value(keys::BATCH_MAX_DURATION, &|v| parse_batch_duration(v).map(drop));
     let batch_idle = value(keys::BATCH_IDLE_DURATION, &|v| parse_batch_duration(v).map(drop));
+    let ca_bundle = value(keys::CLUSTER_CA_BUNDLE, &|v| crate::config::parse_ca_bundle(v).map(drop));
     let settings = GlobalSettings {
         cluster_name: cluster_name.map(str::to_string),
         cluster_endpoint: cluster_endpoint.map(str::to_string),
@@ -133,8 +179,21 @@ pub fn parse(data: &BTreeMap<String, String>) -> (GlobalSettings, Vec<SettingErr
         enable_pod_eni: pod_eni.and_then(|v| parse_bool(v).ok()),
         batch_max_duration: batch_max.and_then(|v| parse_batch_duration(v).ok()),
         batch_idle_duration: batch_idle.and_then(|v| parse_batch_duration(v).ok()),
+        cluster_ca_bundle: ca_bundle.map(|v| v.trim().to_string()).filter(|v| !v.is_empty()),
     };
     (settings, errors)
+}
+
+/// A note for every key of the ConfigMap that karpenter-rs does not honour, naming the key and
+/// why: Karpenter's keys it does not support, and keys nobody knows (a typo reads as one).
+pub fn not_honoured(data: &BTreeMap<String, String>) -> Vec<String> {
+    data.keys()
+        .filter(|k| !keys::READ.contains(&k.as_str()))
+        .map(|k| match keys::NOT_HONOURED.iter().find(|(key, _)| *key == k.as_str()) {
+            Some((_, why)) => format!("{SETTINGS_CONFIGMAP} key {k} is not honoured and is ignored: {why}"),
+            None => format!("{SETTINGS_CONFIGMAP} key {k} is unknown and is ignored"),
+        })
+        .collect()
 }
 
 /// A boolean as Go's `strconv.ParseBool` reads one (`true`, `True`, `TRUE`, `t`, `1`, and the
@@ -246,6 +305,18 @@ pub async fn load(client: kube::Client, args: &mut crate::config::RunArgs) -> Re
     let data = configmap.data.clone().unwrap_or_default();
     let (settings, errors) = parse(&data);
     let recorder = crate::controllers::events::recorder(&client);
+    for note in not_honoured(&data) {
+        warn!(namespace = %namespace, "{note}");
+        crate::controllers::events::publish(
+            &recorder,
+            &*configmap,
+            kube::runtime::events::EventType::Warning,
+            "IgnoredSetting",
+            "ReadSettings",
+            &note,
+        )
+        .await;
+    }
     for e in &errors {
         error!(namespace = %namespace, key = %e.key, value = %e.value, "{e}; the key is ignored");
         crate::controllers::events::publish(
@@ -295,6 +366,7 @@ mod tests {
             ("aws.enablePodENI", "true"),
             ("batchMaxDuration", "1m30s"),
             ("batchIdleDuration", "500ms"),
+            ("aws.clusterCABundle", CA),
             ("featureGates.driftEnabled", "true"),
         ]));
         assert_eq!(errors, vec![]);
@@ -312,9 +384,33 @@ mod tests {
                 enable_pod_eni: Some(true),
                 batch_max_duration: Some(Duration::from_secs(90)),
                 batch_idle_duration: Some(Duration::from_millis(500)),
+                cluster_ca_bundle: Some(CA.into()),
             }
         );
         assert_eq!(parse(&BTreeMap::new()), (GlobalSettings::default(), vec![]));
+    }
+
+    /// base64 of a PEM certificate block (its content does not matter here).
+    const CA: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUIKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo=";
+
+    #[test]
+    fn keys_not_honoured_are_named_with_why_and_unknown_ones_too() {
+        let notes = not_honoured(&data(&[
+            ("aws.clusterName", "c"),
+            ("featureGates.driftEnabled", "true"),
+            ("aws.isolatedVPC", "true"),
+            ("aws.assumeRoleARN", "arn:aws:iam::1:role/x"),
+            ("aws.clustername", "typo"),
+        ]));
+        assert_eq!(notes.len(), 4, "{notes:?}");
+        assert!(notes.iter().any(|n| n.contains("featureGates.driftEnabled is not honoured") && n.contains("drift is not implemented")), "{notes:?}");
+        assert!(notes.iter().any(|n| n.contains("aws.isolatedVPC is not honoured")), "{notes:?}");
+        assert!(notes.iter().any(|n| n.contains("aws.assumeRoleARN is not honoured")), "{notes:?}");
+        assert!(notes.iter().any(|n| n.contains("aws.clustername is unknown")), "{notes:?}");
+        assert!(not_honoured(&data(&[("aws.clusterCABundle", CA), ("batchMaxDuration", "1s")])).is_empty());
+        let (_, errors) = parse(&data(&[("aws.clusterCABundle", "not base64")]));
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].key, "aws.clusterCABundle");
     }
 
     #[test]

@@ -725,6 +725,7 @@ async fn the_settings_configmap_tags_launches_and_sets_memory_overhead_unless_a_
             "aws.tags": r#"{"team": "payments", "cost-center": "4711"}"#,
             "aws.vmMemoryOverheadPercent": "0.1",
             "aws.reservedENIs": "two",
+            "featureGates.driftEnabled": "true",
             "batchMaxDuration": "1m30s",
             "batchIdleDuration": "5s"
         }
@@ -753,6 +754,13 @@ async fn the_settings_configmap_tags_launches_and_sets_memory_overhead_unless_a_
         out.contains("InvalidSetting").then_some(out)
     });
     assert!(events.contains("aws.reservedENIs") && events.contains("\\\"two\\\""), "{events}");
+    // A key karpenter-rs does not honour is named too.
+    let events = support::wait_for("the IgnoredSetting event", Duration::from_secs(30), || {
+        let out = support::kubectl(cluster, &["get", "events", "-n", &namespace, "-o", "json"], None);
+        let out = String::from_utf8_lossy(&out.stdout).to_string();
+        out.contains("IgnoredSetting").then_some(out)
+    });
+    assert!(events.contains("featureGates.driftEnabled is not honoured"), "{events}");
     // One that cannot be read is an error for the caller to retry, not defaults.
     let forbidden = kube::Client::try_from({
         let mut c = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
