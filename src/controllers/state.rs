@@ -127,8 +127,8 @@ impl Cluster {
                 }
             }),
             nodes: w.reflect(Api::all(client.clone()), move |_: &Node| node_bump()),
-            provisioners: w.reflect(Api::all(client.clone()), move |_: &Provisioner| provisioner_bump()),
-            templates: w.reflect(Api::all(client.clone()), |_: &AwsNodeTemplate| {}),
+            provisioners: w.reflect_tolerant::<Provisioner>(client, move |_| provisioner_bump()),
+            templates: w.reflect_tolerant::<AwsNodeTemplate>(client, |_| {}),
             daemonsets: w.reflect(Api::all(client.clone()), |_: &DaemonSet| {}),
             claims: w.reflect(Api::all(client.clone()), |_: &PersistentVolumeClaim| {}),
             volumes: w.reflect(Api::all(client.clone()), |_: &PersistentVolume| {}),
@@ -214,6 +214,67 @@ fn slim<K: Resource>(object: &mut K) {
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
+/// A kind whose watched objects are decoded one by one (`Watches::reflect_tolerant`).
+pub trait Tolerant: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static {
+    /// An object with only `metadata`: what the store forgets when the real one cannot be used.
+    fn placeholder(metadata: kube::api::ObjectMeta) -> Self;
+}
+
+impl Tolerant for Provisioner {
+    fn placeholder(metadata: kube::api::ObjectMeta) -> Self {
+        Provisioner {
+            metadata,
+            spec: Default::default(),
+            status: None,
+        }
+    }
+}
+
+impl Tolerant for AwsNodeTemplate {
+    fn placeholder(metadata: kube::api::ObjectMeta) -> Self {
+        AwsNodeTemplate {
+            metadata,
+            spec: Default::default(),
+            status: None,
+        }
+    }
+}
+
+/// `event` of raw objects as one of `K`: an object that does not decode is left out of the store
+/// (an update of one that did removes it), and named with why in the second value, while every
+/// other object goes on. A decoded list would fail whole for one such object and leave every
+/// controller without Provisioners (what an object kept under Karpenter's CRDs could do).
+pub fn tolerant_event<K: Tolerant>(
+    event: watcher::Event<kube::api::DynamicObject>,
+) -> (Option<watcher::Event<K>>, Option<(kube::api::DynamicObject, String)>) {
+    let decode = |object: &kube::api::DynamicObject| -> Result<K, String> {
+        let value = serde_json::to_value(object).map_err(|e| e.to_string())?;
+        serde_path_to_error::deserialize::<_, K>(value).map_err(|e| {
+            let path = e.path().to_string();
+            format!("{path}: {}", e.into_inner())
+        })
+    };
+    match event {
+        watcher::Event::Init => (Some(watcher::Event::Init), None),
+        watcher::Event::InitDone => (Some(watcher::Event::InitDone), None),
+        watcher::Event::InitApply(object) => match decode(&object) {
+            Ok(k) => (Some(watcher::Event::InitApply(k)), None),
+            Err(why) => (None, Some((object, why))),
+        },
+        watcher::Event::Apply(object) => match decode(&object) {
+            Ok(k) => (Some(watcher::Event::Apply(k)), None),
+            Err(why) => {
+                let gone = K::placeholder(object.metadata.clone());
+                (Some(watcher::Event::Delete(gone)), Some((object, why)))
+            }
+        },
+        watcher::Event::Delete(object) => {
+            let k = decode(&object).unwrap_or_else(|_| K::placeholder(object.metadata.clone()));
+            (Some(watcher::Event::Delete(k)), None)
+        }
+    }
+}
+
 /// What every watch of `Cluster::start` shares.
 struct Watches<'a> {
     shutdown: &'a CancellationToken,
@@ -237,6 +298,46 @@ impl Watches<'_> {
             .modify(slim)
             .reflect(writer)
             .touched_objects();
+        self.follow(stream, on_change);
+        reader
+    }
+
+    /// `reflect` for a kind whose objects are decoded one by one (`tolerant_event`): one that
+    /// cannot be used is left out, logged and given a Warning event `InvalidObject` naming the
+    /// field and why; the watch and every other object go on.
+    fn reflect_tolerant<K: Tolerant>(&self, client: &kube::Client, on_change: impl Fn(&K) + Send + 'static) -> Store<K> {
+        let (reader, writer) = reflector::store();
+        let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &kube::api::ApiResource::erase::<K>(&()));
+        let recorder = crate::controllers::events::recorder(client);
+        let kind = K::kind(&()).to_string();
+        let stream = futures::TryStreamExt::try_filter_map(watcher(api, watcher::Config::default()).backoff(watch_backoff()), move |event| {
+            let (event, unusable) = tolerant_event::<K>(event);
+            if let Some((object, why)) = unusable {
+                let name = object.metadata.name.clone().unwrap_or_default();
+                tracing::error!(kind, name, reason = %why, "cannot use this object; it is left out until it is fixed");
+                let reference = object.object_ref(&kube::api::ApiResource::erase::<K>(&()));
+                let recorder = recorder.clone();
+                let note = format!("{kind} {name} cannot be used and is ignored: {why}");
+                tokio::spawn(async move {
+                    crate::controllers::events::publish_to(&recorder, &reference, kube::runtime::events::EventType::Warning, "InvalidObject", "Reading", &note)
+                        .await;
+                });
+            }
+            futures::future::ready(Ok(event))
+        })
+        .modify(slim)
+        .reflect(writer)
+        .touched_objects();
+        self.follow(stream, on_change);
+        reader
+    }
+
+    /// Feeds `stream` to `on_change` until shutdown, recording and logging its failures.
+    fn follow<K>(&self, stream: impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static, on_change: impl Fn(&K) + Send + 'static)
+    where
+        K: Resource + Send + 'static,
+        K::DynamicType: Default,
+    {
         let shutdown = self.shutdown.clone();
         let errors = self.errors.clone();
         let kind = K::kind(&K::DynamicType::default()).to_string();
@@ -256,13 +357,52 @@ impl Watches<'_> {
                 }
             }
         });
-        reader
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_object_that_does_not_decode_is_left_out_named_and_the_others_go_on() {
+        let raw = |value: serde_json::Value| -> kube::api::DynamicObject { serde_json::from_value(value).unwrap() };
+        let good = raw(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1alpha5", "kind": "Provisioner",
+            "metadata": {"name": "good"}, "spec": {"ttlSecondsAfterEmpty": 30, "futureField": true}
+        }));
+        // What Karpenter's CRD could hold and ours cannot read: a weight that is not a number.
+        let bad = raw(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1alpha5", "kind": "Provisioner",
+            "metadata": {"name": "bad"}, "spec": {"weight": "heavy"}
+        }));
+        let (event, unusable) = tolerant_event::<Provisioner>(watcher::Event::InitApply(good.clone()));
+        assert!(matches!(event, Some(watcher::Event::InitApply(p)) if p.spec.ttl_seconds_after_empty == Some(30)));
+        assert!(unusable.is_none());
+        let (event, unusable) = tolerant_event::<Provisioner>(watcher::Event::InitApply(bad.clone()));
+        assert!(event.is_none(), "left out of the list");
+        let (object, why) = unusable.expect("named");
+        assert_eq!(object.metadata.name.as_deref(), Some("bad"));
+        assert!(why.starts_with("spec.weight: invalid type"), "{why}");
+        // An update that breaks a good object takes it out of the store; deleting it works too.
+        let (event, unusable) = tolerant_event::<Provisioner>(watcher::Event::Apply(bad.clone()));
+        assert!(matches!(event, Some(watcher::Event::Delete(p)) if p.metadata.name.as_deref() == Some("bad")));
+        assert!(unusable.is_some());
+        let (event, unusable) = tolerant_event::<Provisioner>(watcher::Event::Delete(bad));
+        assert!(matches!(event, Some(watcher::Event::Delete(p)) if p.metadata.name.as_deref() == Some("bad")));
+        assert!(unusable.is_none());
+        assert!(matches!(tolerant_event::<Provisioner>(watcher::Event::Init).0, Some(watcher::Event::Init)));
+        assert!(matches!(tolerant_event::<Provisioner>(watcher::Event::InitDone).0, Some(watcher::Event::InitDone)));
+        // A store fed these holds the good object only.
+        let (reader, mut writer) = reflector::store::<Provisioner>();
+        for event in [watcher::Event::Init, watcher::Event::InitApply(good), watcher::Event::InitDone] {
+            if let (Some(event), _) = tolerant_event::<Provisioner>(event) {
+                writer.apply_watcher_event(&event);
+            }
+        }
+        let names: Vec<String> = reader.state().iter().filter_map(|p| p.metadata.name.clone()).collect();
+        assert_eq!(names, ["good"]);
+    }
 
     #[test]
     fn the_view_settles_a_while_after_the_last_watch_failure() {
