@@ -57,7 +57,7 @@ pub enum Removal<T> {
         /// How many more wait for a later pass.
         held_back: usize,
     },
-    /// Remove none: more than half of at least `SUSPICIOUS_MINIMUM` things look gone at once,
+    /// Remove none: at least `SUSPICIOUS_MINIMUM` things, and more than half, look gone at once,
     /// which is what a wrong region, account, cluster name or kubeconfig looks like from here
     /// (every instance "without a Node", every Node "without an instance"), not a real loss.
     Suspicious {
@@ -68,13 +68,13 @@ pub enum Removal<T> {
     },
 }
 
-/// From how many things seen a majority of them gone is held to be a misconfiguration.
+/// From how many things gone at once a majority of them is held to be a misconfiguration.
 pub const SUSPICIOUS_MINIMUM: usize = 3;
 
 /// Bounds one pass's removals: none when most of what was seen looks gone (see
 /// [`Removal::Suspicious`]), else the first `cap` of `found`.
 pub fn bounded<T>(mut found: Vec<T>, seen: usize, cap: usize) -> Removal<T> {
-    if seen >= SUSPICIOUS_MINIMUM && found.len() * 2 > seen {
+    if found.len() >= SUSPICIOUS_MINIMUM && found.len() * 2 > seen {
         return Removal::Suspicious { found: found.len(), seen };
     }
     let held_back = found.len().saturating_sub(cap);
@@ -132,7 +132,8 @@ mod tests {
         assert_eq!(bounded(ids(1), 3, 10), Removal::Remove { now: ids(1), held_back: 0 });
         assert_eq!(bounded(ids(12), 40, 10), Removal::Remove { now: ids(10), held_back: 2 });
         assert_eq!(bounded(ids(20), 40, 10), Removal::Remove { now: ids(10), held_back: 10 }, "half is not most");
-        assert_eq!(bounded(ids(2), 3, 10), Removal::Suspicious { found: 2, seen: 3 });
+        assert_eq!(bounded(ids(2), 3, 10), Removal::Remove { now: ids(2), held_back: 0 }, "two leaked after a crash");
+        assert_eq!(bounded(ids(3), 5, 10), Removal::Suspicious { found: 3, seen: 5 });
         assert_eq!(
             bounded(ids(500), 500, 10),
             Removal::Suspicious { found: 500, seen: 500 },
