@@ -497,6 +497,17 @@ fn refused_offerings_are_taken_out_of_create_fleet_and_the_rest_renumbered() {
     let refused = support::fault_proxy::without_offerings(&form, &refuse_both).unwrap_err();
     assert_eq!(refused.len(), 2);
     assert_eq!(refused[0].0, "lt/a");
+
+    // One launch template per max pods: a config whose overrides are all refused goes, and the
+    // one left is config 1.
+    let form = support::fault_proxy::parse_form(
+        b"Action=CreateFleet&LaunchTemplateConfigs.1.LaunchTemplateSpecification.LaunchTemplateName=lt%2F35&LaunchTemplateConfigs.1.Overrides.1.InstanceType=t3.large&LaunchTemplateConfigs.1.Overrides.1.AvailabilityZone=ap-northeast-2a&LaunchTemplateConfigs.2.LaunchTemplateSpecification.LaunchTemplateName=lt%2F58&LaunchTemplateConfigs.2.Overrides.1.InstanceType=t3.xlarge&LaunchTemplateConfigs.2.Overrides.1.AvailabilityZone=ap-northeast-2a",
+    );
+    let kept = support::fault_proxy::without_offerings(&form, &refuse_large).unwrap();
+    let kept = support::fault_proxy::parse_form(kept.as_bytes());
+    assert_eq!(kept["LaunchTemplateConfigs.1.LaunchTemplateSpecification.LaunchTemplateName"], "lt/58");
+    assert_eq!(kept["LaunchTemplateConfigs.1.Overrides.1.InstanceType"], "t3.xlarge");
+    assert!(!kept.keys().any(|k| k.starts_with("LaunchTemplateConfigs.2.")), "{kept:?}");
 }
 
 /// Runaway protection under faults, two Deployments of one replica at once, with consolidation

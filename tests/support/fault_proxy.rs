@@ -359,10 +359,21 @@ pub fn without_offerings(
     if kept.is_empty() {
         return Err(refused);
     }
-    for (i, list) in kept {
+    // A launch template config with no override left goes too (EC2 would launch nothing from
+    // it; moto would launch the template's own instance type), and the configs left are
+    // numbered 1..n again, as a form list must be.
+    let (configs, mut rest): (Vec<(String, String)>, Vec<(String, String)>) =
+        rest.into_iter().partition(|(k, _)| k.starts_with("LaunchTemplateConfigs."));
+    for (n, (i, list)) in kept.into_iter().enumerate() {
+        let (old, new) = (format!("LaunchTemplateConfigs.{i}."), format!("LaunchTemplateConfigs.{}.", n + 1));
+        for (k, v) in &configs {
+            if let Some(field) = k.strip_prefix(&old) {
+                rest.push((format!("{new}{field}"), v.clone()));
+            }
+        }
         for (j, o) in list.into_iter().enumerate() {
             for (field, v) in o {
-                rest.push((format!("LaunchTemplateConfigs.{i}.Overrides.{}.{field}", j + 1), v.clone()));
+                rest.push((format!("{new}Overrides.{}.{field}", j + 1), v.clone()));
             }
         }
     }
