@@ -305,29 +305,17 @@ pub async fn load(client: kube::Client, args: &mut crate::config::RunArgs) -> Re
     let data = configmap.data.clone().unwrap_or_default();
     let (settings, errors) = parse(&data);
     let recorder = crate::controllers::events::recorder(&client);
+    let warn_on_configmap = async |reason: &str, note: &str| {
+        let warning = kube::runtime::events::EventType::Warning;
+        crate::controllers::events::publish(&recorder, &*configmap, warning, reason, "ReadSettings", note).await;
+    };
     for note in not_honoured(&data) {
         warn!(namespace = %namespace, "{note}");
-        crate::controllers::events::publish(
-            &recorder,
-            &*configmap,
-            kube::runtime::events::EventType::Warning,
-            "IgnoredSetting",
-            "ReadSettings",
-            &note,
-        )
-        .await;
+        warn_on_configmap("IgnoredSetting", &note).await;
     }
     for e in &errors {
         error!(namespace = %namespace, key = %e.key, value = %e.value, "{e}; the key is ignored");
-        crate::controllers::events::publish(
-            &recorder,
-            &*configmap,
-            kube::runtime::events::EventType::Warning,
-            "InvalidSetting",
-            "ReadSettings",
-            &refused_note(e),
-        )
-        .await;
+        warn_on_configmap("InvalidSetting", &refused_note(e)).await;
     }
     for note in args.apply_settings(&settings) {
         warn!(namespace = %namespace, "{note}");

@@ -67,15 +67,19 @@ fn ca_der(pem: &str) -> Vec<u8> {
     base64::engine::general_purpose::STANDARD.decode(body).unwrap()
 }
 
-fn tls_connector(ca_pem: &str) -> tokio_rustls::TlsConnector {
+/// A TLS client trusting only the CA in `ca_pem`.
+fn tls_config(ca_pem: &str) -> rustls::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(rustls_pki_types::CertificateDer::from(ca_der(ca_pem))).unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(roots)
-        .with_no_client_auth();
-    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .with_no_client_auth()
+}
+
+fn tls_connector(ca_pem: &str) -> tokio_rustls::TlsConnector {
+    tokio_rustls::TlsConnector::from(Arc::new(tls_config(ca_pem)))
 }
 
 /// Whether the server closes `stream` (EOF, reset, or an alert then EOF) before `deadline`; reads
@@ -339,13 +343,7 @@ async fn http2_connection(
     webhook: SocketAddr,
     ca_pem: &str,
 ) -> (hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>>, tokio::task::JoinHandle<()>) {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(rustls_pki_types::CertificateDer::from(ca_der(ca_pem))).unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let mut config = tls_config(ca_pem);
     config.alpn_protocols = vec![b"h2".to_vec()];
     let tcp = TcpStream::connect(webhook).await.unwrap();
     let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();

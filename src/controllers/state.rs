@@ -181,6 +181,17 @@ impl Cluster {
         self.pdbs.wait_until_ready().await
     }
 
+    /// The cached pods bound to a node, by node name.
+    pub fn pods_by_node(&self) -> HashMap<String, Vec<Arc<Pod>>> {
+        let mut by_node: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
+        for pod in self.pods.state() {
+            if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                by_node.entry(node).or_default().push(pod);
+            }
+        }
+        by_node
+    }
+
     /// Moves with every change to a Node, a Pod or a Provisioner.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Relaxed)
@@ -307,7 +318,8 @@ impl Watches<'_> {
     /// field and why; the watch and every other object go on.
     fn reflect_tolerant<K: Tolerant>(&self, client: &kube::Client, on_change: impl Fn(&K) + Send + 'static) -> Store<K> {
         let (reader, writer) = reflector::store();
-        let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &kube::api::ApiResource::erase::<K>(&()));
+        let resource = kube::api::ApiResource::erase::<K>(&());
+        let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
         let recorder = crate::controllers::events::recorder(client);
         let kind = K::kind(&()).to_string();
         let stream = futures::TryStreamExt::try_filter_map(watcher(api, watcher::Config::default()).backoff(watch_backoff()), move |event| {
@@ -315,7 +327,7 @@ impl Watches<'_> {
             if let Some((object, why)) = unusable {
                 let name = object.metadata.name.clone().unwrap_or_default();
                 tracing::error!(kind, name, reason = %why, "cannot use this object; it is left out until it is fixed");
-                let reference = object.object_ref(&kube::api::ApiResource::erase::<K>(&()));
+                let reference = object.object_ref(&resource);
                 let recorder = recorder.clone();
                 let note = format!("{kind} {name} cannot be used and is ignored: {why}");
                 tokio::spawn(async move {

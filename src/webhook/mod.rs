@@ -302,9 +302,9 @@ async fn accept_loop(listener: TcpListener, acceptor: TlsAcceptor, app: Router, 
                 let busy = activity.begin();
                 let response = tower::ServiceExt::oneshot(app.clone(), request);
                 async move {
-                    let response = response.await;
-                    drop(busy);
-                    response
+                    // In flight until the handler has answered.
+                    let _busy = busy;
+                    response.await
                 }
             }
         }));

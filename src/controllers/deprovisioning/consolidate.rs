@@ -190,12 +190,7 @@ async fn candidates_of(ctx: &Context, snapshot: &Snapshot, resuming: bool) -> Ve
 fn candidates_and_blocked(ctx: &Context, snapshot: &Snapshot, resuming: bool) -> (Vec<Candidate>, Vec<(Arc<Node>, String)>) {
     let state = &ctx.state;
     let nodes = super::considered(ctx);
-    let mut pods_by_node: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
-    for pod in state.pods.state() {
-        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
-            pods_by_node.entry(node).or_default().push(pod);
-        }
-    }
+    let pods_by_node = state.pods_by_node();
     let provisioners = state.provisioners.state();
     let pdbs: Vec<_> = state.pdbs.state().iter().map(|b| (**b).clone()).collect();
     let prepare = |pod: &Pod| {

@@ -162,12 +162,7 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
     let now = Utc::now();
     let nodes = considered(ctx);
     debug!(nodes = nodes.len(), "deprovisioning pass");
-    let mut pods_by_node: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
-    for pod in stores.pods.state() {
-        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
-            pods_by_node.entry(node).or_default().push(pod);
-        }
-    }
+    let pods_by_node = stores.pods_by_node();
     let provisioners: HashMap<String, Arc<Provisioner>> = stores.provisioners.state().into_iter().map(|p| (p.name_any(), p)).collect();
     let provisioner_of = |node: &Node| node.labels().get(PROVISIONER_NAME_LABEL).and_then(|name| provisioners.get(name));
     let no_pods: Vec<Arc<Pod>> = Vec::new();

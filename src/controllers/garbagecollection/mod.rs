@@ -86,9 +86,7 @@ impl Context {
             config,
         })
     }
-}
 
-impl Context {
     /// What of `found` (out of `seen`) this pass removes, logging what it holds back and why.
     fn bounded<T>(&self, what: &str, found: Vec<T>, seen: usize) -> Vec<T> {
         match collect::bounded(found, seen, self.config.max_removals_per_pass) {

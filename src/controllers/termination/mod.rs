@@ -122,13 +122,9 @@ pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receive
         let started = std::time::Instant::now();
         let _pass = ctx.metrics.liveness.pass("termination");
         crate::failpoint::panic_point("termination");
-        // The pods of every deleting node, from the shared cache, grouped once for the pass.
-        let mut pods_of: HashMap<String, Vec<Arc<Pod>>> = terminating.iter().map(|n| (n.name_any(), Vec::new())).collect();
-        for pod in state.pods.state() {
-            if let Some(list) = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).and_then(|n| pods_of.get_mut(n)) {
-                list.push(pod);
-            }
-        }
+        // The pods of every node, from the shared cache, grouped once for the pass (not at
+        // all in the passes, most of them, with no node deleting).
+        let pods_of = if terminating.is_empty() { HashMap::new() } else { state.pods_by_node() };
         // A bounded number of nodes at once: each step is a few API or cloud calls.
         // (The futures are made first: a stream mapping with a closure over borrows trips the
         // compiler's Send check of the spawned controller task.)
