@@ -1219,7 +1219,7 @@ fn api_server_and_etcd_outages_mid_launch_drain_and_consolidation_leave_nothing_
 
 /// The last `lines` lines of a control-plane component's log (target/local-cluster/logs).
 fn log_tail(component: &str, lines: usize) -> String {
-    let path = support::repo_root().join(format!("target/local-cluster/logs/{component}.log"));
+    let path = support::cluster_state_dir().join(format!("logs/{component}.log"));
     let text = std::fs::read_to_string(&path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     let tail = all[all.len().saturating_sub(lines)..].join("\n");

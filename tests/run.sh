@@ -9,18 +9,19 @@
 #                               over HTTPS and the first write-up end to end (a node launched for
 #                               the Deployment, removed 30 s after it is deleted)
 #
-# It brings the local cluster up (building it on first use) and, if it was not already running,
-# stops it again at the end. Every test binary runs even after one fails; the summary counts them
-# all, and a table of seconds per phase and per test binary ends the output (also written to
-# target/test-timings.txt). Each group's output is kept in target/test-logs/.
+# It brings the local clusters up (building the control plane on first use) and stops at the end
+# those that were not already running. Every test binary runs even after one fails; the summary
+# counts them all, and a table of seconds per phase and per test binary ends the output (also
+# written to target/test-timings.txt). Each group's output is kept in target/test-logs/.
 #
-# Two lanes run side by side: the tests that need no cluster (CPU-bound, short) and the cluster's
-# tests (mostly waiting for TTLs, launches and drains), so the first fill the second's idle time.
-# Within the cluster lane the binaries run one after another: each starts controllers of its own,
-# and two sets of controllers on one cluster would act on each other's Provisioners. Inside a
-# binary the tests run concurrently (E2E_TEST_THREADS, default 6), each on a namespace and
-# Provisioner of its own, sharing that binary's one set of controllers as a user's workloads share
-# one cluster.
+# Lanes run side by side: the tests that need no cluster (CPU-bound, short), and five cluster
+# lanes (mostly waiting for TTLs, launches and drains), each on a local cluster of its own
+# (LOCAL_CLUSTER_STATE: target/local-cluster, target/local-cluster-2, ...), so that their waits
+# overlap. Within a cluster lane the binaries run one after another: each starts controllers of
+# its own, and two sets of controllers on one cluster would act on each other's Provisioners.
+# Inside a binary the tests run concurrently (E2E_TEST_THREADS, default 6), each on a namespace
+# and Provisioner of its own, sharing that binary's one set of controllers as a user's workloads
+# share one cluster; a test that must run alone is a step of its own in some lane.
 #
 # Environment: KARPENTER_RS_CRASH_ROUNDS and KARPENTER_RS_CONSOLIDATION_CRASH_ROUNDS (2 here;
 # tests/benches/crash_rounds.sh runs 100), KARPENTER_RS_CRASH_SEED (replays a round order),
@@ -65,17 +66,37 @@ phase() {
   return "$status"
 }
 
-# cargo_group NAME THREADS CARGO-TARGET-ARGS... [-- TEST-ARGS...]: one `cargo test` invocation
-# (already compiled), its output to $LOGS/NAME.log and then to the console in one piece.
+# cargo_group NAME THREADS CARGO-TARGET-ARGS... [-- TEST-ARGS...]: runs the test binaries that
+# `cargo test CARGO-TARGET-ARGS` would run (--lib, --bins, --benches, --test NAME; compiled by the
+# compile phase, listed in $TEST_BINS), output to $LOGS/NAME.log and then to the console in one
+# piece. The binaries are run directly, not through `cargo test`, which holds the build
+# directory's lock while its tests run and so would make the lanes wait for each other.
+TEST_BINS=target/test-binaries.tsv
 cargo_group() {
   local name=$1 threads=$2 started=$SECONDS status=0 log="$LOGS/$1.log"
   shift 2
-  local args=() test_args=()
+  local keys=() test_args=() key exe
   while (($#)); do
-    if [[ $1 == -- ]]; then shift; test_args=("$@"); break; fi
-    args+=("$1"); shift
+    case $1 in
+      --) shift; test_args=("$@"); break ;;
+      --lib) keys+=(lib) ;;
+      --bins) mapfile -t -O "${#keys[@]}" keys < <(cut -f1 "$TEST_BINS" | grep '^bin:') ;;
+      --benches) mapfile -t -O "${#keys[@]}" keys < <(cut -f1 "$TEST_BINS" | grep '^bench:') ;;
+      --test) keys+=("test:$2"); shift ;;
+      *) echo "[run.sh] cargo_group: unknown argument $1" >&2; return 2 ;;
+    esac
+    shift
   done
-  RUST_TEST_THREADS="$threads" cargo test --locked --quiet "${args[@]}" -- "${test_args[@]}" >"$log" 2>&1 || status=$?
+  : >"$log"
+  for key in "${keys[@]}"; do
+    exe=$(awk -F'\t' -v k="$key" '$1 == k { print $2 }' "$TEST_BINS")
+    if [[ -z $exe ]]; then
+      echo "[run.sh] no test binary for $key in $TEST_BINS" >>"$log"
+      status=1
+      continue
+    fi
+    RUST_TEST_THREADS="$threads" "$exe" "${test_args[@]}" >>"$log" 2>&1 || status=$?
+  done
   local passed failed
   passed=$(grep -o '^test result: [a-zA-Z]*\. [0-9]* passed' "$log" | awk '{s+=$4} END {print s+0}')
   failed=$(grep -o '; [0-9]* failed' "$log" | awk '{s+=$2} END {print s+0}')
@@ -117,17 +138,58 @@ if ((QUICK)); then
 else
   compile_args=(--all-targets)
 fi
-phase compile cargo test --locked --quiet --no-run "${compile_args[@]}" &
+# The compiled test binaries, one "<kind>:<target name><TAB><path>" line each (kind: lib, bin,
+# test, bench), for cargo_group.
+compile_tests() {
+  cargo test --locked --quiet --no-run --message-format=json-render-diagnostics "${compile_args[@]}" |
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    if not line.startswith("{"):
+        continue
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        kind = "lib" if m["target"]["kind"][0] in ("lib", "rlib") else m["target"]["kind"][0]
+        print(kind if kind == "lib" else kind + ":" + m["target"]["name"], m["executable"], sep="\t")
+' >"$TEST_BINS.tmp" && mv "$TEST_BINS.tmp" "$TEST_BINS"
+}
+phase compile compile_tests &
 compile=$!
 
-# ---- the local cluster ------------------------------------------------------------------------
-if [[ -f target/local-cluster/env ]]; then
-  echo "[run.sh] reusing the running local cluster" >&2
-else
-  trap 'bash tests/cluster/down.sh' EXIT
-fi
+# ---- the local clusters -----------------------------------------------------------------------
+# The quick tier uses one cluster (target/local-cluster); the full suite one per cluster lane
+# (CLUSTER_LANES, below), lane 1 on target/local-cluster, lane N on target/local-cluster-N.
+# A cluster that is already up is reused and left running; the others are stopped at the end.
+CLUSTER_LANES=5
+((QUICK)) && CLUSTER_LANES=1
+lane_state() { if (($1 == 1)); then echo target/local-cluster; else echo "target/local-cluster-$1"; fi; }
+started_clusters=()
+stop_clusters() {
+  local dir
+  for dir in "${started_clusters[@]}"; do LOCAL_CLUSTER_STATE=$dir bash tests/cluster/down.sh; done
+}
+trap stop_clusters EXIT
 status=0
-phase cluster-up bash -c 'bash tests/cluster/up.sh >/dev/null' || status=1
+# One after another: several API servers starting at once on two cores would each take longer
+# than its start-up timeout. The first start builds the control plane on a new machine.
+clusters_up() {
+  local n dir
+  for n in $(seq 1 "$CLUSTER_LANES"); do
+    dir=$(lane_state "$n")
+    LOCAL_CLUSTER_STATE=$dir bash tests/cluster/up.sh >/dev/null || return 1
+    # A karpenter-rs left by `up.sh --with-karpenter` would provision for the tests' pods too.
+    LOCAL_CLUSTER_STATE=$dir bash tests/cluster/down.sh --karpenter-only
+  done
+}
+for n in $(seq 1 "$CLUSTER_LANES"); do
+  dir=$(lane_state "$n")
+  if [[ -f "$dir/env" ]]; then
+    echo "[run.sh] reusing the running local cluster in $dir" >&2
+  else
+    started_clusters+=("$dir")
+  fi
+done
+phase cluster-up clusters_up || status=1
 # helm for the chart tests (tests/chart.rs, tests/rbac.rs), built from its Go module on first use.
 ((QUICK)) || phase helm-build bash -c 'bash tests/helm/build.sh >/dev/null' || status=1
 wait "$compile" || status=1
@@ -135,8 +197,6 @@ if ((status != 0)); then
   summary
   exit 1
 fi
-# A karpenter-rs left by `up.sh --with-karpenter` would provision for the tests' pods too.
-bash tests/cluster/down.sh --karpenter-only
 
 # ---- the quick tier ---------------------------------------------------------------------------
 if ((QUICK)); then
@@ -159,8 +219,13 @@ fi
   [[ $r == passed ]]
 ) &
 go_builds=$!
+# wait_go_builds: for a lane (a subshell, which cannot wait for its sibling) that needs Karpenter.
+wait_go_builds() {
+  until [[ -f "$LOGS/go-builds-in-background.result" ]]; do sleep 5; done
+  grep -q ' passed$' "$LOGS/go-builds-in-background.result"
+}
 
-# Lane 1: no cluster.
+# The no-cluster lane: unit tests, benches in test mode, and the tests that need no cluster.
 (
   s=0
   cargo_group unit 2 --lib --bins --benches || s=1
@@ -169,35 +234,81 @@ go_builds=$!
   done
   exit "$s"
 ) &
-lane1=$!
+no_cluster_lane=$!
 
-# Lane 2: the cluster, one binary at a time (see the header).
-for t in cloudprovider_aws kwok_capacity e2e_leader e2e_admission e2e_webhook_outage e2e_certs convert_crds \
-  chart rbac e2e_provisioning e2e_deprovisioning e2e_faults e2e_crash; do
-  cargo_group "$t" "$E2E_TEST_THREADS" --test "$t" || status=1
+# The cluster lanes: each on a local cluster of its own (LOCAL_CLUSTER_STATE), side by side, so
+# that their waiting for TTLs, launches and drains overlaps. Within a lane the steps run one after
+# another: each test binary starts controllers of its own, which would act on another binary's
+# Provisioners on the same cluster. A test that must run without others is a lane's step of its
+# own (cargo_group ... -- --exact NAME), and its binary runs again with --skip NAME elsewhere.
+# The lanes are balanced by the seconds in the last timing table (target/test-timings.txt).
+RUNAWAY=a_pod_every_new_node_evicts_does_not_launch_nodes_in_a_loop
+OUTAGE=api_server_and_etcd_outages_mid_launch_drain_and_consolidation_leave_nothing_behind
+CRASH_ROUNDS=crashes_at_every_point_converge_without_leaks_stuck_nodes_or_double_launches
+lane_1() { # the short binaries, provisioning, then the dashboards and the viewer
+  local s=0 t
+  for t in cloudprovider_aws kwok_capacity e2e_leader e2e_admission e2e_webhook_outage e2e_certs \
+    convert_crds chart rbac e2e_provisioning; do
+    cargo_group "$t" "$E2E_TEST_THREADS" --test "$t" || s=1
+  done
+  # Karpenter's dashboards and ours against a real Prometheus that scraped karpenter-rs through
+  # the first write-up's scenario (tests/dashboards/check.sh).
+  wait_go_builds && phase dashboards bash tests/dashboards/check.sh || s=1
+  # `karpenter-rs nodes` full-screen under tmux through the first write-up (tests/viewer/tmux.sh).
+  phase viewer bash tests/viewer/tmux.sh || s=1
+  return "$s"
+}
+lane_2() { # deprovisioning, then the soak
+  local s=0
+  cargo_group e2e_deprovisioning "$E2E_TEST_THREADS" --test e2e_deprovisioning -- --skip "$RUNAWAY" || s=1
+  # The soak run for 2 minutes (tests/soak.rs; 30 minutes by hand).
+  local soak_out
+  soak_out=$(mktemp)
+  phase soak-2min bash tests/benches/soak.sh --minutes 2 --out "$soak_out" || s=1
+  rm -f "$soak_out"
+  return "$s"
+}
+lane_3() { # the runaway test (its bound on nodes at once needs no other command in flight), faults
+  local s=0
+  cargo_group e2e_deprovisioning-runaway 1 --test e2e_deprovisioning -- --exact "$RUNAWAY" || s=1
+  # e2e_faults: its fault proxy's rules are global to the binary, so its tests run one at a time.
+  cargo_group e2e_faults "$E2E_TEST_THREADS" --test e2e_faults || s=1
+  return "$s"
+}
+lane_4() { # the crash tests but the rounds and the outage (each runs alone: the real binary
+  # provisions for every pending pod of the cluster)
+  cargo_group e2e_crash "$E2E_TEST_THREADS" --test e2e_crash -- --skip "$OUTAGE" --skip "$CRASH_ROUNDS"
+}
+lane_5() { # the provisioning crash rounds, the control-plane outage, then the scale benchmark
+  local s=0
+  cargo_group e2e_crash-rounds 1 --test e2e_crash -- --exact "$CRASH_ROUNDS" || s=1
+  cargo_group e2e_crash-outage 1 --test e2e_crash -- --exact "$OUTAGE" || s=1
+  # The scale benchmark at 30 pods (karpenter-rs, Karpenter and the floor, each from start to
+  # every node gone); it restarts its lane's cluster with an audit log and stops it.
+  wait_go_builds || s=1
+  phase scale-quick bash tests/benches/scale.sh --quick || s=1
+  return "$s"
+}
+lanes=()
+for n in $(seq 1 "$CLUSTER_LANES"); do
+  (
+    export LOCAL_CLUSTER_STATE
+    LOCAL_CLUSTER_STATE=$(lane_state "$n")
+    "lane_$n"
+  ) &
+  lanes+=($!)
 done
-wait "$lane1" || status=1
+for pid in "${lanes[@]}"; do wait "$pid" || status=1; done
+wait "$no_cluster_lane" || status=1
 wait "$go_builds" || { status=1; cat "$LOGS/go-builds.out" >&2; }
 
-# Karpenter's dashboards and ours against a real Prometheus that scraped karpenter-rs through
-# the first write-up's scenario (tests/dashboards/check.sh).
-phase dashboards bash tests/dashboards/check.sh || status=1
-# `karpenter-rs nodes` full-screen under tmux through the first write-up (tests/viewer/tmux.sh).
-phase viewer bash tests/viewer/tmux.sh || status=1
-# The benchmarks at their smallest sizes, so that none of them can rot; their results go to
-# temporary files, not tests/benches/results/.
-# The scale benchmark at 30 pods (karpenter-rs, Karpenter and the floor, each from start to
-# every node gone); it restarts the local cluster with an audit log and stops it.
-phase scale-quick bash tests/benches/scale.sh --quick || status=1
-# The soak run for 2 minutes (tests/soak.rs; 30 minutes by hand).
-soak_out=$(mktemp)
-phase soak-2min bash tests/benches/soak.sh --minutes 2 --out "$soak_out" || status=1
-rm -f "$soak_out"
-# Karpenter's scheduling benchmark and ours at 1 and 100 pods (debug build).
+# Karpenter's scheduling benchmark and ours at 1 and 100 pods (debug build), and the HTTPS load
+# benchmark for 2 s per case (debug build, wrk from Debian): the benchmarks at their smallest
+# sizes, so that none of them can rot; their results go to temporary files, not
+# tests/benches/results/.
 quick_out=$(mktemp)
 phase scheduling-vs-karpenter-quick bash tests/benches/scheduling_vs_karpenter.sh --quick --out "$quick_out" || status=1
 rm -f "$quick_out"
-# The HTTPS load benchmark for 2 s per case (debug build, wrk from Debian).
 phase https-load-quick bash -c 'bash tests/benches/https_load.sh --quick >/dev/null' || status=1
 
 summary || status=1

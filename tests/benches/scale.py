@@ -33,7 +33,7 @@ import time
 import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STATE = os.path.join(REPO, "target", "local-cluster")
+STATE = os.path.join(REPO, os.environ.get("LOCAL_CLUSTER_STATE", os.path.join("target", "local-cluster")))
 NAMESPACE = "scale"
 ZONES = ["ap-northeast-2a", "ap-northeast-2b", "ap-northeast-2c"]
 # The catalogue both autoscalers see: general purpose, compute and memory optimised, large to

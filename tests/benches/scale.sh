@@ -47,7 +47,7 @@ trap 'bash tests/karpenter/down.sh >/dev/null 2>&1 || true; bash tests/cluster/d
 # creating and scheduling the pods is not what the figures measure.
 LOCAL_CLUSTER_AUDIT=1 LOCAL_CLUSTER_QPS=500 bash tests/cluster/up.sh >/dev/null
 # shellcheck source=/dev/null
-source target/local-cluster/env
+source "${LOCAL_CLUSTER_STATE:-target/local-cluster}/env"
 
 work=$(mktemp -d)
 # One binary for the whole run, copied out of cargo's target dir so later builds cannot change it.

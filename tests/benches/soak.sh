@@ -20,6 +20,14 @@ while [[ $# -gt 0 ]]; do
 done
 source tests/cluster/use.sh
 out_abs="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"
-SOAK_MINUTES="$minutes" SOAK_OUT="$out_abs" \
-  cargo test --locked --test soak -- --ignored --nocapture
+# The test binary is built here and then run directly: `cargo test` would hold the build
+# directory's lock for the whole soak, and every other Cargo command on the machine would wait.
+soak_bin=$(cargo test --locked --quiet --no-run --test soak --message-format=json-render-diagnostics |
+  python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line) if line.startswith("{") else {}
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["executable"])')
+[[ -x "$soak_bin" ]] || { echo "[soak.sh] building the soak test failed" >&2; exit 1; }
+SOAK_MINUTES="$minutes" SOAK_OUT="$out_abs" "$soak_bin" --ignored --nocapture
 echo "[soak.sh] results in $out" >&2

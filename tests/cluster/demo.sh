@@ -16,8 +16,8 @@ HOLD=${HOLD:-0} # seconds the pods keep running before the Deployment is deleted
 
 bash tests/cluster/up.sh --with-karpenter >/dev/null
 # shellcheck source=/dev/null
-source target/local-cluster/env
-LOG=target/local-cluster/logs/karpenter.log
+source "${LOCAL_CLUSTER_STATE:-target/local-cluster}/env"
+LOG="${LOCAL_CLUSTER_STATE:-target/local-cluster}/logs/karpenter.log"
 
 start=$(date +%s)
 say() { printf '[%3ss] %s\n' "$(($(date +%s) - start))" "$*"; }
@@ -101,5 +101,5 @@ if [[ -n "$instance_id" ]]; then
   state=$("$LOCAL_CLUSTER_PYTHON" -c "import boto3,sys; r=boto3.client('ec2').describe_instances(InstanceIds=[sys.argv[1]])['Reservations']; print(r[0]['Instances'][0]['State']['Name'] if r else 'gone')" "$instance_id")
   say "instance $instance_id in the emulator: $state"
 fi
-say "done. Inspect with: source target/local-cluster/env; kubectl get nodes,pods -o wide"
+say "done. Inspect with: source ${LOCAL_CLUSTER_STATE:-target/local-cluster}/env; kubectl get nodes,pods -o wide"
 say "instances in the emulator: \"\$LOCAL_CLUSTER_PYTHON\" -c 'import boto3; print([(i[\"InstanceId\"], i[\"InstanceType\"], i[\"State\"][\"Name\"]) for r in boto3.client(\"ec2\").describe_instances()[\"Reservations\"] for i in r[\"Instances\"]])'"

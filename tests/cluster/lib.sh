@@ -1,6 +1,7 @@
 # shellcheck shell=bash disable=SC2034  # variables are used by the sourcing scripts
 # Shared by up.sh and down.sh (sourced, not executed).
-# Layout of the running cluster's state, relative to the repository root:
+# Layout of the running cluster's state, relative to the repository root (LOCAL_CLUSTER_STATE
+# instead of target/local-cluster where set):
 #   target/local-cluster/pids/<component>.pid   pid of the process we started
 #   target/local-cluster/pids/<component>.exe   the argument that identifies it in
 #                                               /proc/<pid>/cmdline (binary or script path)
@@ -10,7 +11,11 @@
 
 CLUSTER_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$CLUSTER_DIR/../.." && pwd)"
-STATE="$REPO_ROOT/target/local-cluster"
+# LOCAL_CLUSTER_STATE puts a second (third, ...) local cluster's state elsewhere, so that several
+# clusters run side by side (tests/run.sh gives each lane of end-to-end tests one); relative paths
+# are taken from the repository root.
+STATE="${LOCAL_CLUSTER_STATE:-target/local-cluster}"
+[[ "$STATE" == /* ]] || STATE="$REPO_ROOT/$STATE"
 PIDS="$STATE/pids"
 LOGS="$STATE/logs"
 

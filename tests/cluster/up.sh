@@ -274,7 +274,7 @@ EOF
 write_env() {
   local tmp="$ENV_FILE.tmp"
   {
-    echo "# Written by tests/cluster/up.sh; source it: . target/local-cluster/env"
+    echo "# Written by tests/cluster/up.sh; source it: . $STATE/env"
     printf 'export %s=%q\n' \
       KUBECONFIG "$KUBECONFIG_FILE" \
       CLUSTER_ENDPOINT "https://127.0.0.1:$APISERVER_PORT" \
@@ -286,6 +286,7 @@ write_env() {
       AWS_ACCESS_KEY_ID testing \
       AWS_SECRET_ACCESS_KEY testing \
       AWS_EC2_METADATA_DISABLED true \
+      LOCAL_CLUSTER_STATE "$STATE" \
       LOCAL_CLUSTER_CA_FILE "$PKI/ca.crt" \
       LOCAL_CLUSTER_BIN_DIR "$BIN_DIR" \
       LOCAL_CLUSTER_PYTHON "$PYTHON" \

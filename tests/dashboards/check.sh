@@ -21,7 +21,7 @@ QUEUE=karpenter-rs-dashboards
 
 bash tests/cluster/up.sh >/dev/null
 # shellcheck source=/dev/null
-source target/local-cluster/env
+source "${LOCAL_CLUSTER_STATE:-target/local-cluster}/env"
 PROMETHEUS="$(bash tests/prometheus/build.sh | sed -n 's/^PROMETHEUS=//p' | tail -n1)"
 
 work=$(mktemp -d)
@@ -42,7 +42,7 @@ trap cleanup EXIT
 bash tests/cluster/down.sh --karpenter-only >/dev/null
 KARPENTER_RS_ARGS="--interruption-queue-name $QUEUE" bash tests/cluster/up.sh --with-karpenter >/dev/null
 # shellcheck source=/dev/null
-source target/local-cluster/karpenter.env
+source "${LOCAL_CLUSTER_STATE:-target/local-cluster}/karpenter.env"
 
 # Prometheus, scraping karpenter-rs every second.
 prom_port="$("$LOCAL_CLUSTER_PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"

@@ -33,7 +33,16 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The running local cluster: the variables of target/local-cluster/env.
+/// The directory of the local cluster's state: `LOCAL_CLUSTER_STATE` where set (tests/run.sh runs
+/// several clusters side by side, one per lane), else target/local-cluster.
+pub fn cluster_state_dir() -> PathBuf {
+    match std::env::var_os("LOCAL_CLUSTER_STATE") {
+        Some(dir) => repo_root().join(dir),
+        None => repo_root().join("target/local-cluster"),
+    }
+}
+
+/// The running local cluster: the variables of `cluster_state_dir()`/env.
 pub struct Cluster {
     pub env: HashMap<String, String>,
 }
@@ -70,7 +79,7 @@ pub fn cluster() -> &'static Cluster {
             String::from_utf8_lossy(&up.stdout),
             String::from_utf8_lossy(&up.stderr)
         );
-        let env_file = repo_root().join("target/local-cluster/env");
+        let env_file = cluster_state_dir().join("env");
         let cluster = Cluster { env: read_env(&env_file) };
         let crds = repo_root().join("deploy/crds");
         kubectl_ok(

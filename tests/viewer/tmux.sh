@@ -16,10 +16,10 @@ command -v tmux >/dev/null || { log "tmux is required (apt-get install tmux)"; e
 
 bash tests/cluster/up.sh --with-karpenter >/dev/null
 # shellcheck source=/dev/null
-source target/local-cluster/env
+source "${LOCAL_CLUSTER_STATE:-target/local-cluster}/env"
 BIN="${KARPENTER_RS_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/${KARPENTER_RS_PROFILE:-debug}/karpenter-rs}"
 [[ -x "$BIN" ]] || { log "no binary at $BIN (tests/cluster/up.sh --with-karpenter builds it)"; exit 1; }
-LOGS="$PWD/target/local-cluster/logs"
+LOGS="${LOCAL_CLUSTER_STATE:-$PWD/target/local-cluster}/logs"
 FRAMES="$LOGS/viewer-frames.txt"
 ONCE="$LOGS/viewer-once.txt"
 EXITED="$LOGS/viewer-exit-status"
