@@ -137,17 +137,22 @@ pub fn matches_node_affinity(pod: &Pod, labels: &BTreeMap<String, String>) -> Re
 
 /// Of the pods planned for `node`, in order, those that may be bound to it now: admitted by the
 /// node (`node_refuses`), room beside `on_node` (the pods already bound to it; Succeeded and
-/// Failed ones hold nothing) and the ones before them, and nothing only the scheduler can
-/// decide (`scheduler_decides`). The scheduler may have put other pending pods on the node
-/// since the plan was made (it binds to any ready node with room), and the API server does not
-/// check a Binding against anything: binding regardless would overcommit the node or break the
-/// pod's constraints, and its kubelet would reject the pod. A pod left to the scheduler keeps
-/// its room from the pods after it, so the scheduler can still put it where it was planned.
-/// Each pod left out comes with the reason (`NO_ROOM` when the room is gone, whoever decides);
-/// it stays pending for the scheduler.
+/// Failed ones hold nothing) and the ones before them, room beside every pod of `pending` (the
+/// other unbound pods) that the scheduler could bind to the node at the same moment
+/// (`may_compete`), and nothing only the scheduler can decide (`scheduler_decides`). The
+/// scheduler may have put other pending pods on the node since the plan was made (it binds to
+/// any ready node with room), and the API server does not check a Binding against anything:
+/// binding regardless would overcommit the node or break the pod's constraints, and its kubelet
+/// would reject the pod. Listing the node's pods does not settle it: the scheduler may bind a
+/// pod right after the list, or from a cache that does not show our binding yet, so the room of
+/// a pod it may still bind there is not ours to give. A pod left to the scheduler keeps its room
+/// from the pods after it, so the scheduler can still put it where it was planned. Each pod left
+/// out comes with the reason (`NO_ROOM` when the room is gone, whoever decides; `CONTESTED` when
+/// pending pods may take it); it stays pending for the scheduler.
 pub fn bindable<'a>(
     node: &Node,
     on_node: &[Pod],
+    pending: &[&Pod],
     planned: &[&'a Pod],
     claim_bound: &dyn Fn(&str, &str) -> bool,
 ) -> (Vec<&'a Pod>, Vec<(&'a Pod, String)>) {
@@ -163,28 +168,80 @@ pub fn bindable<'a>(
             used.add(&pod_requests(pod));
         }
     }
+    // Every pending pod the scheduler could bind there now, all together: it packs them against
+    // its own view, which need not hold our bindings.
+    let mut contested = used.clone();
+    for pod in pending.iter().filter(|p| may_compete(node, p)) {
+        let requests = pod_requests(pod);
+        if used.plus(&requests).fits(&allocatable) {
+            contested.add(&requests);
+        }
+    }
     let (mut taken, mut left) = (Vec::new(), Vec::new());
     for pod in planned {
         if let Some(why) = node_refuses(node, pod) {
             left.push((*pod, why));
             continue;
         }
-        let with_pod = used.plus(&pod_requests(pod));
+        let requests = pod_requests(pod);
+        let with_pod = used.plus(&requests);
         if !with_pod.fits(&allocatable) {
             left.push((*pod, NO_ROOM.to_string()));
             continue;
         }
         used = with_pod;
+        contested.add(&requests);
         match scheduler_decides(pod, claim_bound) {
             Some(why) => left.push((*pod, why)),
+            None if !contested.fits(&allocatable) => left.push((*pod, CONTESTED.to_string())),
             None => taken.push(*pod),
         }
     }
     (taken, left)
 }
 
+/// Whether the scheduler could bind `pod` to `node` now, whatever else runs there: it is unbound,
+/// not deleting, not finished, not gated, not pinned to another node by `matchFields` (as the
+/// DaemonSet controller pins its pods) and admitted by the node (`node_refuses`).
+pub fn may_compete(node: &Node, pod: &Pod) -> bool {
+    let Some(spec) = pod.spec.as_ref() else { return false };
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    let unbound = spec.node_name.as_deref().is_none_or(str::is_empty);
+    let gated = spec.scheduling_gates.as_ref().is_some_and(|g| !g.is_empty());
+    unbound
+        && !gated
+        && pod.metadata.deletion_timestamp.is_none()
+        && !matches!(phase, Some("Succeeded") | Some("Failed"))
+        && !is_pinned_elsewhere(pod, node.metadata.name.as_deref().unwrap_or_default())
+        && node_refuses(node, pod).is_none()
+}
+
+/// Whether every required node-affinity term of the pod names, by `matchFields` on
+/// `metadata.name`, only nodes other than `node_name`.
+fn is_pinned_elsewhere(pod: &Pod, node_name: &str) -> bool {
+    let terms = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
+        .map(|r| r.node_selector_terms.as_slice())
+        .unwrap_or_default();
+    !terms.is_empty()
+        && terms.iter().all(|t| {
+            t.match_fields
+                .iter()
+                .flatten()
+                .any(|f| f.key == "metadata.name" && f.operator == "In" && !f.values.iter().flatten().any(|v| v == node_name))
+        })
+}
+
 /// Why `bindable` left a pod out when others took the room planned for it.
 pub const NO_ROOM: &str = "the node has no room left for it";
+
+/// Why `bindable` left a pod out when pending pods the scheduler may bind to the node meanwhile
+/// could take the room planned for it.
+pub const CONTESTED: &str = "pending pods the scheduler may bind to the node could take its room";
 
 /// What binding a pod did.
 #[derive(Debug, PartialEq, Eq)]
@@ -227,6 +284,7 @@ pub async fn bind(pods: &Api<Pod>, pod: &str, node: &str) -> Result<BindOutcome,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::ResourceExt;
     use serde_json::json;
 
     fn node(v: serde_json::Value) -> Node {
@@ -258,7 +316,7 @@ mod tests {
         let planned: Vec<&Pod> = planned.iter().collect();
         let names = |(pods, _): (Vec<&Pod>, Vec<(&Pod, String)>)| pods.iter().map(|p| p.metadata.name.clone().unwrap()).collect::<Vec<_>>();
         fn bindable<'a>(node: &Node, on_node: &[Pod], planned: &[&'a Pod]) -> (Vec<&'a Pod>, Vec<(&'a Pod, String)>) {
-            super::bindable(node, on_node, planned, &|_, _| true)
+            super::bindable(node, on_node, &[], planned, &|_, _| true)
         }
         assert_eq!(names(bindable(&node, &[], &planned)), ["x", "y"]);
         let scheduled = [pod_on("z", "1500m", Some("n"), "Running")];
@@ -359,7 +417,7 @@ mod tests {
         // bindable reports why each pod was left out.
         let pods = [planned(json!({"nodeSelector": {"team": "b"}, "tolerations": tolerates}))];
         let refs: Vec<&Pod> = pods.iter().collect();
-        let (taken, left) = bindable(&node, &[], &refs, &all_bound);
+        let (taken, left) = bindable(&node, &[], &[], &refs, &all_bound);
         assert!(taken.is_empty());
         assert!(left[0].1.contains("node selector"), "{left:?}");
     }
@@ -374,7 +432,7 @@ mod tests {
         ))
         .unwrap()]);
         let plain = pod_on("plain", "1500m", None, "Pending");
-        let (taken, left) = bindable(&node, &[], &[&spread, &plain], &|_, _| true);
+        let (taken, left) = bindable(&node, &[], &[], &[&spread, &plain], &|_, _| true);
         assert!(
             taken.is_empty(),
             "the plain pod must not take the room the scheduler may give the spread pod"
@@ -383,7 +441,7 @@ mod tests {
         assert_eq!(left[1].1, NO_ROOM);
         // The scheduler gave the room to another pod: the spread pod's room is gone too.
         let other = [pod_on("other", "1", Some("n"), "Running")];
-        let (taken, left) = bindable(&node, &other, &[&spread], &|_, _| true);
+        let (taken, left) = bindable(&node, &other, &[], &[&spread], &|_, _| true);
         assert!(taken.is_empty());
         assert_eq!(left[0].1, NO_ROOM, "{left:?}");
         // A node that refuses the pod says so, whatever the room.
@@ -391,8 +449,51 @@ mod tests {
             json!([{"key": "gpu", "value": "true", "effect": "NoSchedule"}]),
             json!({"cpu": "2", "pods": "10"}),
         );
-        let (_, left) = bindable(&tainted, &other, &[&spread], &|_, _| true);
+        let (_, left) = bindable(&tainted, &other, &[], &[&spread], &|_, _| true);
         assert!(left[0].1.contains("did not tolerate"), "{left:?}");
+    }
+
+    #[test]
+    fn keeps_from_planned_pods_the_room_of_pending_pods_the_scheduler_may_bind_there_meanwhile() {
+        // A t3.large (1830m) launched for one 1500m replica while a second 1500m replica of the
+        // same Deployment stays pending (the Provisioner's limits allow one node). The scheduler
+        // may bind the second to the node as it turns Ready, from a cache that does not show our
+        // binding yet, or after we listed the node's pods: binding the first would overcommit.
+        let node = ready(json!([]), json!({"cpu": "1830m", "memory": "7577Mi", "pods": "35"}));
+        let planned = pod_on("a", "1500m", None, "Pending");
+        let bind = |pending: &[&Pod]| {
+            let (taken, left) = bindable(&node, &[], pending, &[&planned], &|_, _| true);
+            let taken: Vec<String> = taken.iter().map(|p| p.name_any()).collect();
+            (taken, left.into_iter().map(|(p, why)| (p.name_any(), why)).collect::<Vec<_>>())
+        };
+        let second = pod_on("b", "1500m", None, "Pending");
+        let (taken, left) = bind(&[&second]);
+        assert!(taken.is_empty(), "the scheduler may put the second replica there: {left:?}");
+        assert_eq!(left, [("a".to_string(), CONTESTED.to_string())]);
+        // Every pending pod that fits counts, not only the first: 1000m beside two 500m pods.
+        let planned_1000 = pod_on("a", "1000m", None, "Pending");
+        let halves = [pod_on("h1", "500m", None, "Pending"), pod_on("h2", "500m", None, "Pending")];
+        let (taken, _) = bindable(&node, &[], &[&halves[0], &halves[1]], &[&planned_1000], &|_, _| true);
+        assert!(taken.is_empty());
+        // Pending pods the scheduler cannot put there leave the room alone.
+        let small = pod_on("small", "200m", None, "Pending");
+        let too_big = pod_on("big", "2", None, "Pending");
+        let mut elsewhere = pod_on("elsewhere", "1500m", None, "Pending");
+        elsewhere.spec.as_mut().unwrap().node_selector = Some(BTreeMap::from([("team".to_string(), "b".to_string())]));
+        let mut gated = pod_on("gated", "1500m", None, "Pending");
+        gated.spec.as_mut().unwrap().scheduling_gates = Some(vec![serde_json::from_value(json!({"name": "queue"})).unwrap()]);
+        let mut daemon = pod_on("daemon", "1500m", None, "Pending");
+        daemon.spec.as_mut().unwrap().affinity = Some(
+            serde_json::from_value(json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+            {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["other"]}]}]}}}))
+            .unwrap(),
+        );
+        let bound = pod_on("bound", "1500m", Some("other"), "Running");
+        let mut leaving = pod_on("leaving", "1500m", None, "Pending");
+        leaving.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::chrono::Utc::now()));
+        let failed = pod_on("failed", "1500m", None, "Failed");
+        let (taken, left) = bind(&[&small, &too_big, &elsewhere, &gated, &daemon, &bound, &leaving, &failed]);
+        assert_eq!(taken, ["a"], "{left:?}");
     }
 
     #[test]

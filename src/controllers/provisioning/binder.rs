@@ -3,6 +3,7 @@
 //! copied out under the lock and the lock is released before any API call, so launches recording
 //! new plans never wait on the binder.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -95,7 +96,16 @@ async fn bind_planned(ctx: &Context, stores: &Stores, node: &Node, keys: &[PodKe
             .is_some_and(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
     };
     let planned: Vec<&Pod> = unbound.iter().map(|p| p.as_ref()).collect();
-    let (fitting, left) = bind::bindable(node, &on_node, &planned, &claim_bound);
+    // Every other pod in the cache: the scheduler may bind the pending ones to this node while
+    // we bind, so `bindable` keeps their room from the planned pods.
+    let all_pods = stores.pods.state();
+    let planned_keys: HashSet<&PodKey> = keys.iter().collect();
+    let others: Vec<&Pod> = all_pods
+        .iter()
+        .filter(|p| !planned_keys.contains(&PodKey::of(p)))
+        .map(|p| p.as_ref())
+        .collect();
+    let (fitting, left) = bind::bindable(node, &on_node, &others, &planned, &claim_bound);
     let mut seats_taken = 0;
     for (pod, why) in left {
         debug!(pod = %pods::pod_key(pod), node = %node_name, reason = %why, "not binding; the scheduler will place the pod");
