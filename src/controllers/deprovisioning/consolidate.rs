@@ -115,8 +115,9 @@ pub(super) async fn consolidate(ctx: &Context) -> Result<bool, DeprovisioningErr
 /// replacement was launched and has initialised), waited for while a node they could move to
 /// has not initialised yet (the replacement in flight; bounded by the registration TTL), and
 /// otherwise abandoned (the nodes uncordoned, evaluated afresh): also when their Provisioner no
-/// longer consolidates. `Some(acted)` ends the pass; `None` lets it go on. The pass calls this
-/// before anything else, so no other command starts while one is unfinished.
+/// longer consolidates; but never while one of them is being deleted: the command is finishing.
+/// `Some(acted)` ends the pass; `None` lets it go on. The pass calls this before anything else,
+/// so no other command starts while one is unfinished.
 pub(super) async fn resume(ctx: &Context) -> Result<Option<bool>, DeprovisioningError> {
     let marked: Vec<Arc<Node>> = super::considered(ctx)
         .into_iter()
@@ -147,6 +148,13 @@ pub(super) async fn resume(ctx: &Context) -> Result<Option<bool>, Deprovisioning
             }
             _ => {}
         }
+    }
+    // `marked` was read before the snapshot: look again, so that a node the command has just
+    // deleted (or whose deletion the view has just learnt of) is never uncordoned and unmarked.
+    let now: Vec<Option<Arc<Node>>> = names.iter().map(|n| ctx.state.nodes.get(&ObjectRef::new(n))).collect();
+    if !consolidation::releasable(&now.iter().map(Option::as_deref).collect::<Vec<_>>()) {
+        info!(nodes = ?names, "an unfinished consolidation is deleting its nodes; waiting for them");
+        return Ok(Some(false));
     }
     info!(nodes = ?names, "abandoning an unfinished consolidation; the nodes go back into service");
     for node in &marked {

@@ -19,8 +19,8 @@ use k8s_openapi::chrono::{DateTime, Duration, Utc};
 use super::decide::{blocking_pdb, do_not_evict};
 use super::VOLUNTARY_DISRUPTION_ANNOTATION;
 use crate::apis::v1alpha5::labels::{
-    opted_out, CAPACITY_TYPE_LABEL, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, DO_NOT_CONSOLIDATE_ANNOTATION, DO_NOT_DISRUPT_ANNOTATION, INSTANCE_TYPE_LABEL,
-    PROVISIONER_NAME_LABEL, ZONE_LABEL,
+    opted_out, CAPACITY_TYPE_LABEL, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, DO_NOT_CONSOLIDATE_ANNOTATION, DO_NOT_DISRUPT_ANNOTATION,
+    INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL, ZONE_LABEL,
 };
 use crate::apis::v1alpha5::Provisioner;
 use crate::scheduling::instance_types::offering_allowed;
@@ -588,6 +588,18 @@ pub fn still_valid(command: &Command, recomputed: &Result<Command, String>) -> b
     }
 }
 
+/// Whether the nodes of an unfinished command (marked `karpenter.sh/voluntary-disruption=
+/// consolidation`, none being deleted when the pass found them) may go back into service, as the
+/// view shows them just before that (`now[i]` is the i-th of them, `None` once gone). Not when one
+/// of them is being deleted or gone: the command reached its delete step before the view caught
+/// up (a pass starts the moment a long one ends, and the snapshot taken meanwhile gives the watch
+/// time to deliver the deletions). Released, such nodes would drain without their mark, the
+/// passes would no longer wait for them (`decide::deletions`), and another command would start
+/// beside them (§5.8: one command at a time).
+pub fn releasable(now: &[Option<&Node>]) -> bool {
+    now.iter().all(|n| n.is_some_and(|n| n.metadata.deletion_timestamp.is_none()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1076,5 +1088,26 @@ mod tests {
         let world = world.with_node("b", MEDIUM, "on-demand", &[]);
         assert!(matches!(world.compute("a").unwrap().action, Action::Delete));
         assert!(!still_valid(&command, &world.compute("a")));
+    }
+
+    #[test]
+    fn an_unfinished_command_whose_nodes_started_deleting_meanwhile_is_not_released() {
+        let marked = |name: &str| {
+            let mut n = node(name, SMALL, "on-demand");
+            n.metadata.annotations = Some(BTreeMap::from([(
+                VOLUNTARY_DISRUPTION_ANNOTATION.to_string(),
+                "consolidation".to_string(),
+            )]));
+            n
+        };
+        let (a, b) = (marked("a"), marked("b"));
+        assert!(releasable(&[Some(&a), Some(&b)]));
+        // The command deleted its nodes just before the pass began; the view learnt of it while
+        // the pass took its snapshot.
+        let mut deleting = b.clone();
+        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(1)));
+        assert!(!releasable(&[Some(&a), Some(&deleting)]));
+        // Or one of them is gone already.
+        assert!(!releasable(&[Some(&a), None]));
     }
 }
