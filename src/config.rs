@@ -149,7 +149,7 @@ pub struct RunArgs {
     #[arg(long, env = "VALIDATING_WEBHOOK_CONFIGURATION", default_value = crate::webhook::registration::VALIDATING_CONFIGURATION)]
     pub validating_webhook_configuration: String,
     /// Validity of a self-managed CA and serving certificate.
-    #[arg(long, env = "CERT_VALIDITY", default_value = "7d", value_parser = parse_duration)]
+    #[arg(long, env = "CERT_VALIDITY", default_value = "7d", value_parser = parse_interval)]
     pub cert_validity: Duration,
     /// A self-managed certificate expiring within this is replaced.
     #[arg(long, env = "CERT_RENEW_BEFORE", default_value = "24h", value_parser = parse_duration)]
@@ -158,7 +158,7 @@ pub struct RunArgs {
     #[arg(long, env = "CERT_EXTRA_SAN", value_delimiter = ',')]
     pub cert_extra_san: Vec<String>,
     /// Longest time a webhook client may take for its TLS handshake, headers or body.
-    #[arg(long, env = "WEBHOOK_CLIENT_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "WEBHOOK_CLIENT_TIMEOUT", default_value = "10s", value_parser = parse_interval)]
     pub webhook_client_timeout: Duration,
     /// A webhook connection with no request in flight for this long is closed.
     #[arg(long, env = "WEBHOOK_IDLE_TIMEOUT", default_value = "90s", value_parser = parse_interval)]
@@ -237,7 +237,7 @@ pub struct RunArgs {
     pub bind_pods: bool,
     /// A node karpenter-rs launched that is not Ready this long after its creation is deleted
     /// and its instance terminated, and its pods get a fresh node (`run` only).
-    #[arg(long, env = "REGISTRATION_TTL", default_value = "15m", value_parser = parse_duration)]
+    #[arg(long, env = "REGISTRATION_TTL", default_value = "15m", value_parser = parse_interval)]
     pub registration_ttl: Duration,
     /// At most this many nodes are launched per Provisioner in any minute; 0 stops launches
     /// (`run` only).
@@ -255,7 +255,7 @@ pub struct RunArgs {
     pub deprovisioning_interval: Duration,
     /// How long the replacements of an expired or consolidated node may take to become ready
     /// before the node is put back into service and tried again later (`run` only).
-    #[arg(long, env = "REPLACEMENT_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    #[arg(long, env = "REPLACEMENT_TIMEOUT", default_value = "10m", value_parser = parse_interval)]
     pub replacement_timeout: Duration,
     /// How often the garbage collector looks for leaked instances and orphaned Nodes, once past
     /// its first 20 passes, which run every 10 s (`run` only).
@@ -263,7 +263,7 @@ pub struct RunArgs {
     pub gc_interval: Duration,
     /// How old an instance without a Node must be before the garbage collector terminates it
     /// (`run` only).
-    #[arg(long, env = "GC_GRACE_PERIOD", default_value = "2m", value_parser = parse_duration)]
+    #[arg(long, env = "GC_GRACE_PERIOD", default_value = "2m", value_parser = parse_interval)]
     pub gc_grace_period: Duration,
     /// Run the controllers only on the replica holding the leader Lease (`run` only).
     #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
@@ -496,7 +496,7 @@ pub struct CertsArgs {
     #[arg(long = "name", env = "CERTS_NAMES", value_delimiter = ',')]
     pub names: Vec<String>,
     /// Validity of the CA and serving certificate.
-    #[arg(long, env = "CERTS_VALIDITY", default_value = "365d", value_parser = parse_duration)]
+    #[arg(long, env = "CERTS_VALIDITY", default_value = "365d", value_parser = parse_interval)]
     pub validity: Duration,
 }
 
@@ -582,11 +582,14 @@ pub fn parse_cidr(s: &str) -> Result<String, String> {
     }
 }
 
-/// A Go duration for how often something runs: more than zero (a zero period would make a
-/// controller spin or stop).
+/// A Go duration for how often something runs, or how long something may take or must wait:
+/// more than zero. A zero period would make a controller spin or stop; a zero registration TTL
+/// would delete every node before its kubelet starts and launch another, a zero replacement
+/// timeout abandon every replacement, a zero garbage-collection grace terminate an instance
+/// before its Node is written, a zero client timeout or certificate validity refuse every client.
 pub fn parse_interval(s: &str) -> Result<Duration, String> {
     match parse_duration(s)? {
-        Duration::ZERO => Err(format!("invalid interval {s:?}: must be more than 0 (e.g. 10s, 2m)")),
+        Duration::ZERO => Err(format!("invalid duration {s:?}: must be more than 0 (e.g. 10s, 2m)")),
         d => Ok(d),
     }
 }
@@ -676,8 +679,18 @@ mod tests {
     }
 
     #[test]
-    fn an_interval_of_zero_is_refused_naming_the_flag() {
-        for flag in ["--deprovisioning-interval", "--gc-interval", "--cert-reload-interval"] {
+    fn a_zero_interval_timeout_or_ttl_is_refused_naming_the_flag() {
+        for flag in [
+            "--deprovisioning-interval",
+            "--gc-interval",
+            "--cert-reload-interval",
+            "--registration-ttl",
+            "--replacement-timeout",
+            "--gc-grace-period",
+            "--webhook-client-timeout",
+            "--webhook-idle-timeout",
+            "--cert-validity",
+        ] {
             for zero in ["0", "0s", "0ms"] {
                 let err = Cli::try_parse_from(["karpenter-rs", "run", "--cluster-name", "c", flag, zero])
                     .unwrap_err()
