@@ -883,7 +883,8 @@ fn addresses_health(addresses: &support::process::Addresses) -> (u16, String) {
 /// fault) is logged with its backtrace, counted and started again while the others go on: a
 /// pod still gets a node. When its panics stop it is back (its passes succeed) and /healthz
 /// says ok; when they never stop, /healthz fails naming it, so the kubelet would restart the
-/// process, and provisioning still works meanwhile.
+/// process, and provisioning still works meanwhile (a pod gets a node launched then: the first
+/// phase's node is gone).
 #[test]
 fn a_controller_that_panics_is_restarted_and_the_others_go_on() {
     let setup = setup("supervision");
@@ -911,6 +912,8 @@ fn a_controller_that_panics_is_restarted_and_the_others_go_on() {
         assert!(log.contains("controller panicked; starting it again"), "{log}");
         assert!(log.contains("backtrace"), "the panic is logged with its backtrace:\n{log}");
         assert_eq!(addresses_health(&addresses).0, 200, "healthy once the controller passes again");
+        // No node left, so that the pod of the next phase needs a launch.
+        s.scale_to_zero_and_settle(&setup);
         drop(binary);
 
         // Panics that never stop: /healthz fails, provisioning goes on.
@@ -922,14 +925,10 @@ fn a_controller_that_panics_is_restarted_and_the_others_go_on() {
         });
         assert_eq!(status, 500, "{body}");
         assert!(body.contains("deprovisioning: panicked"), "{body}");
-        s.scale(2);
-        binary.wait_for(&s, "two pods Running", Duration::from_secs(90), || {
-            let running = s
-                .pods()
-                .into_iter()
-                .filter(|p| p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running"))
-                .count();
-            (running == 2).then_some(())
+        assert!(s.nodes().is_empty(), "no node of the scenario before the launch");
+        s.scale(1);
+        binary.wait_for(&s, "the pod Running on a node launched meanwhile", Duration::from_secs(90), || {
+            s.running_pod_node()
         });
         assert!(panics(&addresses) >= 5.0);
         s.scale_to_zero_and_settle(&setup);
