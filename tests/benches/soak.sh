@@ -26,7 +26,8 @@ soak_bin=$(cargo test --locked --quiet --no-run --test soak --message-format=jso
   python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line) if line.startswith("{") else {}
-    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+    # the test harness, not the karpenter-rs binary built beside it for the test to start
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "soak":
         print(m["executable"])')
 [[ -x "$soak_bin" ]] || { echo "[soak.sh] building the soak test failed" >&2; exit 1; }
 SOAK_MINUTES="$minutes" SOAK_OUT="$out_abs" "$soak_bin" --ignored --nocapture
