@@ -148,10 +148,14 @@ for line in sys.stdin:
     if not line.startswith("{"):
         continue
     m = json.loads(line)
-    # profile.test: built to run tests (the binary itself is also built, for the tests that start it)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
-        kind = "lib" if m["target"]["kind"][0] in ("lib", "rlib") else m["target"]["kind"][0]
-        print(kind if kind == "lib" else kind + ":" + m["target"]["name"], m["executable"], sep="\t")
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    # profile.test: built to run tests; the binary itself is built too, for the tests that start it
+    if not m["profile"]["test"]:
+        print("binary", m["executable"], sep="\t")
+        continue
+    kind = "lib" if m["target"]["kind"][0] in ("lib", "rlib") else m["target"]["kind"][0]
+    print(kind if kind == "lib" else kind + ":" + m["target"]["name"], m["executable"], sep="\t")
 ' >"$TEST_BINS.tmp" && mv "$TEST_BINS.tmp" "$TEST_BINS"
 }
 phase compile compile_tests &
@@ -221,6 +225,12 @@ if ((status != 0)); then
   summary
   exit 1
 fi
+# The scripts that start karpenter-rs (up.sh --with-karpenter, the dashboards, the viewer, the scale
+# and HTTPS benchmarks) run the binary the compile built for the tests, as they are: a `cargo
+# build --bin karpenter-rs` of their own would build it again without the dev-dependencies'
+# features (minutes on a new machine), holding the build directory's lock meanwhile.
+KARPENTER_RS_BIN=$(awk -F'\t' '$1 == "binary" { print $2 }' "$TEST_BINS")
+export KARPENTER_RS_BIN
 
 # ---- the quick tier ---------------------------------------------------------------------------
 if ((QUICK)); then
@@ -291,7 +301,7 @@ lane_3() { # the runaway test (alone: its bound on nodes at once rests on emptin
   # The scale benchmark at 30 pods (karpenter-rs, Karpenter and the floor, each from start to
   # every node gone); it restarts its lane's cluster with an audit log and stops it.
   if wait_recorded go-builds-in-background; then
-    phase scale-quick bash tests/benches/scale.sh --quick || s=1
+    phase scale-quick bash tests/benches/scale.sh --quick --bin "$KARPENTER_RS_BIN" || s=1
   else
     s=1
   fi

@@ -35,10 +35,15 @@ pids=()
 cleanup() { for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-cargo build --locked --profile "$PROFILE" --quiet --bin karpenter-rs
+# KARPENTER_RS_BIN (tests/run.sh sets it): a debug build made already, used as it is with --quick.
+if [[ -n "${KARPENTER_RS_BIN:-}" && "$PROFILE" == dev ]]; then
+  bin=$KARPENTER_RS_BIN
+else
+  cargo build --locked --profile "$PROFILE" --quiet --bin karpenter-rs
+  bin="$CARGO_TARGET_DIR/$([ "$PROFILE" = dev ] && echo debug || echo release)/karpenter-rs"
+fi
 bare=$(cargo build --locked --profile "$PROFILE" --bench load_server --message-format=json 2>/dev/null \
   | python3 -c 'import json,sys; [print(m["executable"]) for m in map(json.loads, sys.stdin) if m.get("executable") and m["target"]["name"]=="load_server"]' | tail -1)
-bin="$CARGO_TARGET_DIR/$([ "$PROFILE" = dev ] && echo debug || echo release)/karpenter-rs"
 [ -x "$bare" ] || { echo "the load_server bench was not built" >&2; exit 1; }
 "$bin" certs --out-dir "$work/certs" 2>/dev/null
 
