@@ -5,7 +5,7 @@
 #                               the binary's own tests, the Helm chart, RBAC and IAM checks, the
 #                               end-to-end tests on the local control plane (tests/cluster/), then
 #                               the dashboards, the viewer and every benchmark at its smallest size
-#   bash tests/run.sh --quick   before every commit (about 5 min warm): the unit tests, the webhook
+#   bash tests/run.sh --quick   before every commit (under 2 min warm): the unit tests, the webhook
 #                               over HTTPS and the first write-up end to end (a node launched for
 #                               the Deployment, removed 30 s after it is deleted)
 #
@@ -34,7 +34,7 @@ QUICK=0
 case "${1:-}" in
   --quick) QUICK=1 ;;
   "") ;;
-  -h | --help) sed -n '2,28p' "$0"; exit 0 ;;
+  -h | --help) sed -n '2,29p' "$0"; exit 0 ;;
   *) echo "usage: tests/run.sh [--quick]" >&2; exit 2 ;;
 esac
 
@@ -160,26 +160,31 @@ for line in sys.stdin:
 }
 phase compile compile_tests &
 compile=$!
-# helm for the chart tests (tests/chart.rs, tests/rbac.rs), Karpenter (scale.sh --quick,
-# scheduling_vs_karpenter.sh --quick) and Prometheus (the dashboards check), built from their Go
-# modules on first use (then cached by version: they cost nothing), at the lowest priority beside
-# the rest; the lanes that need them wait for them.
-if ((!QUICK)); then
-  (phase helm-build nice -n 19 bash -c 'bash tests/helm/build.sh >/dev/null') &
-  (
-    s=$SECONDS r=passed
-    { nice -n 19 bash tests/karpenter/build.sh && nice -n 19 bash tests/prometheus/build.sh; } >"$LOGS/go-builds.out" 2>&1 || r=failed
-    [[ $r == passed ]] || cat "$LOGS/go-builds.out" >&2
-    record go-builds-in-background $((SECONDS - s)) 0 0 "$r"
-  ) &
-fi
-
 # wait_recorded NAME: waits until NAME (a phase run in the background by another shell, which a
 # lane cannot wait for) has recorded its result; true if it passed.
 wait_recorded() {
   until [[ -f "$LOGS/$1.result" ]]; do sleep 1; done
   grep -q ' passed$' "$LOGS/$1.result"
 }
+
+# helm for the chart tests (tests/chart.rs, tests/rbac.rs), Karpenter (scale.sh --quick,
+# scheduling_vs_karpenter.sh --quick) and Prometheus (the dashboards check), built from their Go
+# modules on first use (then cached by version: they cost nothing), at the lowest priority; on a
+# new machine only once the control plane is built and the first cluster is up (cluster-up-1,
+# below), which every lane waits for, while these are needed minutes into lanes 1 and 3.
+if ((!QUICK)); then
+  (
+    wait_recorded cluster-up-1
+    phase helm-build nice -n 19 bash -c 'bash tests/helm/build.sh >/dev/null'
+  ) &
+  (
+    wait_recorded cluster-up-1
+    s=$SECONDS r=passed
+    { nice -n 19 bash tests/karpenter/build.sh && nice -n 19 bash tests/prometheus/build.sh; } >"$LOGS/go-builds.out" 2>&1 || r=failed
+    [[ $r == passed ]] || cat "$LOGS/go-builds.out" >&2
+    record go-builds-in-background $((SECONDS - s)) 0 0 "$r"
+  ) &
+fi
 
 # ---- the local clusters -----------------------------------------------------------------------
 # The quick tier uses one cluster (target/local-cluster); the full suite one per cluster lane
