@@ -463,15 +463,21 @@ fn a_do_not_evict_pod_blocks_expiration_until_it_is_lifted() {
         // then gave up (its wait cut short), by that node, which the next attempt finds in place
         // (`expiration/delete`). Either way this Provisioner launched a second node.
         let metrics = controller.metrics.render();
-        let launched: f64 = metrics
-            .lines()
-            .filter(|l| l.starts_with("karpenter_nodes_created{") && l.contains(&format!("provisioner=\"{}\"", s.provisioner)))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum();
+        let provisioner_label = format!("provisioner=\"{}\"", s.provisioner);
+        let ours: Vec<&str> = metrics.lines().filter(|l| l.contains(&provisioner_label)).collect();
+        let launched = support::metric_sum(&ours.join("\n"), "karpenter_nodes_created{");
         let selector = format!("involvedObject.name={node_name}");
         let node_events = kubectl_ok(
             cluster,
-            &["get", "events", "-A", "--field-selector", &selector, "-o", "custom-columns=REASON:.reason,MESSAGE:.message"],
+            &[
+                "get",
+                "events",
+                "-A",
+                "--field-selector",
+                &selector,
+                "-o",
+                "custom-columns=REASON:.reason,MESSAGE:.message",
+            ],
             None,
         );
         assert!(
