@@ -1161,66 +1161,70 @@ fn every_opt_out_blocks_consolidation_with_its_event() {
     });
 }
 
-/// Consolidation and expiration share one command at a time (§5.1, §5.8): three nodes left with
-/// one pod each (consolidation would merge them) that also expire after a minute (expiration
-/// replaces them one by one). Watched throughout, the nodes being disrupted (cordoned or deleting)
-/// always belong to one command: never an expiring node beside a consolidated one, never two
-/// expiring nodes. Both kinds must be seen, else the test proves nothing.
+/// Consolidation and expiration share one command at a time (§5.1, §5.8). Two Provisioners, so
+/// that each kind of command is certain to come and neither can do the other's work: `expire`'s
+/// one node expires every minute and is replaced (its pod has nowhere else to go), while
+/// `merge`'s two nodes are left with one pod each and consolidation merges them. Watched
+/// throughout, the nodes being disrupted (cordoned or deleting) always belong to one command:
+/// never an expiring node beside a consolidated one, never two expiring nodes. Both kinds must be
+/// seen, else the test proves nothing. (With one Provisioner doing both, expiration, which goes
+/// first, could replace the nodes before consolidation had a turn: on a slow machine it did.)
 #[test]
 fn consolidation_and_expiration_never_disrupt_nodes_at_the_same_time() {
     let (cluster, controller) = setup();
-    let requirements = json!([
+    let t3_xlarge_on_demand = json!([
         {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["t3.xlarge"]},
         {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
     ]);
-    let scenario = Scenario::create_with(cluster, "both", None, Some(60), |p| {
+    let requirements = t3_xlarge_on_demand.clone();
+    let expire = Scenario::create_with(cluster, "expire", None, Some(60), |p| {
         p["spec"]["requirements"] = requirements;
+    });
+    let merge = Scenario::create_with(cluster, "merge", None, None, |p| {
+        p["spec"]["requirements"] = t3_xlarge_on_demand;
         p["spec"]["consolidation"] = json!({"enabled": true});
     });
-    with_scenario(scenario, controller, |s| {
-        let mut running = 0;
-        for app in ["a", "b", "c"] {
-            s.deploy(app, 3, "1", |_| {});
-            running += 3;
-            s.wait_running(running);
-        }
-        for app in ["a", "b", "c"] {
-            s.scale(app, 1);
-        }
-        let mut seen: BTreeSet<String> = BTreeSet::new();
-        let mut violations: Vec<String> = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(300);
-        while Instant::now() < deadline && !(seen.contains("expired") && seen.contains("consolidation")) {
-            let disrupted: Vec<(String, String)> = s
-                .nodes()
-                .iter()
-                .filter(|n| n.metadata.deletion_timestamp.is_some() || n.spec.as_ref().and_then(|sp| sp.unschedulable) == Some(true))
-                .map(|n| {
-                    let why = n.annotations().get("karpenter.sh/voluntary-disruption").cloned();
-                    (n.name_any(), why.unwrap_or_else(|| "unmarked".to_string()))
-                })
-                .collect();
-            let kinds: BTreeSet<&str> = disrupted.iter().map(|(_, why)| why.as_str()).collect();
-            let expiring = disrupted.iter().filter(|(_, why)| why == "expired").count();
-            if kinds.len() > 1 || expiring > 1 {
-                violations.push(format!("{disrupted:?}"));
+    with_scenario(expire, controller, |e| {
+        run_scenario(merge, controller, |m| {
+            e.deploy("x", 1, "1", |_| {});
+            m.deploy("a", 3, "1", |_| {});
+            m.wait_running(3);
+            m.deploy("b", 3, "1", |_| {});
+            m.wait_running(6);
+            e.wait_running(1);
+            m.scale("a", 1);
+            m.scale("b", 1);
+            let mut seen: BTreeSet<String> = BTreeSet::new();
+            let mut violations: Vec<String> = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(300);
+            while Instant::now() < deadline && !(seen.contains("expired") && seen.contains("consolidation")) {
+                let disrupted: Vec<(String, String)> = e
+                    .nodes()
+                    .into_iter()
+                    .chain(m.nodes())
+                    .filter(|n| {
+                        n.metadata.deletion_timestamp.is_some() || n.spec.as_ref().and_then(|sp| sp.unschedulable) == Some(true)
+                    })
+                    .map(|n| {
+                        let why = n.annotations().get("karpenter.sh/voluntary-disruption").cloned();
+                        (n.name_any(), why.unwrap_or_else(|| "unmarked".to_string()))
+                    })
+                    .collect();
+                let kinds: BTreeSet<&str> = disrupted.iter().map(|(_, why)| why.as_str()).collect();
+                let expiring = disrupted.iter().filter(|(_, why)| why == "expired").count();
+                if kinds.len() > 1 || expiring > 1 {
+                    violations.push(format!("{disrupted:?}"));
+                }
+                seen.extend(kinds.iter().map(|k| k.to_string()));
+                std::thread::sleep(Duration::from_millis(250));
             }
-            seen.extend(kinds.iter().map(|k| k.to_string()));
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        // Let the cluster settle: nothing expires any more.
-        let patch = json!({"spec": {"ttlSecondsUntilExpired": 86400}}).to_string();
-        kubectl_ok(
-            cluster,
-            &["patch", "provisioner", &s.provisioner, "--type=merge", "-p", &patch],
-            None,
-        );
-        s.wait_running(3);
-        assert!(violations.is_empty(), "two commands disrupted nodes at once: {violations:#?}");
-        assert!(
-            seen.contains("expired") && seen.contains("consolidation"),
-            "both expiration and consolidation disrupted nodes within 5 minutes (seen: {seen:?})"
-        );
+            assert!(violations.is_empty(), "two commands disrupted nodes at once: {violations:#?}");
+            assert!(
+                seen.contains("expired") && seen.contains("consolidation"),
+                "both expiration and consolidation disrupted nodes within 5 minutes (seen: {seen:?})"
+            );
+            m.wait_running(2);
+        });
     });
 }
 

@@ -10,11 +10,15 @@ parameters, so this wrapper lets PutParameter write names under /aws/service/
 (fixtures.py then writes the EKS / Bottlerocket ones with plain boto3). Every
 other name, and every other API, behaves as in stock moto.
 
-It also keeps the answer to each distinct DescribeInstanceTypes request (its
-region and parameters), which moto otherwise serialises anew every time: 5.8 s
-of CPU for its 1,395 instance types, and every controller a test starts asks
-once. moto's instance types are fixed data, so the kept answer is the answer it
-would give again; only the request id repeats.
+It also keeps the answer to each distinct request (its region and parameters)
+of the three EC2 calls whose answers are moto's fixed data, which moto
+otherwise serialises anew every time: DescribeInstanceTypes (5.8 s of CPU for
+its 1,395 instance types), DescribeSpotPriceHistory (1-2 s for its 2,460
+offerings, each at the same price and time) and DescribeInstanceTypeOfferings.
+Every controller and provider a test starts asks each once; with five local
+clusters on two cores, a burst of them kept a moto busy past the SDK's 120 s
+timeout. The kept answer is the answer moto would give again; only the request
+id repeats.
 """
 
 import inspect
@@ -65,22 +69,27 @@ def _put_parameter(self, *args, **kwargs):
 ssm_models.SimpleSystemManagerBackend.put_parameter = _put_parameter
 
 _original_call_action = EC2Response.call_action
-_instance_types_answers = {}
+FIXED_DATA_ACTIONS = frozenset(
+    ["DescribeInstanceTypes", "DescribeSpotPriceHistory", "DescribeInstanceTypeOfferings"]
+)
+_fixed_answers = {}
 
 
 def _call_action(self):
-    if self._get_action() != "DescribeInstanceTypes":
+    action = self._get_action()
+    if action not in FIXED_DATA_ACTIONS:
         return _original_call_action(self)
     key = (
+        action,
         self.region,
         tuple(sorted((name, tuple(values)) for name, values in self.querystring.items())),
     )
-    answer = _instance_types_answers.get(key)
+    answer = _fixed_answers.get(key)
     if answer is None:
         status, headers, body = _original_call_action(self)
         if int(status) != 200:
             return status, headers, body
-        answer = _instance_types_answers[key] = (status, dict(headers), body)
+        answer = _fixed_answers[key] = (status, dict(headers), body)
     status, headers, body = answer
     return status, dict(headers), body
 
