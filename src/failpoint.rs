@@ -52,6 +52,20 @@ pub fn panic_point(controller: &str) {
     panic!("{PANIC_IN_ENV}={name}: a failpoint panics this pass of {controller}");
 }
 
+/// The environment variable naming a loop that stalls (stops at an await that never ends).
+pub const STALL_IN_ENV: &str = "KARPENTER_RS_STALL_IN";
+
+/// Never returns when `KARPENTER_RS_STALL_IN` names `loop_name`: the loop stops as one waiting on
+/// a call that never answers would, without a panic and outside any pass.
+pub async fn stall_point(loop_name: &str) {
+    static STALL_IN: OnceLock<Option<String>> = OnceLock::new();
+    let stall = STALL_IN.get_or_init(|| std::env::var(STALL_IN_ENV).ok().map(|v| v.trim().to_string()));
+    if stall.as_deref() == Some(loop_name) {
+        tracing::warn!(loop_name, "{STALL_IN_ENV}: a failpoint stalls this loop for good");
+        std::future::pending::<()>().await;
+    }
+}
+
 /// `<controller>` (every pass) or `<controller>:<passes>`; None for an empty or unreadable value.
 pub fn parse_panic_in(value: &str) -> Option<(String, Option<u64>)> {
     let (name, passes) = match value.split_once(':') {

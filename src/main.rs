@@ -194,7 +194,7 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
     let queue = std::sync::Arc::new(cloud.interruption_queue());
     let cloud: std::sync::Arc<dyn karpenter_rs::cloudprovider::CloudProvider> = std::sync::Arc::new(cloud);
     // One watch per kind in the process, shared by every controller and kept across terms.
-    let state = karpenter_rs::controllers::state::Cluster::start(&client, &shutdown);
+    let state = karpenter_rs::controllers::state::Cluster::start(&client, &shutdown, &metrics.liveness);
     let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("karpenter-rs-{}", std::process::id()));
     // A term lasts until shutdown or until this replica loses the Lease. Losing it drops every
     // pass in flight at once (nothing more is written; each step is idempotent and re-read from

@@ -425,8 +425,13 @@ fn setup(name: &str) -> Setup {
     let work = tempfile::tempdir().unwrap();
     let certs = work.path().join("certs");
     support::process::make_certs(env!("CARGO_BIN_EXE_karpenter-rs"), &certs);
-    // Logs of every run are kept for a failure's message; under target/ so CI keeps them too.
-    let logs = support::repo_root().join("target/e2e-process-logs").join(name);
+    // Logs of every run are kept for a failure's message; under target/ so CI keeps them too,
+    // apart per local cluster (the same test may run on several side by side).
+    let mut logs = support::repo_root().join("target/e2e-process-logs");
+    if std::env::var_os("LOCAL_CLUSTER_STATE").is_some() {
+        logs = logs.join(support::cluster_state_dir().file_name().expect("a state directory has a name"));
+    }
+    let logs = logs.join(name);
     let _ = std::fs::remove_dir_all(&logs);
     std::fs::create_dir_all(&logs).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -938,6 +943,36 @@ fn a_controller_that_panics_is_restarted_and_the_others_go_on() {
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
+}
+
+/// A loop that stops without a panic (the `KARPENTER_RS_STALL_IN` failpoint: the binder waits on
+/// an await that never ends, the only injected fault) makes /healthz fail naming it once it is
+/// silent past its deadline (set to 5 s by `KARPENTER_RS_LIVENESS_DEADLINE_SECONDS`), so the
+/// kubelet would restart the process; the same binary without the failpoint stays healthy.
+#[test]
+fn a_loop_that_stalls_makes_healthz_fail_naming_it() {
+    let setup = setup("stall");
+    let deadline = ("KARPENTER_RS_LIVENESS_DEADLINE_SECONDS", "5");
+    let binary = setup.start_with_env(&[("KARPENTER_RS_STALL_IN", "binder"), deadline]);
+    let addresses = binary_addresses(&binary);
+    let (status, body) = wait_for("/healthz failing", Duration::from_secs(60), || {
+        let (status, body) = addresses_health(&addresses);
+        (status != 200).then_some((status, body))
+    });
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("binder: its loop has not run for"), "{body}");
+    drop(binary);
+
+    let binary = setup.start_with_env(&[deadline]);
+    let addresses = binary_addresses(&binary);
+    // Well past the deadline and the slowest loop's beat (deprovisioning's, every 1 s here).
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(15) {
+        let (status, body) = addresses_health(&addresses);
+        assert!(!body.contains("binder"), "the binder beats without the failpoint: {status} {body}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    drop(binary);
 }
 
 /// Passes `controller` of the running binary has finished (`controller_runtime_reconcile_total`).

@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::apis::v1alpha1::AwsNodeTemplate;
 use crate::apis::v1alpha5::Provisioner;
+use crate::controllers::supervisor::Liveness;
 
 /// Called with every pod created, changed or deleted.
 type PodHook = Box<dyn Fn(&Pod) + Send + Sync>;
@@ -104,8 +105,10 @@ fn watch_backoff() -> kube::runtime::utils::ResetTimerBackoff<watcher::Exponenti
 }
 
 impl Cluster {
-    /// Starts one watch per kind, kept up to date until `shutdown`.
-    pub fn start(client: &kube::Client, shutdown: &CancellationToken) -> Arc<Cluster> {
+    /// Starts one watch per kind, kept up to date until `shutdown`. A watch that ends for good
+    /// (its stream closed) is reported to `liveness`, so `/healthz` fails rather than the
+    /// controllers going on with a view that no longer changes.
+    pub fn start(client: &kube::Client, shutdown: &CancellationToken, liveness: &Liveness) -> Arc<Cluster> {
         let generation = Arc::new(AtomicU64::new(0));
         let on_pod: Arc<OnceLock<PodHook>> = Arc::new(OnceLock::new());
         let bump = |generation: &Arc<AtomicU64>| {
@@ -118,7 +121,11 @@ impl Cluster {
         let node_bump = bump(&generation);
         let provisioner_bump = bump(&generation);
         let errors: Arc<Mutex<Option<WatchError>>> = Arc::default();
-        let w = Watches { shutdown, errors: &errors };
+        let w = Watches {
+            shutdown,
+            errors: &errors,
+            liveness,
+        };
         Arc::new(Cluster {
             pods: w.reflect(Api::all(client.clone()), move |pod: &Pod| {
                 pod_bump();
@@ -290,6 +297,7 @@ pub fn tolerant_event<K: Tolerant>(
 struct Watches<'a> {
     shutdown: &'a CancellationToken,
     errors: &'a Arc<Mutex<Option<WatchError>>>,
+    liveness: &'a Liveness,
 }
 
 impl Watches<'_> {
@@ -344,7 +352,9 @@ impl Watches<'_> {
         reader
     }
 
-    /// Feeds `stream` to `on_change` until shutdown, recording and logging its failures.
+    /// Feeds `stream` to `on_change` until shutdown, recording and logging its failures. A
+    /// panic in `on_change` is logged and the watch goes on (the store has the object already);
+    /// a stream that ends is reported to the process's liveness.
     fn follow<K>(&self, stream: impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static, on_change: impl Fn(&K) + Send + 'static)
     where
         K: Resource + Send + 'static,
@@ -352,6 +362,7 @@ impl Watches<'_> {
     {
         let shutdown = self.shutdown.clone();
         let errors = self.errors.clone();
+        let liveness = self.liveness.clone();
         let kind = K::kind(&K::DynamicType::default()).to_string();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
@@ -359,12 +370,21 @@ impl Watches<'_> {
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     next = stream.next() => match next {
-                        Some(Ok(object)) => on_change(&object),
+                        Some(Ok(object)) => {
+                            if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| on_change(&object))) {
+                                let panic = crate::controllers::supervisor::panic_message(panic.as_ref());
+                                tracing::error!(kind, %panic, "a handler of a watched change panicked; the watch goes on");
+                            }
+                        }
                         Some(Err(e)) => {
                             *errors.lock().unwrap_or_else(|e| e.into_inner()) = Some(WatchError { kind: kind.clone(), at: Instant::now() });
                             tracing::warn!(kind, error = %e, "watch failed; retrying with back-off");
                         }
-                        None => return,
+                        None => {
+                            tracing::error!(kind, "watch ended; the cluster view of this kind no longer changes");
+                            liveness.broken(format!("the watch of {kind} ended"));
+                            return;
+                        }
                     }
                 }
             }

@@ -1,9 +1,11 @@
 //! Supervision of the controllers: each runs under `supervise`, which catches a panic, logs it
 //! (the panic hook of `telemetry::log_panics` has already logged its backtrace), counts it in
 //! `karpenter_controller_panics_total{controller}` and starts the controller again after a
-//! back-off, while the others go on. `Liveness` records every controller's passes; `/healthz`
-//! fails while one of them is stuck in a pass past its deadline or keeps panicking, so the
-//! kubelet restarts the process (and another replica takes over the lease meanwhile).
+//! back-off, while the others go on. `Liveness` records every controller's passes and the beats
+//! of its loop; `/healthz` fails while one of them is stuck in a pass past its deadline, has
+//! stopped beating (its loop no longer runs: a wait that never ends, a task gone), keeps
+//! panicking, or a watch of the shared cluster view has ended, so the kubelet restarts the
+//! process (and another replica takes over the lease meanwhile).
 //!
 //! Karpenter's controller-runtime recovers a reconciler's panic the same way
 //! (`RecoverPanic`) and its manager's health check fails when a controller stops; the deadlines
@@ -35,6 +37,20 @@ pub const PANICS_UNTIL_UNHEALTHY: u32 = 5;
 pub mod deadline {
     use std::time::Duration;
 
+    /// The environment variable that sets every deadline to its number of seconds, so that a
+    /// test can see a stall reported without waiting minutes (never set by the chart).
+    pub const OVERRIDE_ENV: &str = "KARPENTER_RS_LIVENESS_DEADLINE_SECONDS";
+
+    /// `default`, or the override's seconds when `KARPENTER_RS_LIVENESS_DEADLINE_SECONDS` is set
+    /// to a positive number.
+    pub fn or_override(default: Duration) -> Duration {
+        std::env::var(OVERRIDE_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|s| *s > 0)
+            .map_or(default, Duration::from_secs)
+    }
+
     /// A provisioning pass: the catalogue, a simulation and launches (each launch bounded by the
     /// cloud client's retries, the Node's appearance in the cache by 30 s).
     pub const PROVISIONING: Duration = Duration::from_secs(10 * 60);
@@ -46,36 +62,76 @@ pub mod deadline {
     pub const GARBAGE_COLLECTION: Duration = Duration::from_secs(10 * 60);
     /// An interruption pass: a long poll of 20 s and the handling of its messages.
     pub const INTERRUPTION: Duration = Duration::from_secs(10 * 60);
+    /// A tick of provisioning's binder: the bindings of at most a few nodes' pods.
+    pub const BINDER: Duration = Duration::from_secs(5 * 60);
+    /// A tick of provisioning's node lifecycle (initialisation, registration TTL, status).
+    pub const NODE_LIFECYCLE: Duration = Duration::from_secs(10 * 60);
 }
 
-/// What `/healthz` knows of every supervised controller. Cheap to clone; shared by the
+/// What `/healthz` knows of every supervised controller and loop. Cheap to clone; shared by the
 /// controllers (through `Metrics::liveness`) and the health endpoint.
 #[derive(Clone, Default)]
-pub struct Liveness(Arc<Mutex<BTreeMap<&'static str, LoopState>>>);
+pub struct Liveness(Arc<Mutex<Inner>>);
+
+#[derive(Default)]
+struct Inner {
+    loops: BTreeMap<&'static str, LoopState>,
+    /// Parts that ended for good (a watch whose stream ended), with why.
+    broken: Vec<String>,
+}
 
 #[derive(Clone, Debug)]
 struct LoopState {
     deadline: Duration,
     busy_since: Option<Instant>,
+    /// The loop's last sign of life, and how soon it said the next one comes.
+    last_beat: Instant,
+    next_within: Duration,
     panics_in_a_row: u32,
 }
 
 impl Liveness {
-    /// Starts tracking `controller`, whose passes may each take up to `deadline`.
+    /// Starts tracking `controller`, whose passes may each take up to `deadline`. Until its
+    /// first beat or pass, it counts as having beaten now and promised the next beat at once:
+    /// a loop that never starts is reported `deadline` later.
     pub fn register(&self, controller: &'static str, deadline: Duration) {
-        self.lock().entry(controller).or_insert(LoopState {
-            deadline,
+        self.lock().loops.entry(controller).or_insert(LoopState {
+            deadline: deadline::or_override(deadline),
             busy_since: None,
+            last_beat: Instant::now(),
+            next_within: Duration::ZERO,
             panics_in_a_row: 0,
         });
     }
 
+    /// Stops tracking `controller`: it finished on its own (interruption handling with no queue).
+    pub fn finished(&self, controller: &'static str) {
+        self.lock().loops.remove(controller);
+    }
+
+    /// A sign of life from `controller`'s loop, which promises the next one within
+    /// `next_within` (its longest wait between beats). A loop silent for `deadline` past its
+    /// promise is reported.
+    pub fn beat(&self, controller: &'static str, next_within: Duration) {
+        if let Some(state) = self.lock().loops.get_mut(controller) {
+            state.last_beat = Instant::now();
+            state.next_within = next_within;
+        }
+    }
+
+    /// Records that a part the controllers depend on ended for good; `/healthz` fails from now on.
+    pub fn broken(&self, why: String) {
+        self.lock().broken.push(why);
+    }
+
     /// Marks a pass of `controller` as running until the returned guard is dropped. A pass that
     /// ends (with success or an error) clears the controller's panics in a row; one that unwinds
-    /// does not.
+    /// does not. A pass is a beat when it starts and when it ends.
     pub fn pass(&self, controller: &'static str) -> Pass {
-        if let Some(state) = self.lock().get_mut(controller) {
-            state.busy_since = Some(Instant::now());
+        if let Some(state) = self.lock().loops.get_mut(controller) {
+            let now = Instant::now();
+            state.busy_since = Some(now);
+            state.last_beat = now;
         }
         Pass {
             liveness: self.clone(),
@@ -85,35 +141,48 @@ impl Liveness {
 
     /// Records a panic of `controller`.
     pub fn panicked(&self, controller: &'static str) {
-        if let Some(state) = self.lock().get_mut(controller) {
+        if let Some(state) = self.lock().loops.get_mut(controller) {
             state.busy_since = None;
             state.panics_in_a_row = state.panics_in_a_row.saturating_add(1);
+            // The supervisor's restart back-off is the next wait.
+            state.last_beat = Instant::now();
+            state.next_within = RESTART_MAX;
         }
     }
 
-    /// Why the process is not healthy at `now`: a pass past its deadline, a controller that
-    /// keeps panicking. Empty when healthy.
+    /// Why the process is not healthy at `now`: a pass past its deadline, a loop silent past its
+    /// promised beat by more than its deadline, a controller that keeps panicking, a part that
+    /// ended. Empty when healthy.
     pub fn problems(&self, now: Instant) -> Vec<String> {
-        self.lock()
-            .iter()
-            .filter_map(|(name, state)| {
-                if let Some(since) = state.busy_since {
-                    let running = now.saturating_duration_since(since);
-                    if running > state.deadline {
-                        return Some(format!(
-                            "{name}: a pass has run for {} s, past its deadline of {} s",
-                            running.as_secs(),
-                            state.deadline.as_secs()
-                        ));
-                    }
+        let inner = self.lock();
+        let loops = inner.loops.iter().filter_map(|(name, state)| {
+            if let Some(since) = state.busy_since {
+                let running = now.saturating_duration_since(since);
+                if running > state.deadline {
+                    return Some(format!(
+                        "{name}: a pass has run for {} s, past its deadline of {} s",
+                        running.as_secs(),
+                        state.deadline.as_secs()
+                    ));
                 }
-                (state.panics_in_a_row >= PANICS_UNTIL_UNHEALTHY)
-                    .then(|| format!("{name}: panicked {} times in a row", state.panics_in_a_row))
-            })
-            .collect()
+            } else {
+                let silent = now.saturating_duration_since(state.last_beat);
+                if silent > state.next_within.saturating_add(state.deadline) {
+                    return Some(format!(
+                        "{name}: its loop has not run for {} s (next run was due within {} s; deadline {} s)",
+                        silent.as_secs(),
+                        state.next_within.as_secs(),
+                        state.deadline.as_secs()
+                    ));
+                }
+            }
+            (state.panics_in_a_row >= PANICS_UNTIL_UNHEALTHY)
+                .then(|| format!("{name}: panicked {} times in a row", state.panics_in_a_row))
+        });
+        loops.chain(inner.broken.iter().cloned()).collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<&'static str, LoopState>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -127,8 +196,9 @@ pub struct Pass {
 impl Drop for Pass {
     fn drop(&mut self) {
         let unwinding = std::thread::panicking();
-        if let Some(state) = self.liveness.lock().get_mut(self.controller) {
+        if let Some(state) = self.liveness.lock().loops.get_mut(self.controller) {
             state.busy_since = None;
+            state.last_beat = Instant::now();
             if !unwinding {
                 state.panics_in_a_row = 0;
             }
@@ -160,6 +230,7 @@ where
             return;
         }
         let Err(panic) = outcome else {
+            metrics.liveness.finished(controller);
             return;
         };
         // A controller that ran a while before this panic starts again at once-ish.
@@ -207,7 +278,41 @@ mod tests {
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].starts_with("deprovisioning: a pass has run for"), "{problems:?}");
         drop(pass);
-        assert!(liveness.problems(start + Duration::from_secs(120)).is_empty());
+        liveness.beat("deprovisioning", Duration::from_secs(10));
+        assert!(liveness.problems(Instant::now() + Duration::from_secs(69)).is_empty());
+    }
+
+    #[test]
+    fn a_loop_silent_past_its_promised_beat_and_deadline_is_a_problem_until_it_beats() {
+        let liveness = Liveness::default();
+        liveness.register("binder", Duration::from_secs(60));
+        liveness.beat("binder", Duration::from_secs(10));
+        let now = Instant::now();
+        assert!(liveness.problems(now + Duration::from_secs(69)).is_empty());
+        let problems = liveness.problems(now + Duration::from_secs(71));
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].starts_with("binder: its loop has not run for 7"), "{problems:?}");
+        liveness.beat("binder", Duration::from_secs(10));
+        assert!(liveness.problems(Instant::now() + Duration::from_secs(69)).is_empty());
+    }
+
+    #[test]
+    fn a_loop_that_never_beats_is_reported_after_its_deadline() {
+        let liveness = Liveness::default();
+        liveness.register("termination", Duration::from_secs(60));
+        let now = Instant::now();
+        assert!(liveness.problems(now + Duration::from_secs(59)).is_empty());
+        assert_eq!(liveness.problems(now + Duration::from_secs(61)).len(), 1);
+    }
+
+    #[test]
+    fn a_finished_controller_is_not_tracked_and_a_broken_part_always_is() {
+        let liveness = Liveness::default();
+        liveness.register("interruption", Duration::from_secs(60));
+        liveness.finished("interruption");
+        assert!(liveness.problems(Instant::now() + Duration::from_secs(3600)).is_empty());
+        liveness.broken("the watch of Pod ended".to_string());
+        assert_eq!(liveness.problems(Instant::now()), vec!["the watch of Pod ended".to_string()]);
     }
 
     #[test]
@@ -269,5 +374,12 @@ mod tests {
         .await;
         assert_eq!(starts.load(std::sync::atomic::Ordering::SeqCst), 4);
         assert_eq!(metrics.controller_panics.with_label_values(&["garbagecollection"]).get(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_controller_that_returns_on_its_own_is_no_longer_tracked() {
+        let metrics = Metrics::new();
+        supervise("interruption", Duration::from_secs(60), metrics.clone(), CancellationToken::new(), || async {}).await;
+        assert!(metrics.liveness.problems(Instant::now() + Duration::from_secs(3600)).is_empty());
     }
 }

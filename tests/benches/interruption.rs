@@ -190,9 +190,9 @@ fn main() {
         let cloud: Arc<dyn CloudProvider> = Arc::new(cloud);
         create_nodes(&client).await;
         let shutdown = CancellationToken::new();
-        let state = Cluster::start(&client, &shutdown);
-        state.ready().await.unwrap();
         let metrics = Metrics::new();
+        let state = Cluster::start(&client, &shutdown, &metrics.liveness);
+        state.ready().await.unwrap();
         let provisioning = provisioning::Context::new(client.clone(), cloud.clone(), metrics.clone(), Default::default(), state.clone());
         for n in sizes {
             // Up to SHARED_FROM messages, each side drains a queue of its own, filled alike. A

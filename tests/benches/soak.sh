@@ -20,15 +20,7 @@ while [[ $# -gt 0 ]]; do
 done
 source tests/cluster/use.sh
 out_abs="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"
-# The test binary is built here and then run directly: `cargo test` would hold the build
-# directory's lock for the whole soak, and every other Cargo command on the machine would wait.
-soak_bin=$(cargo test --locked --quiet --no-run --test soak --message-format=json-render-diagnostics |
-  python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line) if line.startswith("{") else {}
-    # the test harness, not the karpenter-rs binary built beside it for the test to start
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "soak":
-        print(m["executable"])')
-[[ -x "$soak_bin" ]] || { echo "[soak.sh] building the soak test failed" >&2; exit 1; }
+# The test binary is built here and then run directly (tests/test_binary.sh).
+soak_bin=$(bash tests/test_binary.sh soak)
 SOAK_MINUTES="$minutes" SOAK_OUT="$out_abs" "$soak_bin" --ignored --nocapture
 echo "[soak.sh] results in $out" >&2

@@ -362,8 +362,8 @@ pub fn without_offerings(
     // A launch template config with no override left goes too (EC2 would launch nothing from
     // it; moto would launch the template's own instance type), and the configs left are
     // numbered 1..n again, as a form list must be.
-    let (configs, mut rest): (Vec<(String, String)>, Vec<(String, String)>) =
-        rest.into_iter().partition(|(k, _)| k.starts_with("LaunchTemplateConfigs."));
+    type Fields = Vec<(String, String)>;
+    let (configs, mut rest): (Fields, Fields) = rest.into_iter().partition(|(k, _)| k.starts_with("LaunchTemplateConfigs."));
     for (n, (i, list)) in kept.into_iter().enumerate() {
         let (old, new) = (format!("LaunchTemplateConfigs.{i}."), format!("LaunchTemplateConfigs.{}.", n + 1));
         for (k, v) in &configs {

@@ -436,7 +436,7 @@ impl Controller {
             let queue = std::sync::Arc::new(cloud.interruption_queue());
             let cloud: std::sync::Arc<dyn karpenter_rs::cloudprovider::CloudProvider> = std::sync::Arc::new(cloud);
             let (_leading_tx, leading) = tokio::sync::watch::channel(true);
-            let state = karpenter_rs::controllers::state::Cluster::start(&kube_client, &token);
+            let state = karpenter_rs::controllers::state::Cluster::start(&kube_client, &token, &m.liveness);
             let ctx = provisioning::Context::new(kube_client.clone(), cloud.clone(), m.clone(), config, state.clone());
             // The binary's wiring, with the loops the test asked for.
             let mut controllers = karpenter_rs::controllers::Controllers {

@@ -133,6 +133,7 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
             _ = shutdown.cancelled() => return,
             _ = ticker.tick() => {}
         }
+        ctx.metrics.liveness.beat("deprovisioning", ctx.config.interval);
         if !*leading.borrow() {
             continue;
         }

@@ -118,6 +118,7 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
         } else {
             ctx.config.interval
         };
+        ctx.metrics.liveness.beat("garbagecollection", wait);
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}

@@ -161,6 +161,9 @@ impl Context {
     }
 }
 
+/// The longest a follower's loop waits for leadership before it beats again.
+const FOLLOWER_BEAT: Duration = Duration::from_secs(30);
+
 /// Runs the controller until `shutdown`; it polls only while `leading` is true, and not at all
 /// when no queue is configured. A queue that cannot be found or read is an error in the log and in
 /// `karpenter_cloudprovider_errors_total{method}`, retried with a growing wait; it never stops
@@ -175,12 +178,16 @@ pub async fn run(ctx: Arc<Context>, mut leading: watch::Receiver<bool>, shutdown
     let mut url: Option<String> = None;
     let mut backoff = ctx.config.backoff;
     loop {
+        ctx.metrics.liveness.beat("interruption", FOLLOWER_BEAT);
         if !*leading.borrow() {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
+                // A follower's loop still beats while it waits.
+                _ = tokio::time::sleep(FOLLOWER_BEAT) => continue,
                 changed = leading.changed() => {
                     // No leader election any more: nothing will make this replica lead.
                     if changed.is_err() {
+                        ctx.metrics.liveness.finished("interruption");
                         shutdown.cancelled().await;
                         return;
                     }
@@ -230,6 +237,7 @@ pub async fn run(ctx: Arc<Context>, mut leading: watch::Receiver<bool>, shutdown
                 .with_label_values(&[e.operation, e.code.as_deref().unwrap_or("")])
                 .inc();
             error!(error = %e, retry_in = ?backoff, "interruption queue call failed; retrying");
+            ctx.metrics.liveness.beat("interruption", backoff);
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(backoff) => {}

@@ -17,8 +17,11 @@ use tracing::{debug, info, warn};
 use futures::StreamExt;
 
 use super::{bind, pods, Context, Stores};
+use crate::controllers::supervisor::deadline;
 use crate::scheduling::PodKey;
 
+/// How often the binder looks for planned pods whose node is ready.
+const TICK: Duration = Duration::from_millis(500);
 /// Ready nodes whose planned pods are bound at the same time.
 const NODES_AT_ONCE: usize = 8;
 /// Bindings in flight at once for one node (the client's rate limit bounds them all).
@@ -28,12 +31,15 @@ const BINDINGS_AT_ONCE: usize = 16;
 /// The plans are copied out under the lock and the lock released before any API call, so
 /// launches recording new plans never wait on the binder.
 pub(super) async fn bind_loop(ctx: Arc<Context>, stores: Stores, shutdown: CancellationToken) {
-    let mut ticker = tokio::time::interval(Duration::from_millis(500));
+    let mut ticker = tokio::time::interval(TICK);
+    ctx.metrics.liveness.register("binder", deadline::BINDER);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = ticker.tick() => {}
         }
+        ctx.metrics.liveness.beat("binder", TICK);
+        crate::failpoint::stall_point("binder").await;
         let mut done = Vec::new();
         let ready: Vec<(Arc<Node>, Vec<PodKey>)> = {
             let planned = ctx.planned.lock().await;

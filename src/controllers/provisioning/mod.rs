@@ -261,11 +261,14 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
     // Provisionable pods may need a later pass (limits, back-off): re-trigger every 10 s while
     // any remain.
     let retrigger = async {
-        let mut ticker = tokio::time::interval(Duration::from_secs(10));
+        let mut ticker = tokio::time::interval(RETRIGGER_INTERVAL);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = ticker.tick() => {
+                    // The passes run in this task too, so this beat says it is polled; a pass
+                    // that does not end is caught by its own deadline.
+                    ctx.metrics.liveness.beat("provisioning", RETRIGGER_INTERVAL);
                     if ctx.state.pods.state().iter().any(|p| pods::is_provisionable(p)) {
                         ctx.batcher.trigger();
                     }
@@ -348,6 +351,8 @@ async fn warm(ctx: &Context, stores: &Stores, mut leading: watch::Receiver<bool>
 
 /// How often `warm` reads the catalogue and templates again.
 const WARM_INTERVAL: Duration = Duration::from_secs(60);
+/// How often provisioning looks for pods still provisionable, to run another pass for them.
+const RETRIGGER_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Why a pass or a replacement failed.
 pub type PassError = Box<dyn std::error::Error + Send + Sync>;

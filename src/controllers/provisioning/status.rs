@@ -15,8 +15,12 @@ use tracing::debug;
 
 use super::{lifecycle, node_metrics, pods, usage, Context, Stores};
 use crate::apis::v1alpha5::Provisioner;
+use crate::controllers::supervisor::{deadline, Liveness};
 use crate::metrics::GaugeSeries;
 use crate::scheduling;
+
+/// How often node lifecycle steps (every fifth tick also refreshes the Provisioners' status).
+const TICK: Duration = Duration::from_secs(2);
 
 /// Every 10 s on the leader: each Provisioner's `status.resources` (written only when it
 /// changed), the usage, limit and usage-percentage gauges, the node
@@ -28,14 +32,15 @@ pub(super) async fn status_loop(
     leading: watch::Receiver<bool>,
     shutdown: CancellationToken,
 ) {
-    let mut ticker = tokio::time::interval(Duration::from_secs(2));
+    let mut ticker = tokio::time::interval(TICK);
+    ctx.metrics.liveness.register("nodelifecycle", deadline::NODE_LIFECYCLE);
     let mut ticks: u64 = 0;
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut usage_series = GaugeSeries::new(ctx.metrics.provisioner_usage.clone());
     let mut limit_series = GaugeSeries::new(ctx.metrics.provisioner_limit.clone());
     let mut percent_series = GaugeSeries::new(ctx.metrics.provisioner_usage_pct.clone());
     let mut node_series = NodeSeries::new(&ctx);
-    while next_leading_tick(&mut ticker, &leading, &stores, &shutdown).await {
+    while next_leading_tick(&mut ticker, &ctx.metrics.liveness, &leading, &stores, &shutdown).await {
         tracing::trace!(ticks, "status tick");
         let started = Instant::now();
         lifecycle::step(&ctx, &stores).await;
@@ -160,6 +165,7 @@ impl NodeSeries {
 /// false once `shutdown` is cancelled.
 async fn next_leading_tick(
     ticker: &mut tokio::time::Interval,
+    liveness: &Liveness,
     leading: &watch::Receiver<bool>,
     stores: &Stores,
     shutdown: &CancellationToken,
@@ -169,6 +175,7 @@ async fn next_leading_tick(
             _ = shutdown.cancelled() => return false,
             _ = ticker.tick() => {}
         }
+        liveness.beat("nodelifecycle", TICK);
         let leads = *leading.borrow();
         if leads && stores.ready().await.is_ok() {
             return true;

@@ -112,6 +112,7 @@ pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receive
             _ = shutdown.cancelled() => return,
             _ = ticker.tick() => {}
         }
+        ctx.metrics.liveness.beat("termination", ctx.config.interval);
         if !*leading.borrow() {
             continue;
         }
