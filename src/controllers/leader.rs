@@ -1,6 +1,9 @@
 //! Leader election on a `coordination.k8s.io` Lease, so that with several replicas exactly one
 //! runs the controllers while every replica serves the webhook. The decision (create, renew,
-//! take over an expired lease, or follow) is a pure function of the Lease and the time; the loop
+//! take over an expired lease, or follow) is a pure function of the Lease and of how long this
+//! replica has seen it unchanged, by its own clock: the holder's `renewTime` is written by the
+//! holder's clock, and a follower whose clock runs ahead would otherwise take over a lease that
+//! is still being renewed (client-go's `observedTime` rule, which Karpenter's manager uses). The loop
 //! around it reads and writes the Lease with optimistic concurrency (resourceVersion) and a
 //! deadline, so a leader that cannot renew within the renew deadline (10 s) stops leading before
 //! its lease (15 s) lets another replica take over (controller-runtime's rule, which Karpenter
@@ -77,8 +80,11 @@ pub enum Action {
     },
 }
 
-/// The pure decision.
-pub fn decide(lease: Option<&Lease>, identity: &str, now: DateTime<Utc>, lease_duration: Duration) -> Action {
+/// The pure decision: `unchanged_for` is how long this replica has seen the Lease as it is now
+/// (`Observed::see`), by its own clock. Another holder's lease has expired once it has not
+/// changed for its `leaseDurationSeconds` (ours when it names none); one without a holder was
+/// released.
+pub fn decide(lease: Option<&Lease>, identity: &str, unchanged_for: Duration, lease_duration: Duration) -> Action {
     let Some(spec) = lease.map(|l| l.spec.clone().unwrap_or_default()) else {
         return Action::Create;
     };
@@ -90,15 +96,30 @@ pub fn decide(lease: Option<&Lease>, identity: &str, now: DateTime<Utc>, lease_d
         .lease_duration_seconds
         .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0)))
         .unwrap_or(lease_duration);
-    let renewed = spec.renew_time.map(|t| t.0).or(spec.acquire_time.map(|t| t.0));
-    let expired = match renewed {
-        None => true,
-        Some(t) => now.signed_duration_since(t).to_std().is_ok_and(|age| age > duration),
-    };
-    if holder.is_empty() || expired {
+    if holder.is_empty() || unchanged_for > duration {
         Action::TakeOver
     } else {
         Action::Follow { holder }
+    }
+}
+
+/// The Lease as this replica last saw it change: its `resourceVersion` (any write changes it,
+/// every renewal included) and the local time it was first seen so.
+#[derive(Debug, Default)]
+pub struct Observed(Option<(String, Instant)>);
+
+impl Observed {
+    /// Records the Lease read at `now` (None: there is none) and says how long it has been
+    /// unchanged: zero when it changed since the last read, or this is the first.
+    pub fn see(&mut self, lease: Option<&Lease>, now: Instant) -> Duration {
+        let version = lease.and_then(|l| l.metadata.resource_version.clone()).unwrap_or_default();
+        match &self.0 {
+            Some((seen, since)) if *seen == version => now.saturating_duration_since(*since),
+            _ => {
+                self.0 = Some((version, now));
+                Duration::ZERO
+            }
+        }
     }
 }
 
@@ -113,6 +134,7 @@ pub async fn run(api: Api<Lease>, config: LeaderConfig, leading: watch::Sender<b
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // When the renewal that proves our leadership was sent, while we lead.
     let mut renewed_at: Option<Instant> = None;
+    let mut observed = Observed::default();
     loop {
         let deadline = renewed_at.map(|t| t + config.renew_deadline);
         tokio::select! {
@@ -123,7 +145,7 @@ pub async fn run(api: Api<Lease>, config: LeaderConfig, leading: watch::Sender<b
         }
         let started = Instant::now();
         let deadline = deadline.unwrap_or(started + config.renew_deadline);
-        let attempt = tokio::time::timeout_at(deadline, try_acquire_or_renew(&api, &config)).await;
+        let attempt = tokio::time::timeout_at(deadline, try_acquire_or_renew(&api, &config, &mut observed)).await;
         let held = match &attempt {
             Ok(Ok(held)) => *held,
             Ok(Err(e)) => {
@@ -176,10 +198,12 @@ async fn sleep_until_or_never(deadline: Option<Instant>) {
     }
 }
 
-async fn try_acquire_or_renew(api: &Api<Lease>, config: &LeaderConfig) -> Result<bool, kube::Error> {
+async fn try_acquire_or_renew(api: &Api<Lease>, config: &LeaderConfig, observed: &mut Observed) -> Result<bool, kube::Error> {
     let current = api.get_opt(&config.name).await?;
+    let unchanged_for = observed.see(current.as_ref(), Instant::now());
+    // Only written into the Lease, for people reading it; no replica's decision depends on it.
     let now = Utc::now();
-    let action = decide(current.as_ref(), &config.identity, now, config.lease_duration);
+    let action = decide(current.as_ref(), &config.identity, unchanged_for, config.lease_duration);
     let seconds = i32::try_from(config.lease_duration.as_secs()).unwrap_or(i32::MAX);
     let result = match (action, current) {
         (Action::Follow { .. }, _) => return Ok(false),
@@ -256,25 +280,55 @@ mod tests {
     }
 
     #[test]
-    fn decides_by_holder_and_expiry() {
-        let now = Utc.timestamp_opt(1_000, 0).unwrap();
+    fn decides_by_holder_and_how_long_the_lease_was_seen_unchanged() {
         let d = Duration::from_secs(15);
-        assert_eq!(decide(None, "a", now, d), Action::Create);
-        assert_eq!(decide(Some(&lease(Some("a"), Some(999))), "a", now, d), Action::Renew);
+        let secs = Duration::from_secs;
+        assert_eq!(decide(None, "a", secs(0), d), Action::Create);
+        assert_eq!(decide(Some(&lease(Some("a"), Some(999))), "a", secs(100), d), Action::Renew);
         assert_eq!(
-            decide(Some(&lease(Some("b"), Some(990))), "a", now, d),
+            decide(Some(&lease(Some("b"), Some(990))), "a", secs(10), d),
             Action::Follow { holder: "b".into() }
         );
         assert_eq!(
-            decide(Some(&lease(Some("b"), Some(980))), "a", now, d),
+            decide(Some(&lease(Some("b"), Some(990))), "a", secs(20), d),
             Action::TakeOver,
-            "expired 5 s ago"
+            "unchanged 5 s past its duration"
         );
-        assert_eq!(decide(Some(&lease(None, None)), "a", now, d), Action::TakeOver, "released");
+        assert_eq!(decide(Some(&lease(None, None)), "a", secs(0), d), Action::TakeOver, "released");
+    }
+
+    /// A follower whose clock runs a day ahead of the holder's (or behind it) decides as one in
+    /// step: the holder's renewTime is never compared with the local clock.
+    #[test]
+    fn the_holders_clock_does_not_matter() {
+        let d = Duration::from_secs(15);
+        let far_past = Utc::now().timestamp() - 86_400;
+        let far_future = Utc::now().timestamp() + 86_400;
+        for renewed in [far_past, far_future] {
+            assert_eq!(
+                decide(Some(&lease(Some("b"), Some(renewed))), "a", Duration::from_secs(1), d),
+                Action::Follow { holder: "b".into() },
+                "renewTime {renewed}"
+            );
+        }
+    }
+
+    #[test]
+    fn observed_time_restarts_whenever_the_lease_changes() {
+        let versioned = |v: &str| {
+            let mut l = lease(Some("b"), Some(1));
+            l.metadata.resource_version = Some(v.to_string());
+            l
+        };
+        let t0 = Instant::now();
+        let mut observed = Observed::default();
+        assert_eq!(observed.see(Some(&versioned("1")), t0), Duration::ZERO, "first sight");
+        assert_eq!(observed.see(Some(&versioned("1")), t0 + Duration::from_secs(8)), Duration::from_secs(8));
         assert_eq!(
-            decide(Some(&lease(Some("b"), None)), "a", now, d),
-            Action::TakeOver,
-            "never renewed"
+            observed.see(Some(&versioned("2")), t0 + Duration::from_secs(10)),
+            Duration::ZERO,
+            "renewed"
         );
+        assert_eq!(observed.see(Some(&versioned("2")), t0 + Duration::from_secs(26)), Duration::from_secs(16));
     }
 }

@@ -98,7 +98,8 @@ elapsed=$((SECONDS - started))
     echo "## Lane $n"
     echo
     echo '```'
-    grep -E '^crash safety:|^round [0-9]+/[0-9]+:|^after the |^test result:|panicked at' "$work/lane-$n.log" || true
+    # (a test's own lines may follow the harness's "test NAME ... " on the same line)
+    grep -oE '(crash safety:|round [0-9]+/[0-9]+:|after the |test result:|panicked at).*' "$work/lane-$n.log" || true
     echo '```'
   done
 } >"$out"
