@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::chrono::{DateTime, Utc};
+use k8s_openapi::chrono::Utc;
 use kube::api::PostParams;
 use kube::Api;
 use tokio::sync::watch;

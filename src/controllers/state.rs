@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -33,6 +33,24 @@ use crate::controllers::supervisor::Liveness;
 
 /// Called with every pod created, changed or deleted.
 type PodHook = Box<dyn Fn(&Pod) + Send + Sync>;
+
+/// The pod hook of the current term: each term of leadership makes its controllers afresh and
+/// sets its own, which replaces the last one (the old term's batcher would otherwise go on
+/// receiving every trigger, and the new term's hear of pending pods only from its 10 s retrigger).
+#[derive(Clone, Default)]
+struct PodHookSlot(Arc<RwLock<Option<PodHook>>>);
+
+impl PodHookSlot {
+    fn set(&self, hook: PodHook) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some(hook);
+    }
+
+    fn call(&self, pod: &Pod) {
+        if let Some(hook) = self.0.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            hook(pod);
+        }
+    }
+}
 
 /// The caches and the bookkeeping shared by the controllers.
 pub struct Cluster {
@@ -57,7 +75,7 @@ pub struct Cluster {
     /// PodDisruptionBudgets.
     pub pdbs: Store<PodDisruptionBudget>,
     generation: Arc<AtomicU64>,
-    on_pod: Arc<OnceLock<PodHook>>,
+    on_pod: PodHookSlot,
     nominations: Mutex<HashMap<String, Instant>>,
     last_watch_error: Arc<Mutex<Option<WatchError>>>,
 }
@@ -110,7 +128,7 @@ impl Cluster {
     /// controllers going on with a view that no longer changes.
     pub fn start(client: &kube::Client, shutdown: &CancellationToken, liveness: &Liveness) -> Arc<Cluster> {
         let generation = Arc::new(AtomicU64::new(0));
-        let on_pod: Arc<OnceLock<PodHook>> = Arc::new(OnceLock::new());
+        let on_pod = PodHookSlot::default();
         let bump = |generation: &Arc<AtomicU64>| {
             let generation = generation.clone();
             move || {
@@ -129,9 +147,7 @@ impl Cluster {
         Arc::new(Cluster {
             pods: w.reflect(Api::all(client.clone()), move |pod: &Pod| {
                 pod_bump();
-                if let Some(hook) = pod_hook.get() {
-                    hook(pod);
-                }
+                pod_hook.call(pod);
             }),
             nodes: w.reflect(Api::all(client.clone()), move |_: &Node| node_bump()),
             provisioners: w.reflect_tolerant::<Provisioner>(client, move |_| provisioner_bump()),
@@ -168,10 +184,10 @@ impl Cluster {
         }
     }
 
-    /// Sets what is called with every pod change (provisioning's batcher trigger). Only the
-    /// first call counts.
+    /// Sets what is called with every pod change (provisioning's batcher trigger), in place of
+    /// what an earlier call set (an earlier term's).
     pub fn on_pod_change(&self, hook: impl Fn(&Pod) + Send + Sync + 'static) {
-        let _ = self.on_pod.set(Box::new(hook));
+        self.on_pod.set(Box::new(hook));
     }
 
     /// Waits until every cache has its initial list.
@@ -395,6 +411,27 @@ impl Watches<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A new term's hook replaces the last term's: pod changes reach only the current one.
+    #[test]
+    fn the_latest_pod_hook_is_the_one_called() {
+        use std::sync::atomic::AtomicU32;
+        let slot = PodHookSlot::default();
+        slot.call(&Pod::default());
+        let (first, second) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+        let counter = |c: &Arc<AtomicU32>| {
+            let c = c.clone();
+            Box::new(move |_: &Pod| {
+                c.fetch_add(1, Ordering::Relaxed);
+            }) as PodHook
+        };
+        slot.set(counter(&first));
+        slot.call(&Pod::default());
+        slot.set(counter(&second));
+        slot.call(&Pod::default());
+        slot.call(&Pod::default());
+        assert_eq!((first.load(Ordering::Relaxed), second.load(Ordering::Relaxed)), (1, 2));
+    }
 
     #[test]
     fn an_object_that_does_not_decode_is_left_out_named_and_the_others_go_on() {

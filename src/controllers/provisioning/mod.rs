@@ -128,6 +128,9 @@ pub struct Context {
     type_cache: StdMutex<catalogue::TypeCache>,
     /// The rate limit of `Nominated` events.
     nomination_events: StdMutex<TokenBucket>,
+    /// Event publishing left to run in the background. Dropped with the context, which aborts
+    /// what is still running: a term that lost the Lease writes nothing more.
+    background: StdMutex<tokio::task::JoinSet<()>>,
     /// Pods seen pending, for `karpenter_pods_startup_time_seconds`; kept here so that a
     /// controller started again after a panic goes on with the same record.
     startups: Arc<StdMutex<pods::Startups>>,
@@ -171,6 +174,7 @@ impl Context {
                 Instant::now(),
             )),
             startups: Arc::new(StdMutex::new(pods::Startups::new(Utc::now()))),
+            background: StdMutex::new(tokio::task::JoinSet::new()),
             config,
         })
     }
@@ -825,7 +829,10 @@ fn nominated(ctx: &Context, pods: &[&Pod], node_name: &str) {
         return;
     }
     let (recorder, note) = (ctx.recorder.clone(), format!("Pod should schedule on node {node_name}"));
-    tokio::spawn(async move {
+    let mut background = ctx.background.lock().unwrap_or_else(|e| e.into_inner());
+    // Forget what has finished, so the set holds only what runs.
+    while background.try_join_next().is_some() {}
+    background.spawn(async move {
         for pod in &allowed {
             events::publish_to(&recorder, pod, EventType::Normal, "Nominated", ACTION, &note).await;
         }
