@@ -53,6 +53,8 @@ for ((n = 1; n <= lanes; n++)); do
   LOCAL_CLUSTER_STATE=$state bash tests/cluster/down.sh --karpenter-only >/dev/null
 done
 
+# The commit the binaries were built from ("+" when the tree had changes).
+built_from=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src tests Cargo.toml Cargo.lock || echo +)
 started=$SECONDS
 export KARPENTER_RS_CRASH_SEED=$seed KARPENTER_RS_OUTAGE_COMPONENTS=kube-apiserver,etcd
 echo "crash_rounds.sh: $rounds rounds, seed $seed, $lanes lanes; logs in $work until the end" >&2
@@ -86,7 +88,7 @@ elapsed=$((SECONDS - started))
   echo "# Crash-safety rounds"
   echo
   echo "\`tests/benches/crash_rounds.sh --rounds $rounds --lanes $lanes --seed $seed\` on $(date -u +%Y-%m-%d),"
-  echo "commit $(git rev-parse --short HEAD), $(nproc) cores, $((elapsed / 60)) min; exit status $status${failed[*]:+ (failed: ${failed[*]})}."
+  echo "built from commit $built_from, $(nproc) cores, $((elapsed / 60)) min; exit status $status${failed[*]:+ (failed: ${failed[*]})}."
   echo
   echo "What each round does: \`tests/e2e_crash.rs\` (the real \`karpenter-rs run\` binary made to exit at"
   echo "\`KARPENTER_RS_CRASH_AT\` and started again, against a local control plane and moto). Lane 1"
