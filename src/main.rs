@@ -241,6 +241,7 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
         };
         tokio::select! {
             _ = controllers => {
+                info!("controllers stopped; releasing the leader lease");
                 election_stop.cancel();
                 let _ = election.await;
                 return;

@@ -975,6 +975,41 @@ fn a_loop_that_stalls_makes_healthz_fail_naming_it() {
     drop(binary);
 }
 
+/// SIGTERM (a rolling update) stops the leader's passes before it releases the Lease, so that
+/// the next leader never acts beside a pass of this one, and releases it, so that the next one
+/// need not wait for it to expire: the log has the two in that order, the process exits with
+/// success, and the Lease has no holder.
+#[test]
+fn on_sigterm_the_passes_stop_before_the_lease_is_released() {
+    let setup = setup("sigterm");
+    let cluster = setup.cluster;
+    let s = Scenario::create(cluster);
+    let election = ["--leader-elect", "true", "--leader-election-namespace", s.namespace.as_str()];
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut binary = setup.start_with(None, &election);
+        let identity = binary.identity();
+        let holder = wait_for("a leader", Duration::from_secs(60), || s.lease_holder());
+        assert_eq!(holder, identity);
+        let pid = binary.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", pid.as_str()]).status().expect("running kill");
+        assert!(sent.success());
+        let status = wait_for("the process to exit", Duration::from_secs(60), || binary.child.try_wait().unwrap());
+        let log = binary.log();
+        assert!(status.success(), "exit status {status}:\n{log}");
+        let stopped = log.find("controllers stopped; releasing the leader lease");
+        let released = log.find("released the leader lease");
+        assert!(
+            matches!((stopped, released), (Some(a), Some(b)) if a < b),
+            "the passes stop, then the Lease is released:\n{log}"
+        );
+        assert_eq!(s.lease_holder(), None, "the Lease is released");
+    }));
+    s.tear_down(&setup);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
 /// Passes `controller` of the running binary has finished (`controller_runtime_reconcile_total`).
 fn binary_passes(binary: &Binary, controller: &str) -> u64 {
     let prefix = format!("controller_runtime_reconcile_total{{controller=\"{controller}\",");
