@@ -1183,9 +1183,11 @@ fn api_server_and_etcd_outages_mid_launch_drain_and_consolidation_leave_nothing_
         };
         let converged = |binary: &mut Binary, what: &str| {
             // The pod Running on a node that is not being deleted (right after an outage the pod
-            // may still run on the node that is to drain).
+            // may still run on the node that is to drain). 180 s, and 120 s more for kwok to take
+            // its node back should the watchdog restart it (seen in CI: 40 s before the new kwok
+            // synced the node's lease).
             let mut kwok = KwokWatchdog::default();
-            let node = binary.wait_for(&s, what, Duration::from_secs(180), || {
+            let node = binary.wait_for(&s, what, Duration::from_secs(300), || {
                 kwok.check(&s);
                 let node = s.running_pod_node()?;
                 s.node(&node).filter(|n| n.metadata.deletion_timestamp.is_none())?;
