@@ -14,6 +14,11 @@
 //! one, or its first `<passes>`), for the supervision tests: `panic_point` is called at the start
 //! of each pass of `provisioning`, `deprovisioning`, `termination`, `garbagecollection` and
 //! `interruption`.
+//!
+//! `KARPENTER_RS_BUSY_IN=<controller>:<seconds>` makes each pass of a controller start with that
+//! long a stretch of blocking work, run as the controllers run their CPU-bound work (the
+//! simulation, the consolidation search: `block_in_place`), for the test that one busy
+//! controller holds up no other. `pass_point` is both.
 
 use std::sync::OnceLock;
 
@@ -52,6 +57,38 @@ pub fn panic_point(controller: &str) {
     panic!("{PANIC_IN_ENV}={name}: a failpoint panics this pass of {controller}");
 }
 
+/// The environment variable naming a controller whose passes start with blocking work.
+pub const BUSY_IN_ENV: &str = "KARPENTER_RS_BUSY_IN";
+
+/// Where every pass of `controller` starts: `panic_point`, then `busy_point`.
+pub fn pass_point(controller: &str) {
+    panic_point(controller);
+    busy_point(controller);
+}
+
+/// Blocks for the seconds `KARPENTER_RS_BUSY_IN` gives when it names `controller`, inside
+/// `block_in_place` as the controllers' own CPU-bound work runs.
+pub fn busy_point(controller: &str) {
+    static BUSY_IN: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    let busy = BUSY_IN.get_or_init(|| std::env::var(BUSY_IN_ENV).ok().and_then(|v| parse_busy_in(&v)));
+    if let Some((name, seconds)) = busy {
+        if name == controller {
+            tracing::warn!(controller, seconds, "{BUSY_IN_ENV}: a failpoint keeps this pass busy");
+            tokio::task::block_in_place(|| std::thread::sleep(std::time::Duration::from_secs(*seconds)));
+        }
+    }
+}
+
+/// `<controller>:<seconds>`; None for anything else.
+pub fn parse_busy_in(value: &str) -> Option<(String, u64)> {
+    let (name, seconds) = value.split_once(':')?;
+    let name = name.trim();
+    if name.is_empty() {
+        return None;
+    }
+    Some((name.to_string(), seconds.trim().parse().ok()?))
+}
+
 /// The environment variable naming a loop that stalls (stops at an await that never ends).
 pub const STALL_IN_ENV: &str = "KARPENTER_RS_STALL_IN";
 
@@ -86,5 +123,13 @@ mod tests {
         assert_eq!(parse_panic_in("termination:3"), Some(("termination".into(), Some(3))));
         assert_eq!(parse_panic_in(""), None);
         assert_eq!(parse_panic_in("termination:x"), None);
+    }
+
+    #[test]
+    fn busy_in_names_a_controller_and_its_seconds() {
+        assert_eq!(parse_busy_in("deprovisioning:90"), Some(("deprovisioning".into(), 90)));
+        assert_eq!(parse_busy_in("deprovisioning"), None);
+        assert_eq!(parse_busy_in(":5"), None);
+        assert_eq!(parse_busy_in("termination:x"), None);
     }
 }

@@ -7,11 +7,11 @@ use std::net::SocketAddr;
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use karpenter_rs::cloudprovider::aws::AwsCloudProvider;
 use karpenter_rs::config::{self, CertsArgs, Command, ConvertArgs, CrdsArgs, RunArgs, WebhookConfigArgs};
-use karpenter_rs::controllers::{leader, provisioning};
+use karpenter_rs::controllers::{leader, provisioning, Stopped};
 use karpenter_rs::metrics::Metrics;
 use karpenter_rs::probes::{self, Readiness};
 use karpenter_rs::ratelimit::RateLimitLayer;
@@ -39,7 +39,10 @@ fn serve(args: RunArgs, with_controllers: bool) -> anyhow::Result<()> {
     // for every client that asks for the process default.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    runtime.block_on(run(args, with_controllers))
+    let result = runtime.block_on(run(args, with_controllers));
+    // A pass abandoned in blocking work (`Stopped::Abandoned`) must not keep the process alive.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
 }
 
 async fn run(args: RunArgs, with_controllers: bool) -> anyhow::Result<()> {
@@ -237,13 +240,26 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
         }
         .run(leading_rx, shutdown.clone());
         let Some(mut election) = election else {
-            return controllers.await;
+            if let Stopped::Abandoned(left) = controllers.await {
+                warn!(?left, "controllers still in a pass after the stop grace; exiting without them");
+            }
+            return;
         };
         tokio::select! {
-            _ = controllers => {
-                info!("controllers stopped; releasing the leader lease");
-                election_stop.cancel();
-                let _ = election.await;
+            stopped = controllers => {
+                match stopped {
+                    Stopped::Cleanly => {
+                        info!("controllers stopped; releasing the leader lease");
+                        election_stop.cancel();
+                        let _ = election.await;
+                    }
+                    Stopped::Abandoned(left) => {
+                        // One of them may still write once its blocking work ends: the next
+                        // leader waits for the Lease to expire instead.
+                        warn!(?left, "controllers still in a pass after the stop grace; the leader lease is left to expire, not released");
+                        election.abort();
+                    }
+                }
                 return;
             }
             ended = &mut election => {

@@ -19,7 +19,10 @@
 //! node twice, and when the leader is killed the other one takes over; and the control plane
 //! going away under the binary (kube-apiserver, etcd, 30 s each, stopped and started again with
 //! tests/cluster/restart.sh) mid-launch, mid-drain and mid-consolidation
-//! (`KARPENTER_RS_OUTAGE_COMPONENTS`, default both; tests/run.sh runs kube-apiserver's).
+//! (`KARPENTER_RS_OUTAGE_COMPONENTS`, default both; tests/run.sh runs kube-apiserver's); a
+//! leader whose API answers turn slow writes nothing once the other replica has taken over (the
+//! API server's audit log); a controller that panics, stalls or is busy for minutes holds up no
+//! other; and a watched object that cannot be read gets an event and a condition.
 
 mod support;
 
@@ -31,7 +34,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_rs::cloudprovider::aws::AwsCloudProvider;
 use karpenter_rs::cloudprovider::{instance_id_from_provider_id, CloudProvider};
 use karpenter_rs::controllers::supervisor::deadline::OVERRIDE_ENV as LIVENESS_DEADLINE_ENV;
-use karpenter_rs::failpoint::{CRASH_AT_ENV, CRASH_EXIT_CODE, PANIC_IN_ENV, STALL_IN_ENV};
+use karpenter_rs::failpoint::{BUSY_IN_ENV, CRASH_AT_ENV, CRASH_EXIT_CODE, PANIC_IN_ENV, STALL_IN_ENV};
 use kube::ResourceExt;
 use serde_json::json;
 use support::{cluster, fixture, items, kubectl, kubectl_ok, unique, wait_for, AdmissionWebhook, Cluster};
@@ -72,6 +75,7 @@ impl Binary {
             .env_remove(CRASH_AT_ENV)
             .env_remove(PANIC_IN_ENV)
             .env_remove(STALL_IN_ENV)
+            .env_remove(BUSY_IN_ENV)
             .env_remove(LIVENESS_DEADLINE_ENV)
             .env("LOG_LEVEL", "info,karpenter_rs=debug")
             .envs(env.iter().copied())
@@ -900,7 +904,10 @@ fn a_controller_that_panics_is_restarted_and_the_others_go_on() {
     let s = Scenario::create(cluster);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let panics = |a: &support::process::Addresses| {
-            support::metric_sum(&addresses_metrics(a), "karpenter_controller_panics_total{controller=\"deprovisioning\"}")
+            support::metric_sum(
+                &addresses_metrics(a),
+                "karpenter_controller_panics_total{controller=\"deprovisioning\"}",
+            )
         };
         let succeeded = |a: &support::process::Addresses| {
             support::metric_sum(
@@ -913,9 +920,12 @@ fn a_controller_that_panics_is_restarted_and_the_others_go_on() {
         s.scale(1);
         let addresses = binary_addresses(&binary);
         binary.wait_for(&s, "the pod Running on a node", Duration::from_secs(90), || s.running_pod_node());
-        binary.wait_for(&s, "three panics counted and deprovisioning passing again", Duration::from_secs(60), || {
-            (panics(&addresses) == 3.0 && succeeded(&addresses) > 0.0).then_some(())
-        });
+        binary.wait_for(
+            &s,
+            "three panics counted and deprovisioning passing again",
+            Duration::from_secs(60),
+            || (panics(&addresses) == 3.0 && succeeded(&addresses) > 0.0).then_some(()),
+        );
         let log = binary.log();
         assert!(log.contains("controller panicked; starting it again"), "{log}");
         assert!(log.contains("backtrace"), "the panic is logged with its backtrace:\n{log}");
@@ -1014,6 +1024,59 @@ fn on_sigterm_the_passes_stop_before_the_lease_is_released() {
     }
 }
 
+/// Each controller is a task of its own: while deprovisioning is busy in blocking work for five
+/// minutes at a time (the `KARPENTER_RS_BUSY_IN` failpoint, the only injected fault, run in
+/// `block_in_place` as the consolidation search is), a pod still gets a node launched and is bound
+/// to it (provisioning, node lifecycle, binder), and a Node deleted with kubectl is drained and
+/// terminated (termination). On SIGTERM the process exits within the stop grace without waiting
+/// for the busy pass, naming it.
+#[test]
+fn a_controller_busy_in_a_long_pass_holds_up_no_other() {
+    let setup = setup("busy");
+    let cluster = setup.cluster;
+    let s = Scenario::create(cluster);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // Longer than the whole test: its first pass is busy throughout.
+        let mut binary = setup.start_with_env(&[(BUSY_IN_ENV, "deprovisioning:900")]);
+        let log_path = binary.log.clone();
+        binary.wait_for(&s, "deprovisioning busy", Duration::from_secs(60), || {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            log.contains("a failpoint keeps this pass busy").then_some(())
+        });
+        s.scale(1);
+        let node = binary.wait_for(&s, "the pod Running on a node launched meanwhile", Duration::from_secs(120), || {
+            s.running_pod_node()
+        });
+        kubectl_ok(cluster, &["delete", "node", node.as_str(), "--wait=false"], None);
+        binary.wait_for(&s, "the deleted node terminated and gone", Duration::from_secs(120), || {
+            s.node(&node).is_none().then_some(())
+        });
+        let log = binary.log();
+        assert_eq!(
+            log.matches("a failpoint keeps this pass busy").count(),
+            1,
+            "deprovisioning was busy in its first pass throughout:\n{log}"
+        );
+        let pid = binary.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", pid.as_str()]).status().expect("running kill");
+        assert!(sent.success());
+        let status = wait_for("the process to exit", Duration::from_secs(40), || binary.child.try_wait().unwrap());
+        let log = binary.log();
+        assert!(status.success(), "exit status {status}:\n{log}");
+        assert!(
+            log.contains(r#"controllers still in a pass after the stop grace; exiting without them left=["deprovisioning"]"#),
+            "the busy controller, and only it, is left behind:\n{log}"
+        );
+        // The pod's next node (launched after the delete) is removed by a binary not held up.
+        let _binary = setup.start(None);
+        s.scale_to_zero_and_settle(&setup);
+    }));
+    s.tear_down(&setup);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
 /// Passes `controller` of the running binary has finished (`controller_runtime_reconcile_total`).
 fn binary_passes(binary: &Binary, controller: &str) -> u64 {
     let prefix = format!("controller_runtime_reconcile_total{{controller=\"{controller}\",");
@@ -1091,6 +1154,144 @@ fn two_replicas_never_launch_twice_and_the_survivor_takes_over() {
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
+}
+
+/// The leader's answers from the API server turn slow during a scale-up (5 s a chunk, through a
+/// proxy: the only injected fault; its requests still reach the API server when sent, so the
+/// audit log's time of each write is when it was sent): it stops leading within its renew
+/// deadline and every pass of it is dropped, the other replica takes over and gets the pods
+/// Running, and the API server's audit log (every write of the slow replica, which runs as an
+/// audited user) has no successful write of it after the other acquired the Lease.
+#[test]
+fn a_leader_whose_api_server_turns_slow_writes_nothing_after_the_other_takes_over() {
+    let setup = setup("slow-leader");
+    let cluster = setup.cluster;
+    let s = Scenario::create(cluster);
+    let election = ["--leader-elect", "true", "--leader-election-namespace", s.namespace.as_str()];
+    let latency = support::latency_proxy::Latency::default();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // One pod per t3.large.
+        s.request_cpu("1500m");
+        let state = support::cluster_state_dir();
+        let audited = std::fs::read_to_string(state.join("kubeconfig-audited")).expect("the local cluster's audited kubeconfig");
+        let endpoint = &cluster.env["CLUSTER_ENDPOINT"];
+        let upstream: std::net::SocketAddr = endpoint.trim_start_matches("https://").parse().unwrap();
+        let proxy = setup.rt.block_on(support::latency_proxy::start(
+            upstream,
+            "127.0.0.3".parse().unwrap(),
+            latency.clone(),
+        ));
+        assert!(audited.contains(endpoint.as_str()), "the kubeconfig names {endpoint}");
+        let kubeconfig = setup.logs.join("kubeconfig-slow");
+        std::fs::write(
+            &kubeconfig,
+            audited.replace(endpoint.as_str(), &format!("https://127.0.0.1:{}", proxy.port())),
+        )
+        .unwrap();
+        let mut slow = Binary::spawn(
+            cluster,
+            &setup.certs,
+            &setup.logs,
+            None,
+            &election,
+            &[("KUBECONFIG", kubeconfig.to_str().unwrap())],
+        );
+        let holder = wait_for("a leader", Duration::from_secs(60), || s.lease_holder());
+        assert_eq!(holder, slow.identity(), "the replica started first leads");
+        let fast = setup.start_with(None, &election);
+        s.scale(1);
+        slow.wait_for(
+            &s,
+            "the pod Running on a node the leader launched",
+            Duration::from_secs(120),
+            || s.running_pod_node(),
+        );
+
+        latency.responses.store(5_000, std::sync::atomic::Ordering::Relaxed);
+        s.scale(3);
+        let fast_identity = fast.identity();
+        slow.wait_for(&s, "the other replica to take over", Duration::from_secs(120), || {
+            (s.lease_holder().as_deref() == Some(fast_identity.as_str())).then_some(())
+        });
+        let acquired = kubectl_ok(
+            cluster,
+            &[
+                "get",
+                "lease",
+                "karpenter-rs-leader-election",
+                "-n",
+                &s.namespace,
+                "-o",
+                "jsonpath={.spec.acquireTime}",
+            ],
+            None,
+        );
+        let acquired: k8s_openapi::chrono::DateTime<k8s_openapi::chrono::Utc> = acquired.trim().parse().expect("an acquireTime");
+        wait_for("3 pods Running", Duration::from_secs(180), || {
+            let running = s
+                .pods()
+                .into_iter()
+                .filter(|p| p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running"))
+                .count();
+            (running == 3).then_some(())
+        });
+        assert!(
+            slow.log().contains("lost the leader lease"),
+            "the slow replica stopped leading:\n{}",
+            slow.log()
+        );
+        // The slow replica's last answers and the audit log's batches (1 s) are in.
+        std::thread::sleep(Duration::from_secs(15));
+        let audit = std::fs::read_to_string(state.join("logs/audit.log")).expect("the local cluster's audit log");
+        let writes = audited_writes(&audit);
+        let (after, before): (Vec<_>, Vec<_>) = writes.iter().partition(|(at, _)| *at >= acquired);
+        assert!(
+            before.iter().any(|(_, what)| what.starts_with("create nodes")),
+            "the slow replica's writes while it led are in the audit log (its Node among them): {before:?}"
+        );
+        assert!(
+            after.is_empty(),
+            "the slow replica wrote after the other acquired the Lease at {acquired}: {after:?}"
+        );
+        let settled = settle(|| s.tally(&setup), |t| t.leaked == 0 && t.stuck == 0);
+        assert_eq!(settled.leaked, 0, "instances without a node");
+    }));
+    latency.set_both(0);
+    s.tear_down(&setup);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The audit log's successful writes by the audited user (tests/cluster/up.sh), with when the API
+/// server received each and "verb resource[/subresource] name".
+fn audited_writes(audit_log: &str) -> Vec<(k8s_openapi::chrono::DateTime<k8s_openapi::chrono::Utc>, String)> {
+    audit_log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|e| e["user"]["username"] == "karpenter-rs-audited")
+        .filter(|e| {
+            matches!(
+                e["verb"].as_str(),
+                Some("create" | "update" | "patch" | "delete" | "deletecollection")
+            )
+        })
+        .filter(|e| e["responseStatus"]["code"].as_u64().is_some_and(|c| (200..300).contains(&c)))
+        .filter_map(|e| {
+            let at = e["requestReceivedTimestamp"].as_str()?.parse().ok()?;
+            let object = &e["objectRef"];
+            let mut resource = object["resource"].as_str().unwrap_or_default().to_string();
+            if let Some(sub) = object["subresource"].as_str() {
+                resource = format!("{resource}/{sub}");
+            }
+            let what = format!(
+                "{} {resource} {}",
+                e["verb"].as_str().unwrap_or_default(),
+                object["name"].as_str().unwrap_or_default()
+            );
+            Some((at, what))
+        })
+        .collect()
 }
 
 /// Stops (`stop`) or starts again (`start`) one control-plane component with
@@ -1358,4 +1559,147 @@ fn log_lines(setup: &Setup, text: &str) -> usize {
         .map(|entry| std::fs::read_to_string(entry.path()).unwrap_or_default())
         .map(|log| log.lines().filter(|l| l.contains(text)).count())
         .sum()
+}
+
+/// Watched objects the controllers cannot read, end to end: a kind of the test's own whose CRD
+/// is looser than its type (as Karpenter's CRDs, which migrating users keep, are for some objects
+/// karpenter-rs reads), watched as the Provisioners and AWSNodeTemplates are.
+mod unreadable {
+    use super::*;
+    use karpenter_rs::controllers::state::{watch_tolerant, Tolerant, VALIDATION_CONDITION};
+    use kube::CustomResource;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default)]
+    #[kube(
+        group = "tolerance.karpenter-rs.test",
+        version = "v1",
+        kind = "Widget",
+        status = "WidgetStatus",
+        schema = "disabled"
+    )]
+    pub struct WidgetSpec {
+        weight: i32,
+    }
+
+    #[derive(Serialize, Deserialize, Clone, Debug, Default)]
+    pub struct WidgetStatus {
+        #[serde(default)]
+        conditions: Vec<serde_json::Value>,
+    }
+
+    impl Tolerant for Widget {
+        fn placeholder(metadata: kube::api::ObjectMeta) -> Self {
+            Widget {
+                metadata,
+                spec: WidgetSpec::default(),
+                status: None,
+            }
+        }
+    }
+
+    const CRD: &str = "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.tolerance.karpenter-rs.test}
+spec:
+  group: tolerance.karpenter-rs.test
+  scope: Cluster
+  names: {plural: widgets, singular: widget, kind: Widget, listKind: WidgetList}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+";
+
+    /// The widget's ValidationSucceeded condition: status and message.
+    fn validation(cluster: &Cluster, name: &str) -> Option<(String, String)> {
+        let out = kubectl_ok(cluster, &["get", "widget", name, "-o", "json"], None);
+        let widget: serde_json::Value = serde_json::from_str(&out).ok()?;
+        let condition = widget["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == VALIDATION_CONDITION)?
+            .clone();
+        Some((
+            condition["status"].as_str()?.to_string(),
+            condition["message"].as_str()?.to_string(),
+        ))
+    }
+
+    /// One that cannot be read is left out of the store and gets a Warning event `InvalidObject`
+    /// and a `ValidationSucceeded: False` condition naming the field; the other objects and the
+    /// watch go on; once fixed it is read, and the condition says so.
+    #[test]
+    fn an_unreadable_object_gets_an_event_and_a_condition_naming_the_field_and_the_others_go_on() {
+        let cluster = cluster();
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(CRD));
+        kubectl_ok(
+            cluster,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "crd/widgets.tolerance.karpenter-rs.test",
+                "--timeout=60s",
+            ],
+            None,
+        );
+        let (good, bad) = (unique("good-widget"), unique("bad-widget"));
+        let widget = |name: &str, weight: &str| {
+            format!("apiVersion: tolerance.karpenter-rs.test/v1\nkind: Widget\nmetadata: {{name: {name}}}\nspec: {{weight: {weight}}}\n")
+        };
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&widget(&good, "1")));
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&widget(&bad, "heavy")));
+
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let store = rt.block_on(async {
+            let client = support::client(cluster).await;
+            watch_tolerant::<Widget>(&client, &shutdown, &Default::default())
+        });
+        let has = |name: &str| store.state().iter().any(|w| w.name_any() == name);
+        wait_for("the readable widget in the store", Duration::from_secs(60), || {
+            has(&good).then_some(())
+        });
+        let (status, message) = wait_for("the unreadable widget's condition", Duration::from_secs(60), || {
+            validation(cluster, &bad)
+        });
+        assert_eq!(status, "False");
+        assert!(message.contains("spec.weight"), "the condition names the field: {message}");
+        assert!(!has(&bad), "the unreadable widget is left out");
+        let events = wait_for("the InvalidObject event", Duration::from_secs(60), || {
+            let out = kubectl_ok(
+                cluster,
+                &[
+                    "get",
+                    "events",
+                    "-A",
+                    "--field-selector",
+                    &format!("involvedObject.name={bad},reason=InvalidObject"),
+                    "-o",
+                    "jsonpath={.items[*].message}",
+                ],
+                None,
+            );
+            (!out.trim().is_empty()).then_some(out)
+        });
+        assert!(events.contains("spec.weight"), "the event names the field: {events}");
+        assert_eq!(validation(cluster, &good), None, "a readable widget is never written");
+
+        // Fixed: read, and marked readable.
+        kubectl_ok(
+            cluster,
+            &["patch", "widget", &bad, "--type", "merge", "-p", r#"{"spec":{"weight":2}}"#],
+            None,
+        );
+        wait_for("the fixed widget in the store", Duration::from_secs(60), || has(&bad).then_some(()));
+        wait_for("the condition True", Duration::from_secs(60), || {
+            validation(cluster, &bad).filter(|(status, _)| status == "True").map(|_| ())
+        });
+
+        shutdown.cancel();
+        kubectl(cluster, &["delete", "widget", &good, &bad, "--wait=false"], None);
+    }
 }

@@ -4,15 +4,12 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use karpenter_rs::controllers::leader::{self, Ended, LeaderConfig};
 use kube::Api;
 use support::{cluster, unique};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -64,46 +61,6 @@ async fn exactly_one_replica_leads_and_the_other_takes_over() {
     api.delete(&name, &Default::default()).await.unwrap();
 }
 
-/// A TCP proxy to the API server on loopback that connects from `source` (so the audit log tells
-/// its requests apart) and, once `latency` is set (in ms), delivers every chunk that late in both
-/// directions: a slow or hung connection, which the real API server cannot be made to have.
-async fn latency_proxy(upstream: std::net::SocketAddr, source: std::net::IpAddr, latency: Arc<AtomicU64>) -> std::net::SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let latency = latency.clone();
-            tokio::spawn(async move {
-                let socket = tokio::net::TcpSocket::new_v4().unwrap();
-                socket.bind((source, 0).into()).unwrap();
-                let Ok(server) = socket.connect(upstream).await else { return };
-                let (cr, cw) = client.into_split();
-                let (sr, sw) = server.into_split();
-                tokio::join!(pipe(cr, sw, latency.clone()), pipe(sr, cw, latency));
-            });
-        }
-    });
-    addr
-}
-
-async fn pipe(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp::OwnedWriteHalf, latency: Arc<AtomicU64>) {
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        let delay = latency.load(Ordering::Relaxed);
-        if delay > 0 {
-            tokio::time::sleep(Duration::from_millis(delay)).await;
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            break;
-        }
-    }
-    let _ = to.shutdown().await;
-}
-
 /// The audit log's successful writes of Lease `name` from `source`, with when the API server
 /// finished each.
 fn lease_writes_from(audit_log: &str, name: &str, source: &str) -> Vec<k8s_openapi::chrono::DateTime<k8s_openapi::chrono::Utc>> {
@@ -127,9 +84,9 @@ async fn a_leader_on_a_slow_connection_stops_before_the_other_takes_over_and_wri
     // Replica a reaches the API server through the proxy, from 127.0.0.2.
     let endpoint = &cluster.env["CLUSTER_ENDPOINT"];
     let upstream: std::net::SocketAddr = endpoint.trim_start_matches("https://").parse().unwrap();
-    let latency = Arc::new(AtomicU64::new(0));
+    let latency = support::latency_proxy::Latency::default();
     let source = "127.0.0.2";
-    let proxy = latency_proxy(upstream, source.parse().unwrap(), latency.clone()).await;
+    let proxy = support::latency_proxy::start(upstream, source.parse().unwrap(), latency.clone()).await;
     let mut slow_config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(cluster.kubeconfig()).unwrap(),
         &Default::default(),
@@ -149,7 +106,7 @@ async fn a_leader_on_a_slow_connection_stops_before_the_other_takes_over_and_wri
     assert!(*a.borrow() && !*b.borrow(), "a keeps leading while its connection is fine");
 
     // 5 s per chunk: longer than the lease (3 s), so a's renewals reach the API server too late.
-    latency.store(5_000, Ordering::Relaxed);
+    latency.set_both(5_000);
     let slowed = tokio::time::Instant::now();
     let mut a_stopped = None;
     while !*b.borrow() {
@@ -181,6 +138,6 @@ async fn a_leader_on_a_slow_connection_stops_before_the_other_takes_over_and_wri
 
     stop_b.cancel();
     assert_eq!(task_b.await.unwrap(), Ended::Stopped);
-    latency.store(0, Ordering::Relaxed);
+    latency.set_both(0);
     api.delete(&name, &Default::default()).await.unwrap();
 }

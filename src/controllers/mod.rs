@@ -31,9 +31,12 @@ pub mod state;
 pub mod supervisor;
 pub mod termination;
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
@@ -59,15 +62,32 @@ pub struct Controllers {
     pub interruption: Option<Arc<interruption::Context>>,
 }
 
+/// How long the controllers have after shutdown to stop: a pass in blocking work (a
+/// consolidation search) cannot be stopped at an await, and the process must still exit well
+/// within its termination grace period.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// How `Controllers::run` ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// Every controller returned: nothing of this process acts any more.
+    Cleanly,
+    /// These controllers were still in a pass `STOP_GRACE` after shutdown and were left behind
+    /// (aborted at their next await): one of them may still write, so the leader Lease must not
+    /// be released, only left to expire.
+    Abandoned(Vec<&'static str>),
+}
+
 impl Controllers {
-    /// Runs every controller under `supervisor::supervise` until `shutdown`; passes run only
-    /// while `leading` is true. A controller that panics is started again; the others go on.
-    ///
-    /// The loops share one task: a loop spawned as a task of its own could wait behind a busy
-    /// worker indefinitely (the runtime's LIFO slot is not stolen by idle workers), which the
-    /// end-to-end suites saw as node lifecycle and deprovisioning never ticking. A panic is
-    /// caught per controller all the same (`supervise` polls each under `catch_unwind`).
-    pub async fn run(self, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
+    /// Runs every controller, each a task of its own under `supervisor::supervise`, until
+    /// `shutdown`; passes run only while `leading` is true. A controller that panics is started
+    /// again; the others go on. A controller busy in a long pass holds up no other: their CPU-bound
+    /// work runs in `block_in_place`, which hands the worker's queued tasks to another thread.
+    /// (They once shared one task, because spawned loops were seen never to tick; the cause was
+    /// kube's `Store::wait_until_ready`, which wakes only the last of several waiting tasks, and
+    /// the cluster view's `ready` no longer uses it that way: `state::Synced`.) Dropping the
+    /// returned future aborts every controller (a lost lease ends a term this way).
+    pub async fn run(self, leading: watch::Receiver<bool>, shutdown: CancellationToken) -> Stopped {
         let Controllers {
             state,
             metrics,
@@ -77,41 +97,97 @@ impl Controllers {
             garbage_collection,
             interruption,
         } = self;
-        let termination = async {
-            if let Some(ctx) = &termination {
-                supervise("termination", deadline::TERMINATION, metrics.clone(), shutdown.clone(), || {
-                    termination::run(ctx.clone(), state.clone(), leading.clone(), shutdown.clone())
-                })
-                .await
+        let mut tasks = Tasks::default();
+        if let Some(ctx) = termination {
+            let (state, leading, stop) = (state.clone(), leading.clone(), shutdown.clone());
+            tasks.spawn("termination", deadline::TERMINATION, &metrics, &shutdown, move || {
+                termination::run(ctx.clone(), state.clone(), leading.clone(), stop.clone())
+            });
+        }
+        if let Some(ctx) = garbage_collection {
+            let (leading, stop) = (leading.clone(), shutdown.clone());
+            tasks.spawn("garbagecollection", deadline::GARBAGE_COLLECTION, &metrics, &shutdown, move || {
+                garbagecollection::run(ctx.clone(), leading.clone(), stop.clone())
+            });
+        }
+        if let Some(ctx) = deprovisioning {
+            let (leading, stop) = (leading.clone(), shutdown.clone());
+            tasks.spawn("deprovisioning", deadline::DEPROVISIONING, &metrics, &shutdown, move || {
+                deprovisioning::run(ctx.clone(), leading.clone(), stop.clone())
+            });
+        }
+        if let Some(ctx) = interruption {
+            let (leading, stop) = (leading.clone(), shutdown.clone());
+            tasks.spawn("interruption", deadline::INTERRUPTION, &metrics, &shutdown, move || {
+                interruption::run(ctx.clone(), leading.clone(), stop.clone())
+            });
+        }
+        {
+            let (leading, stop) = (leading.clone(), shutdown.clone());
+            tasks.spawn("provisioning", deadline::PROVISIONING, &metrics, &shutdown, move || {
+                provisioning::run(provisioning.clone(), leading.clone(), stop.clone())
+            });
+        }
+        tasks.until_stopped(&shutdown).await
+    }
+}
+
+/// The controllers' tasks, by name.
+#[derive(Default)]
+struct Tasks {
+    set: JoinSet<()>,
+    names: HashMap<tokio::task::Id, &'static str>,
+}
+
+impl Tasks {
+    fn spawn<F, Fut>(&mut self, name: &'static str, deadline: Duration, metrics: &Metrics, shutdown: &CancellationToken, start: F)
+    where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let handle = self.set.spawn(supervise(name, deadline, metrics.clone(), shutdown.clone(), start));
+        self.names.insert(handle.id(), name);
+    }
+
+    /// Waits for the tasks until `shutdown`, then up to `STOP_GRACE` more for them to return.
+    async fn until_stopped(mut self, shutdown: &CancellationToken) -> Stopped {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                ended = self.set.join_next_with_id() => match ended {
+                    None => return Stopped::Cleanly,
+                    Some(ended) => self.ended(ended),
+                },
             }
-        };
-        let garbage_collection = async {
-            if let Some(ctx) = &garbage_collection {
-                supervise("garbagecollection", deadline::GARBAGE_COLLECTION, metrics.clone(), shutdown.clone(), || {
-                    garbagecollection::run(ctx.clone(), leading.clone(), shutdown.clone())
-                })
-                .await
+        }
+        let all_returned = tokio::time::timeout(STOP_GRACE, async {
+            while let Some(ended) = self.set.join_next_with_id().await {
+                self.ended(ended);
             }
-        };
-        let deprovisioning = async {
-            if let Some(ctx) = &deprovisioning {
-                supervise("deprovisioning", deadline::DEPROVISIONING, metrics.clone(), shutdown.clone(), || {
-                    deprovisioning::run(ctx.clone(), leading.clone(), shutdown.clone())
-                })
-                .await
+        })
+        .await;
+        match all_returned {
+            Ok(()) => Stopped::Cleanly,
+            Err(_) => {
+                let mut left: Vec<&'static str> = self.names.values().copied().collect();
+                left.sort_unstable();
+                Stopped::Abandoned(left)
             }
-        };
-        let interruption = async {
-            if let Some(ctx) = &interruption {
-                supervise("interruption", deadline::INTERRUPTION, metrics.clone(), shutdown.clone(), || {
-                    interruption::run(ctx.clone(), leading.clone(), shutdown.clone())
-                })
-                .await
+        }
+    }
+
+    /// Forgets a task that ended; a panic that escaped its supervisor is carried on.
+    fn ended(&mut self, ended: Result<(tokio::task::Id, ()), tokio::task::JoinError>) {
+        match ended {
+            Ok((id, ())) => {
+                self.names.remove(&id);
             }
-        };
-        let provisioning = supervise("provisioning", deadline::PROVISIONING, metrics.clone(), shutdown.clone(), || {
-            provisioning::run(provisioning.clone(), leading.clone(), shutdown.clone())
-        });
-        tokio::join!(termination, garbage_collection, deprovisioning, interruption, provisioning);
+            Err(e) => {
+                self.names.remove(&e.id());
+                if e.is_panic() {
+                    std::panic::resume_unwind(e.into_panic());
+                }
+            }
+        }
     }
 }

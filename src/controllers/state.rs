@@ -78,6 +78,45 @@ pub struct Cluster {
     on_pod: PodHookSlot,
     nominations: Mutex<HashMap<String, Instant>>,
     last_watch_error: Arc<Mutex<Option<WatchError>>>,
+    synced: Synced,
+}
+
+/// A watch of the cluster view ended before its first list was in (the process is shutting down).
+#[derive(Debug, thiserror::Error)]
+#[error("a watch of the cluster view ended before its first list was in")]
+pub struct ViewClosed;
+
+/// Whether every store of the view has its first list, for any number of waiting tasks.
+///
+/// kube's `Store::wait_until_ready` keeps one waker (a oneshot receiver behind a mutex): of
+/// several tasks waiting at once only the last to poll is woken, and the others wait for good.
+/// One task here is the stores' only waiter and passes the outcome on through a watch channel,
+/// which wakes every waiter.
+#[derive(Clone)]
+pub struct Synced(tokio::sync::watch::Receiver<Option<bool>>);
+
+impl Synced {
+    /// Follows `first_lists` (each store's `wait_until_ready`) in a task of its own.
+    pub fn follow(first_lists: Vec<futures::future::BoxFuture<'static, Result<(), reflector::store::WriterDropped>>>) -> Synced {
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        tokio::spawn(async move {
+            let mut all = true;
+            for first_list in first_lists {
+                all &= first_list.await.is_ok();
+            }
+            let _ = tx.send(Some(all));
+        });
+        Synced(rx)
+    }
+
+    /// Waits until every store has its first list.
+    pub async fn wait(&self) -> Result<(), ViewClosed> {
+        let mut rx = self.0.clone();
+        match rx.wait_for(Option::is_some).await.map(|v| *v) {
+            Ok(Some(true)) => Ok(()),
+            _ => Err(ViewClosed),
+        }
+    }
 }
 
 /// The last failure of any watch.
@@ -102,6 +141,16 @@ pub fn staleness(last_error: Option<(&str, Instant)>, now: Instant) -> Option<St
             SETTLE_AFTER_WATCH_ERROR.as_secs()
         )
     })
+}
+
+/// `store`'s first list, as a future `Synced` can wait on.
+fn first_list<K>(store: &Store<K>) -> futures::future::BoxFuture<'static, Result<(), reflector::store::WriterDropped>>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let store = store.clone();
+    Box::pin(async move { store.wait_until_ready().await })
 }
 
 /// The watches' retry delays: from 0.5 s doubling to 3 s, each jittered up to twice as long (so at
@@ -144,24 +193,47 @@ impl Cluster {
             errors: &errors,
             liveness,
         };
+        let pods = w.reflect(Api::all(client.clone()), move |pod: &Pod| {
+            pod_bump();
+            pod_hook.call(pod);
+        });
+        let nodes = w.reflect(Api::all(client.clone()), move |_: &Node| node_bump());
+        let provisioners = w.reflect_tolerant::<Provisioner>(client, move |_| provisioner_bump());
+        let templates = w.reflect_tolerant::<AwsNodeTemplate>(client, |_| {});
+        let daemonsets = w.reflect(Api::all(client.clone()), |_: &DaemonSet| {});
+        let claims = w.reflect(Api::all(client.clone()), |_: &PersistentVolumeClaim| {});
+        let volumes = w.reflect(Api::all(client.clone()), |_: &PersistentVolume| {});
+        let storage_classes = w.reflect(Api::all(client.clone()), |_: &StorageClass| {});
+        let namespaces = w.reflect(Api::all(client.clone()), |_: &Namespace| {});
+        let pdbs = w.reflect(Api::all(client.clone()), |_: &PodDisruptionBudget| {});
+        let synced = Synced::follow(vec![
+            first_list(&nodes),
+            first_list(&pods),
+            first_list(&provisioners),
+            first_list(&templates),
+            first_list(&daemonsets),
+            first_list(&claims),
+            first_list(&volumes),
+            first_list(&storage_classes),
+            first_list(&namespaces),
+            first_list(&pdbs),
+        ]);
         Arc::new(Cluster {
-            pods: w.reflect(Api::all(client.clone()), move |pod: &Pod| {
-                pod_bump();
-                pod_hook.call(pod);
-            }),
-            nodes: w.reflect(Api::all(client.clone()), move |_: &Node| node_bump()),
-            provisioners: w.reflect_tolerant::<Provisioner>(client, move |_| provisioner_bump()),
-            templates: w.reflect_tolerant::<AwsNodeTemplate>(client, |_| {}),
-            daemonsets: w.reflect(Api::all(client.clone()), |_: &DaemonSet| {}),
-            claims: w.reflect(Api::all(client.clone()), |_: &PersistentVolumeClaim| {}),
-            volumes: w.reflect(Api::all(client.clone()), |_: &PersistentVolume| {}),
-            storage_classes: w.reflect(Api::all(client.clone()), |_: &StorageClass| {}),
-            namespaces: w.reflect(Api::all(client.clone()), |_: &Namespace| {}),
-            pdbs: w.reflect(Api::all(client.clone()), |_: &PodDisruptionBudget| {}),
+            pods,
+            nodes,
+            provisioners,
+            templates,
+            daemonsets,
+            claims,
+            volumes,
+            storage_classes,
+            namespaces,
+            pdbs,
             generation,
             on_pod,
             nominations: Mutex::new(HashMap::new()),
             last_watch_error: errors.clone(),
+            synced,
         })
     }
 
@@ -190,18 +262,9 @@ impl Cluster {
         self.on_pod.set(Box::new(hook));
     }
 
-    /// Waits until every cache has its initial list.
-    pub async fn ready(&self) -> Result<(), reflector::store::WriterDropped> {
-        self.nodes.wait_until_ready().await?;
-        self.pods.wait_until_ready().await?;
-        self.provisioners.wait_until_ready().await?;
-        self.templates.wait_until_ready().await?;
-        self.daemonsets.wait_until_ready().await?;
-        self.claims.wait_until_ready().await?;
-        self.volumes.wait_until_ready().await?;
-        self.storage_classes.wait_until_ready().await?;
-        self.namespaces.wait_until_ready().await?;
-        self.pdbs.wait_until_ready().await
+    /// Waits until every cache has its initial list; any number of tasks may wait at once.
+    pub async fn ready(&self) -> Result<(), ViewClosed> {
+        self.synced.wait().await
     }
 
     /// The cached pods bound to a node, by node name.
@@ -309,6 +372,62 @@ pub fn tolerant_event<K: Tolerant>(
     }
 }
 
+/// The condition type that says whether the controllers can read an object (Karpenter v1's
+/// NodePool and EC2NodeClass use the same type).
+pub const VALIDATION_CONDITION: &str = "ValidationSucceeded";
+
+/// The `status.conditions` to write on `object` when `problem` (why it cannot be read, or None)
+/// differs from what its `ValidationSucceeded` condition says; None when nothing changes. An
+/// object that can be read is marked only when it was marked unreadable before, so objects that
+/// were always fine are never written. Other conditions are kept; the transition time moves
+/// only when the status does.
+pub fn validation_conditions(
+    object: &kube::api::DynamicObject,
+    problem: Option<&str>,
+    now: k8s_openapi::chrono::DateTime<k8s_openapi::chrono::Utc>,
+) -> Option<Vec<serde_json::Value>> {
+    let existing: Vec<serde_json::Value> = object.data["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    let current = existing.iter().find(|c| c["type"] == VALIDATION_CONDITION);
+    let (status, reason, message) = match problem {
+        Some(why) => ("False", "InvalidObject", format!("cannot be read; ignored until fixed: {why}")),
+        None if current.is_some_and(|c| c["status"] == "False") => ("True", "Valid", "can be read".to_string()),
+        None => return None,
+    };
+    if current.is_some_and(|c| c["status"] == status && c["message"] == message.as_str()) {
+        return None;
+    }
+    let since = current
+        .filter(|c| c["status"] == status)
+        .and_then(|c| c["lastTransitionTime"].as_str().map(str::to_string))
+        .unwrap_or_else(|| now.to_rfc3339_opts(k8s_openapi::chrono::SecondsFormat::Secs, true));
+    let mut condition = serde_json::json!({
+        "type": VALIDATION_CONDITION,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since,
+    });
+    if let Some(generation) = object.metadata.generation {
+        condition["observedGeneration"] = generation.into();
+    }
+    let mut conditions: Vec<serde_json::Value> = existing.into_iter().filter(|c| c["type"] != VALIDATION_CONDITION).collect();
+    conditions.push(condition);
+    Some(conditions)
+}
+
+/// A store of every `K`, watched as `Cluster::start` watches Provisioners and AWSNodeTemplates
+/// (`Watches::reflect_tolerant`) until `shutdown`: for a kind of one's own, e.g. a test's CRD
+/// looser than its type.
+pub fn watch_tolerant<K: Tolerant>(client: &kube::Client, shutdown: &CancellationToken, liveness: &Liveness) -> Store<K> {
+    let errors = Arc::default();
+    let w = Watches {
+        shutdown,
+        errors: &errors,
+        liveness,
+    };
+    w.reflect_tolerant::<K>(client, |_| {})
+}
+
 /// What every watch of `Cluster::start` shares.
 struct Watches<'a> {
     shutdown: &'a CancellationToken,
@@ -346,24 +465,53 @@ impl Watches<'_> {
         let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
         let recorder = crate::controllers::events::recorder(client);
         let kind = K::kind(&()).to_string();
-        let stream = futures::TryStreamExt::try_filter_map(watcher(api, watcher::Config::default()).backoff(watch_backoff()), move |event| {
-            let (event, unusable) = tolerant_event::<K>(event);
-            if let Some((object, why)) = unusable {
-                let name = object.metadata.name.clone().unwrap_or_default();
-                tracing::error!(kind, name, reason = %why, "cannot use this object; it is left out until it is fixed");
-                let reference = object.object_ref(&resource);
-                let recorder = recorder.clone();
-                let note = format!("{kind} {name} cannot be used and is ignored: {why}");
-                tokio::spawn(async move {
-                    crate::controllers::events::publish_to(&recorder, &reference, kube::runtime::events::EventType::Warning, "InvalidObject", "Reading", &note)
+        let statuses = api.clone();
+        let stream =
+            futures::TryStreamExt::try_filter_map(watcher(api, watcher::Config::default()).backoff(watch_backoff()), move |event| {
+                // The object as stored, for its ValidationSucceeded condition.
+                let stored = match &event {
+                    watcher::Event::Apply(object) | watcher::Event::InitApply(object) => Some(object.clone()),
+                    _ => None,
+                };
+                let (event, unusable) = tolerant_event::<K>(event);
+                let problem = unusable.as_ref().map(|(_, why)| why.clone());
+                if let Some(stored) = stored {
+                    if let Some(conditions) = validation_conditions(&stored, problem.as_deref(), k8s_openapi::chrono::Utc::now()) {
+                        let (api, name, kind) = (statuses.clone(), stored.metadata.name.clone().unwrap_or_default(), kind.clone());
+                        tokio::spawn(async move {
+                            let patch = serde_json::json!({"status": {"conditions": conditions}});
+                            if let Err(e) = api
+                                .patch_status(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+                                .await
+                            {
+                                tracing::warn!(kind, name, error = %e, "writing the ValidationSucceeded condition");
+                            }
+                        });
+                    }
+                }
+                if let Some((object, why)) = unusable {
+                    let name = object.metadata.name.clone().unwrap_or_default();
+                    tracing::error!(kind, name, reason = %why, "cannot use this object; it is left out until it is fixed");
+                    let reference = object.object_ref(&resource);
+                    let recorder = recorder.clone();
+                    let note = format!("{kind} {name} cannot be used and is ignored: {why}");
+                    tokio::spawn(async move {
+                        crate::controllers::events::publish_to(
+                            &recorder,
+                            &reference,
+                            kube::runtime::events::EventType::Warning,
+                            "InvalidObject",
+                            "Reading",
+                            &note,
+                        )
                         .await;
-                });
-            }
-            futures::future::ready(Ok(event))
-        })
-        .modify(slim)
-        .reflect(writer)
-        .touched_objects();
+                    });
+                }
+                futures::future::ready(Ok(event))
+            })
+            .modify(slim)
+            .reflect(writer)
+            .touched_objects();
         self.follow(stream, on_change);
         reader
     }
@@ -371,8 +519,11 @@ impl Watches<'_> {
     /// Feeds `stream` to `on_change` until shutdown, recording and logging its failures. A
     /// panic in `on_change` is logged and the watch goes on (the store has the object already);
     /// a stream that ends is reported to the process's liveness.
-    fn follow<K>(&self, stream: impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static, on_change: impl Fn(&K) + Send + 'static)
-    where
+    fn follow<K>(
+        &self,
+        stream: impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+        on_change: impl Fn(&K) + Send + 'static,
+    ) where
         K: Resource + Send + 'static,
         K::DynamicType: Default,
     {
@@ -411,6 +562,97 @@ impl Watches<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Several tasks waiting for the view at once are all woken when the first lists are in
+    /// (kube's own wait wakes only the last of them).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_task_waiting_for_the_view_is_woken() {
+        let (nodes, mut nodes_writer) = reflector::store::<Node>();
+        let (pods, mut pods_writer) = reflector::store::<Pod>();
+        let synced = Synced::follow(vec![first_list(&nodes), first_list(&pods)]);
+        let waiters: Vec<_> = (0..8)
+            .map(|_| {
+                let synced = synced.clone();
+                tokio::spawn(async move { synced.wait().await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        nodes_writer.apply_watcher_event(&watcher::Event::InitDone);
+        pods_writer.apply_watcher_event(&watcher::Event::InitDone);
+        for waiter in waiters {
+            let woken = tokio::time::timeout(Duration::from_secs(10), waiter).await;
+            assert!(matches!(woken, Ok(Ok(Ok(())))), "{woken:?}");
+        }
+    }
+
+    fn stored(conditions: serde_json::Value) -> kube::api::DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1alpha5", "kind": "Provisioner",
+            "metadata": {"name": "p", "generation": 3},
+            "spec": {},
+            "status": {"conditions": conditions},
+        }))
+        .unwrap()
+    }
+
+    /// An unreadable object is marked with the field and why, once; a fixed one is marked
+    /// readable; one that was always fine is never written; other conditions stay.
+    #[test]
+    fn the_validation_condition_follows_whether_the_object_can_be_read() {
+        let t0: k8s_openapi::chrono::DateTime<k8s_openapi::chrono::Utc> = "2026-12-05T10:00:00Z".parse().unwrap();
+        let t1 = t0 + k8s_openapi::chrono::Duration::minutes(5);
+        let other = serde_json::json!({"type": "Other", "status": "True", "reason": "R", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"});
+        assert_eq!(
+            validation_conditions(&stored(serde_json::json!([other.clone()])), None, t0),
+            None,
+            "always fine: no write"
+        );
+
+        let marked = validation_conditions(&stored(serde_json::json!([other.clone()])), Some("spec.weight: invalid type"), t0).unwrap();
+        assert_eq!(marked.len(), 2);
+        assert_eq!(marked[0], other, "other conditions are kept");
+        let condition = &marked[1];
+        assert_eq!(condition["type"], "ValidationSucceeded");
+        assert_eq!(condition["status"], "False");
+        assert_eq!(condition["reason"], "InvalidObject");
+        assert!(
+            condition["message"].as_str().unwrap().contains("spec.weight: invalid type"),
+            "{condition}"
+        );
+        assert_eq!(condition["lastTransitionTime"], "2026-12-05T10:00:00Z");
+        assert_eq!(condition["observedGeneration"], 3);
+
+        let again = stored(serde_json::Value::Array(marked.clone()));
+        assert_eq!(
+            validation_conditions(&again, Some("spec.weight: invalid type"), t1),
+            None,
+            "the same problem: no write (no loop on our own patch)"
+        );
+        let other_problem = validation_conditions(&again, Some("spec.limits: invalid type"), t1).unwrap();
+        assert_eq!(
+            other_problem[1]["lastTransitionTime"], "2026-12-05T10:00:00Z",
+            "still False: the transition time stays"
+        );
+
+        let fixed = validation_conditions(&again, None, t1).unwrap();
+        assert_eq!(fixed[1]["status"], "True");
+        assert_eq!(fixed[1]["reason"], "Valid");
+        assert_eq!(fixed[1]["lastTransitionTime"], "2026-12-05T10:05:00Z");
+        assert_eq!(
+            validation_conditions(&stored(serde_json::Value::Array(fixed)), None, t1),
+            None,
+            "readable and marked so: no write"
+        );
+    }
+
+    /// A store whose writer is gone before its first list makes the view report closed.
+    #[tokio::test]
+    async fn a_writer_dropped_before_its_first_list_closes_the_view() {
+        let (nodes, nodes_writer) = reflector::store::<Node>();
+        let synced = Synced::follow(vec![first_list(&nodes)]);
+        drop(nodes_writer);
+        assert!(tokio::time::timeout(Duration::from_secs(10), synced.wait()).await.unwrap().is_err());
+    }
 
     /// A new term's hook replaces the last term's: pod changes reach only the current one.
     #[test]
@@ -460,8 +702,14 @@ mod tests {
         let (event, unusable) = tolerant_event::<Provisioner>(watcher::Event::Delete(bad));
         assert!(matches!(event, Some(watcher::Event::Delete(p)) if p.metadata.name.as_deref() == Some("bad")));
         assert!(unusable.is_none());
-        assert!(matches!(tolerant_event::<Provisioner>(watcher::Event::Init).0, Some(watcher::Event::Init)));
-        assert!(matches!(tolerant_event::<Provisioner>(watcher::Event::InitDone).0, Some(watcher::Event::InitDone)));
+        assert!(matches!(
+            tolerant_event::<Provisioner>(watcher::Event::Init).0,
+            Some(watcher::Event::Init)
+        ));
+        assert!(matches!(
+            tolerant_event::<Provisioner>(watcher::Event::InitDone).0,
+            Some(watcher::Event::InitDone)
+        ));
         // A store fed these holds the good object only.
         let (reader, mut writer) = reflector::store::<Provisioner>();
         for event in [watcher::Event::Init, watcher::Event::InitApply(good), watcher::Event::InitDone] {

@@ -235,6 +235,9 @@ EOF
     ca ca karpenter-rs-local-ca
     leaf apiserver "/CN=kube-apiserver" server ca
     leaf admin "/O=system:masters/CN=admin" client ca
+    # A second admin whose writes the audit log records (group karpenter-rs:audited), for
+    # tests that check who wrote what when (tests/e2e_crash.rs, the slow leader).
+    leaf audited "/O=system:masters/O=karpenter-rs:audited/CN=karpenter-rs-audited" client ca
     # Front-proxy (request-header) CA: without it KCM and the scheduler keep
     # logging "missing content for CA bundle"; it also makes API aggregation work.
     ca front-proxy-ca karpenter-rs-front-proxy-ca
@@ -268,6 +271,10 @@ contexts:
 current-context: $CLUSTER_NAME
 EOF
   chmod 600 "$tmp"
+  # The same cluster as the audited admin (pki/audited.*).
+  sed -e "s|$(base64 -w0 "$PKI/admin.crt")|$(base64 -w0 "$PKI/audited.crt")|" \
+    -e "s|$(base64 -w0 "$PKI/admin.key")|$(base64 -w0 "$PKI/audited.key")|" "$tmp" >"$STATE/kubeconfig-audited"
+  chmod 600 "$STATE/kubeconfig-audited"
   mv "$tmp" "$KUBECONFIG_FILE"
 }
 
@@ -323,7 +330,9 @@ start_etcd() {
 
 start_apiserver() {
   # An audit log (logs/audit.log, JSON, metadata only) of every Lease request outside the
-  # system namespaces, always: tests/e2e_leader.rs reads who wrote a leader Lease when.
+  # system namespaces, always: tests/e2e_leader.rs reads who wrote a leader Lease when; and of
+  # every write by the audited admin (kubeconfig-audited), which tests/e2e_crash.rs gives a
+  # replica to read what it wrote when.
   # LOCAL_CLUSTER_AUDIT=1: of every request (user agent, verb, resource), for benchmarks that
   # count a controller's API requests.
   local rules="- level: None
@@ -331,6 +340,9 @@ start_apiserver() {
   resources: [{group: coordination.k8s.io, resources: [leases]}]
 - level: Metadata
   resources: [{group: coordination.k8s.io, resources: [leases]}]
+- level: Metadata
+  userGroups: [\"karpenter-rs:audited\"]
+  verbs: [create, update, patch, delete, deletecollection]
 - level: None"
   if [[ "${LOCAL_CLUSTER_AUDIT:-0}" == 1 ]]; then
     rules="- level: Metadata"

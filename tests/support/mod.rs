@@ -13,6 +13,7 @@ use std::time::Duration;
 
 pub mod fault_proxy;
 pub mod helm;
+pub mod latency_proxy;
 pub mod process;
 
 use karpenter_rs::apis::ApiSettings;
@@ -449,7 +450,12 @@ impl Controller {
                 interruption: None,
             };
             if let Some(loops) = loops {
-                controllers.termination = Some(termination::Context::new(kube_client.clone(), cloud.clone(), m.clone(), loops.termination));
+                controllers.termination = Some(termination::Context::new(
+                    kube_client.clone(),
+                    cloud.clone(),
+                    m.clone(),
+                    loops.termination,
+                ));
                 controllers.deprovisioning = Some(deprovisioning::Context::new(
                     kube_client.clone(),
                     m.clone(),

@@ -80,6 +80,10 @@ pub struct AwsNodeTemplateStatus {
     /// AMIs the AMI family or selector resolves to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub amis: Option<Vec<AmiStatus>>,
+    /// Conditions of this AWSNodeTemplate (`ValidationSucceeded` False while the controllers cannot
+    /// read it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>>,
 }
 
 /// A resolved subnet.

@@ -554,6 +554,7 @@ impl CloudProvider for AwsCloudProvider {
             }
         };
         Ok(AwsNodeTemplateStatus {
+            conditions: None,
             subnets: Some(
                 subnets
                     .into_iter()

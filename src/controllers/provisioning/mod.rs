@@ -35,6 +35,7 @@ use std::sync::Mutex as StdMutex;
 
 use k8s_openapi::chrono::Utc;
 use tokio::sync::{watch, Mutex};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, instrument, warn};
 
@@ -293,7 +294,7 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
             }
             let started = Instant::now();
             let _pass = ctx.metrics.liveness.pass("provisioning");
-            crate::failpoint::panic_point("provisioning");
+            crate::failpoint::pass_point("provisioning");
             let result = pass(&ctx, &stores).await;
             if let Err(e) = &result {
                 failures += 1;
@@ -311,15 +312,22 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
             ctx.metrics.reconciled("provisioner", started, result.is_ok());
         }
     };
-    // One task: the binder and the status loop (node lifecycle) run beside the passes, never
-    // behind a scheduler's choice of which spawned task to poll.
-    tokio::join!(
-        passes,
-        retrigger,
-        warm(&ctx, &stores, leading.clone(), &shutdown),
-        binder::bind_loop(ctx.clone(), stores.clone(), shutdown.clone()),
-        status::status_loop(ctx.clone(), stores.clone(), startups, leading.clone(), shutdown.clone()),
-    );
+    // The binder and the node lifecycle are tasks of their own, so a pass in its simulation holds
+    // neither up; a panic in one is carried to this controller's supervisor, and dropping this
+    // future (a lost lease) aborts both.
+    let mut loops = JoinSet::new();
+    loops.spawn(binder::bind_loop(ctx.clone(), stores.clone(), shutdown.clone()));
+    loops.spawn(status::status_loop(ctx.clone(), stores.clone(), startups, leading.clone(), shutdown.clone()));
+    let loops = async move {
+        while let Some(ended) = loops.join_next().await {
+            if let Err(e) = ended {
+                if e.is_panic() {
+                    std::panic::resume_unwind(e.into_panic());
+                }
+            }
+        }
+    };
+    tokio::join!(passes, retrigger, warm(&ctx, &stores, leading.clone(), &shutdown), loops);
 }
 
 /// Keeps what the first pass of a burst would otherwise fetch while pods wait warm, from the
