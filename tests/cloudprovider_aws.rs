@@ -824,37 +824,74 @@ fn node_without_instance(name: &str, selector: &str, n: usize) -> String {
     .to_string()
 }
 
+/// Starts the garbage collector, leading, with `config` on the Nodes labelled `selector` and the
+/// instances tagged `gc-test: <selector>` (none: the instance half of its passes has nothing to
+/// see); returns its metrics, what stops it and its task.
+async fn start_collector(
+    cluster: &'static support::Cluster,
+    selector: &str,
+    config: karpenter_rs::controllers::garbagecollection::GarbageCollectionConfig,
+) -> (karpenter_rs::metrics::Metrics, tokio_util::sync::CancellationToken, tokio::task::JoinHandle<()>) {
+    use karpenter_rs::controllers::garbagecollection::{self, GarbageCollectionConfig};
+    let metrics = karpenter_rs::metrics::Metrics::new();
+    let config = GarbageCollectionConfig {
+        instance_tags: BTreeMap::from([("gc-test".to_string(), selector.to_string())]),
+        node_selector: selector.to_string(),
+        ..config
+    };
+    let ctx = garbagecollection::Context::new(support::client(cluster).await, Arc::new(provider().await), metrics.clone(), config);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let (leading_tx, leading) = tokio::sync::watch::channel(true);
+    let stop = shutdown.clone();
+    let collector = tokio::spawn(async move {
+        // The sender lives as long as the collector: it leads throughout.
+        let _leading = leading_tx;
+        garbagecollection::run(ctx, leading, stop).await
+    });
+    (metrics, shutdown, collector)
+}
+
+/// Stops the collector, deletes the test's `nodes` still there, and carries the test's outcome on.
+async fn stop_collector(
+    cluster: &support::Cluster,
+    shutdown: tokio_util::sync::CancellationToken,
+    collector: tokio::task::JoinHandle<()>,
+    nodes: &[String],
+    outcome: std::thread::Result<()>,
+) {
+    shutdown.cancel();
+    let _ = collector.await;
+    for name in nodes {
+        support::kubectl(cluster, &["delete", "node", name, "--ignore-not-found"], None);
+    }
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The Nodes labelled `selector`, by name.
+fn nodes_labelled(cluster: &support::Cluster, selector: &str) -> Vec<String> {
+    let out = support::kubectl(cluster, &["get", "nodes", "-l", selector, "-o", "name"], None);
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
+}
+
 #[tokio::test]
 async fn garbage_collection_deletes_no_node_while_most_instances_look_gone_and_deletes_them_once_few_do() {
-    use karpenter_rs::controllers::garbagecollection::{self, GarbageCollectionConfig};
+    use karpenter_rs::controllers::garbagecollection::GarbageCollectionConfig;
     let cluster = support::cluster();
     let selector = unique("gc-guard");
     let names: Vec<String> = (0..3).map(|i| format!("{selector}-{i}")).collect();
     for (i, name) in names.iter().enumerate() {
         support::kubectl_ok(cluster, &["apply", "-f", "-"], Some(&node_without_instance(name, &selector, i + 0xdead00)));
     }
-    let metrics = karpenter_rs::metrics::Metrics::new();
-    let ctx = garbagecollection::Context::new(
-        support::client(cluster).await,
-        Arc::new(provider().await),
-        metrics.clone(),
-        GarbageCollectionConfig {
-            startup_interval: Duration::from_millis(200),
-            grace_period: Duration::ZERO,
-            // No instance carries this tag: the instance half of the pass has nothing to see.
-            instance_tags: BTreeMap::from([("gc-guard".to_string(), selector.clone())]),
-            node_selector: selector.clone(),
-            ..Default::default()
-        },
-    );
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let (_leading_tx, leading) = tokio::sync::watch::channel(true);
-    let collector = tokio::spawn(garbagecollection::run(ctx, leading, shutdown.clone()));
-    let passes = || metrics.reconcile_total.with_label_values(&["garbagecollection", "success"]).get();
-    let node_names = || {
-        let out = support::kubectl(cluster, &["get", "nodes", "-l", &selector, "-o", "name"], None);
-        String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect::<Vec<_>>()
+    let config = GarbageCollectionConfig {
+        startup_interval: Duration::from_millis(200),
+        grace_period: Duration::ZERO,
+        ..Default::default()
     };
+    let (metrics, shutdown, collector) = start_collector(cluster, &selector, config).await;
+    let passes = || metrics.reconcile_total.with_label_values(&["garbagecollection", "success"]).get();
+    let node_names = || nodes_labelled(cluster, &selector);
     let result = AssertUnwindSafe(async {
         // Every one of three nodes "without an instance" is what a wrong region looks like.
         let until = passes() + 3;
@@ -872,11 +909,261 @@ async fn garbage_collection_deletes_no_node_while_most_instances_look_gone_and_d
     })
     .catch_unwind()
     .await;
-    shutdown.cancel();
-    let _ = collector.await;
-    for name in &names {
-        support::kubectl(cluster, &["delete", "node", name, "--ignore-not-found"], None);
+    stop_collector(cluster, shutdown, collector, &names, result).await;
+}
+
+/// One garbage-collection pass removes at most `max_removals_per_pass` (here 1) of what it finds
+/// gone, and the next pass the rest: of two Nodes without an instance (too few to look like a
+/// wrong setting), one is deleted by the first pass and the other by the second.
+#[tokio::test]
+async fn garbage_collection_removes_at_most_its_cap_per_pass() {
+    use karpenter_rs::controllers::garbagecollection::GarbageCollectionConfig;
+    let cluster = support::cluster();
+    let selector = unique("gc-cap");
+    let names: Vec<String> = (0..2).map(|i| format!("{selector}-{i}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        support::kubectl_ok(
+            cluster,
+            &["apply", "-f", "-"],
+            Some(&node_without_instance(name, &selector, i + 0xcab00)),
+        );
     }
+    // Passes 4 s apart: time enough to count the nodes between two of them.
+    let between = Duration::from_secs(4);
+    let config = GarbageCollectionConfig {
+        startup_interval: between,
+        interval: between,
+        grace_period: Duration::ZERO,
+        max_removals_per_pass: 1,
+        ..Default::default()
+    };
+    let (metrics, shutdown, collector) = start_collector(cluster, &selector, config).await;
+    let passes = || metrics.reconcile_total.with_label_values(&["garbagecollection", "success"]).get();
+    let node_names = || nodes_labelled(cluster, &selector);
+    let result = AssertUnwindSafe(async {
+        let after = |n: u64| async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while passes() < n {
+                assert!(std::time::Instant::now() < deadline, "no garbage-collection pass {n}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        after(1).await;
+        assert_eq!(node_names().len(), 1, "the first pass deleted one node of two");
+        after(2).await;
+        assert!(node_names().is_empty(), "the second pass deleted the other: {:?}", node_names());
+    })
+    .catch_unwind()
+    .await;
+    stop_collector(cluster, shutdown, collector, &names, result).await;
+}
+
+/// Counts the requests a client sends (method and path with query) and the most in flight at
+/// once, each held `latency` before it is sent so that concurrent ones overlap visibly.
+#[derive(Clone)]
+struct CountingLayer {
+    latency: Duration,
+    calls: Arc<Mutex<Vec<String>>>,
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    peak: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+struct Counting<S> {
+    inner: S,
+    layer: CountingLayer,
+}
+
+impl<S> tower::Layer<S> for CountingLayer {
+    type Service = Counting<S>;
+    fn layer(&self, inner: S) -> Counting<S> {
+        Counting {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+impl<S, B> tower::Service<axum::http::Request<B>> for Counting<S>
+where
+    S: tower::Service<axum::http::Request<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
+        use std::sync::atomic::Ordering;
+        let what = format!(
+            "{} {}",
+            request.method(),
+            request.uri().path_and_query().map(|p| p.as_str()).unwrap_or_default()
+        );
+        self.layer.calls.lock().unwrap().push(what);
+        let layer = self.layer.clone();
+        let sent = self.inner.call(request);
+        Box::pin(async move {
+            let now = layer.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            layer.peak.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(layer.latency).await;
+            let answer = sent.await;
+            layer.in_flight.fetch_sub(1, Ordering::SeqCst);
+            answer
+        })
+    }
+}
+
+/// Termination of many nodes at once reads their pods from the shared cache, not from the API
+/// server each pass, and works on at most 16 nodes at a time. 40 deleting nodes (run by kwok),
+/// each with a Running pod whose PodDisruptionBudget refuses evictions, drain for several passes
+/// with no pod list sent (the cache shows the drain unfinished); once the budget is gone they
+/// finish with one list each (confirming an empty node before its instance goes), and no more
+/// than 16 of the controller's requests (each held 100 ms by the counting layer, the only thing
+/// added) are ever in flight at once.
+#[tokio::test]
+async fn termination_reads_pods_from_the_cache_and_works_on_at_most_16_nodes_at_once() {
+    use karpenter_rs::controllers::{state, termination};
+    use std::sync::atomic::Ordering;
+    const NODES: usize = 40;
+    let cluster = support::cluster();
+    let selector = unique("term-bound");
+    let namespace = selector.clone();
+    support::kubectl_ok(cluster, &["create", "namespace", &namespace], None);
+    let mut objects = Vec::new();
+    for i in 0..NODES {
+        let name = format!("{selector}-{i}");
+        objects.push(serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {"karpenter.sh/provisioner-name": "term-bound", selector.as_str(): "true"},
+                "finalizers": ["karpenter.sh/termination"],
+            },
+            // No such instance: terminating it counts as done.
+            "spec": {"providerID": format!("aws:///ap-northeast-2a/i-0{:016x}", 0xbd00 + i)},
+        }));
+        objects.push(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("pod-{i}"), "namespace": namespace, "labels": {"app": "term-bound"}},
+            "spec": {
+                "nodeName": name,
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "c", "image": "nginx"}],
+            },
+        }));
+    }
+    objects.push(serde_json::json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "none", "namespace": namespace},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "term-bound"}}},
+    }));
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects}).to_string();
+    support::kubectl_ok(cluster, &["apply", "-f", "-"], Some(&list));
+    let running = || {
+        let out = support::kubectl(
+            cluster,
+            &[
+                "get",
+                "pods",
+                "-n",
+                &namespace,
+                "--field-selector",
+                "status.phase=Running",
+                "-o",
+                "name",
+            ],
+            None,
+        );
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    };
+    let node_names = || nodes_labelled(cluster, &selector).len();
+
+    let layer = CountingLayer {
+        latency: Duration::from_millis(100),
+        calls: Arc::default(),
+        in_flight: Arc::default(),
+        peak: Arc::default(),
+    };
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(cluster.kubeconfig()).unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    let counted = kube::client::ClientBuilder::try_from(config).unwrap().with_layer(&layer).build();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let metrics = karpenter_rs::metrics::Metrics::new();
+    let view = state::Cluster::start(&support::client(cluster).await, &shutdown, &metrics.liveness);
+    let ctx = termination::Context::new(counted, Arc::new(provider().await), metrics.clone(), Default::default());
+    let (_leading_tx, leading) = tokio::sync::watch::channel(true);
+    let passes = || metrics.reconcile_total.with_label_values(&["termination", "success"]).get();
+    let pod_lists = |calls: &[String]| calls.iter().filter(|c| c.starts_with("GET /api/v1/pods?")).count();
+
+    let result = AssertUnwindSafe(async {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while running() < NODES {
+            assert!(std::time::Instant::now() < deadline, "{} of {NODES} pods Running", running());
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let controller = tokio::spawn(termination::run(ctx, view, leading, shutdown.clone()));
+        support::kubectl_ok(cluster, &["delete", "nodes", "-l", &selector, "--wait=false"], None);
+        // Several passes while the budget refuses every eviction.
+        let until = passes() + 5;
+        while passes() < until {
+            assert!(std::time::Instant::now() < deadline, "termination passes");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let draining = layer.calls.lock().unwrap().clone();
+        assert_eq!(node_names(), NODES, "no node finished while its pod could not be evicted");
+        assert!(
+            draining.iter().filter(|c| c.contains("/eviction")).count() >= NODES,
+            "evictions were tried: {} requests, none an eviction",
+            draining.len()
+        );
+        assert_eq!(pod_lists(&draining), 0, "no pod list while the cache shows the drains unfinished");
+
+        support::kubectl_ok(cluster, &["delete", "pdb", "none", "-n", &namespace], None);
+        while node_names() > 0 {
+            assert!(std::time::Instant::now() < deadline, "{} nodes left", node_names());
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let calls = layer.calls.lock().unwrap().clone();
+        assert!(
+            pod_lists(&calls) <= NODES + NODES / 4,
+            "one pod list for each node, give or take a retry: {} for {NODES} nodes",
+            pod_lists(&calls)
+        );
+        let peak = layer.peak.load(Ordering::SeqCst);
+        assert!(peak <= 16, "at most 16 nodes' requests in flight at once: {peak}");
+        assert!(peak > 1, "the nodes were worked on side by side: {peak}");
+        shutdown.cancel();
+        let _ = controller.await;
+    })
+    .catch_unwind()
+    .await;
+    shutdown.cancel();
+    if result.is_err() {
+        for i in 0..NODES {
+            support::kubectl(
+                cluster,
+                &[
+                    "patch",
+                    "node",
+                    &format!("{selector}-{i}"),
+                    "--type",
+                    "merge",
+                    "-p",
+                    r#"{"metadata":{"finalizers":null}}"#,
+                ],
+                None,
+            );
+        }
+    }
+    support::kubectl(cluster, &["delete", "namespace", &namespace, "--wait=false"], None);
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
