@@ -149,3 +149,32 @@ wait_ready() {
   done
   log "$name ready after $((SECONDS - start))s"
 }
+
+# free_ports N: N distinct free TCP ports on 127.0.0.1, chosen at random below the kernel's
+# ephemeral range (ip_local_port_range) and checked free by binding them together. A port from
+# the ephemeral range (what binding port 0 gives) can be taken by any outgoing connection before
+# the component binds it, which with five clusters and their clients busy happened ("bind:
+# address already in use" from etcd); below the range only a program that picks its port on
+# purpose can take it.
+free_ports() {
+  python3 - "$1" <<'EOF'
+import random, socket, sys
+try:
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral_low = int(f.read().split()[0])
+except (OSError, ValueError, IndexError):
+    ephemeral_low = 32768
+low = 10000
+high = max(ephemeral_low, low + 1000)
+socks = []
+while len(socks) < int(sys.argv[1]):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", random.randrange(low, high)))
+    except OSError:
+        s.close()
+        continue
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+EOF
+}

@@ -170,19 +170,6 @@ any_running() {
   return 1
 }
 
-# free_ports N: N distinct free TCP ports on 127.0.0.1 (bound together, then
-# released; the tiny race with other programs is accepted).
-free_ports() {
-  "$PYTHON" - "$1" <<'EOF'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-EOF
-}
 
 # ---- certificates and kubeconfig ---------------------------------------------
 # One CA (pki/ca.crt) signs the apiserver serving cert (SANs 127.0.0.1,

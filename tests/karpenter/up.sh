@@ -31,7 +31,7 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=../cluster/lib.sh
-source "$HERE/../cluster/lib.sh" # REPO_ROOT, STATE, PIDS, LOGS, component_pid, stop_components
+source "$HERE/../cluster/lib.sh" # REPO_ROOT, STATE, PIDS, LOGS, component_pid, stop_components, free_ports
 
 NODEPOOL="$HERE/nodepool.yaml"
 NODECLASS="$HERE/nodeclass.yaml"
@@ -88,18 +88,6 @@ on_exit() {
   exit "$rc"
 }
 trap on_exit EXIT
-
-free_ports() {
-  "$LOCAL_CLUSTER_PYTHON" - "$1" <<'EOF'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-EOF
-}
 
 setup() { # MESSAGE CMD...: run CMD, output to logs/karpenter-kwok-setup.log; fail with its tail
   local msg="$1"
