@@ -1143,3 +1143,40 @@ fn pod_affinity_namespace_selector_follows_pods_in_namespaces_with_those_labels(
     });
     kubectl(cluster, &["delete", "namespace", &db_namespace, "--wait=false"], None);
 }
+
+/// Every AWSNodeTemplate's status shows what its selectors resolve to now, as Karpenter's
+/// AWSNodeTemplate controller writes it: the first write-up's template lists the subnet of each
+/// zone and the security group its tags select (the local cluster's fixtures), and the AMIs of
+/// its family (AL2023 on Kubernetes 1.33, one per architecture).
+#[test]
+fn an_awsnodetemplate_status_shows_its_resolved_subnets_security_groups_and_amis() {
+    let (cluster, _controller) = setup();
+    let suffix = unique("tstatus");
+    let (template, provisioner, _) = service_provisioner(cluster, &suffix, |_| {});
+    // The warm-up writes it within a minute of the template's creation.
+    let status = wait_for("the template's status", Duration::from_secs(120), || {
+        let out = kubectl_ok(cluster, &["get", "awsnodetemplate", &template, "-o", "json"], None);
+        let t: serde_json::Value = serde_json::from_str(&out).unwrap();
+        t["status"]["subnets"].as_array().filter(|s| !s.is_empty()).map(|_| t["status"].clone())
+    });
+    let fixtures: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cluster.env["LOCAL_CLUSTER_FIXTURES"]).unwrap()).unwrap();
+    let subnets: BTreeMap<String, String> = status["subnets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["zone"].as_str().unwrap().to_string(), s["id"].as_str().unwrap().to_string()))
+        .collect();
+    let expected: BTreeMap<String, String> = fixtures["subnets"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(zone, id)| (zone.clone(), id.as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(subnets, expected, "{status}");
+    assert_eq!(status["securityGroups"][0]["id"], fixtures["security_group_id"], "{status}");
+    assert_eq!(status["securityGroups"].as_array().unwrap().len(), 1, "{status}");
+    assert_eq!(status["amis"].as_array().unwrap().len(), 2, "an AMI per architecture: {status}");
+    kubectl_ok(cluster, &["delete", "provisioner", &provisioner, "--wait=false"], None);
+    kubectl_ok(cluster, &["delete", "awsnodetemplate", &template, "--wait=false"], None);
+}

@@ -58,6 +58,11 @@ pub const LABEL_DOMAIN_EXCEPTIONS: &[&str] = &["kops.k8s.io", "node.kubernetes.i
 /// karpenter-rs's annotation on the Nodes it launches: USD per hour of the offering the instance
 /// was launched as, at launch (`0.0832`).
 pub const PRICE_ANNOTATION: &str = "karpenter-rs.io/price-per-hour";
+/// The extended resources (beyond the cpu, memory, pods and ephemeral storage every kubelet
+/// reports) the pods a node was launched for request, as a JSON object of name to amount: what
+/// the node must advertise before it counts as initialised (Karpenter v0.28+ keeps these in
+/// its Machine's `spec.resources.requests`).
+pub const REQUESTED_RESOURCES_ANNOTATION: &str = "karpenter-rs.io/requested-extended-resources";
 /// The capacity type `PRICE_ANNOTATION` was priced for (`on-demand`, `spot`).
 pub const PRICE_CAPACITY_TYPE_ANNOTATION: &str = "karpenter-rs.io/priced-capacity-type";
 /// The zone `PRICE_ANNOTATION` was priced for.

@@ -9,6 +9,7 @@
 //!
 //! `decide` is pure; `run` is the leader's loop that applies it.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
@@ -19,13 +20,30 @@ use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::{bind, publish, Context, Stores};
-use crate::apis::v1alpha5::labels::{INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL};
+use crate::apis::v1alpha5::labels::{INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL, REQUESTED_RESOURCES_ANNOTATION};
 use crate::metrics;
 use crate::scheduling::nodes::{is_labelled_initialized, is_ready, INITIALIZED_LABEL};
 use crate::scheduling::InstanceType;
 
 /// The resources every kubelet reports when it registers.
-const KUBELET_RESOURCES: &[&str] = &["cpu", "memory", "pods", "ephemeral-storage"];
+pub const KUBELET_RESOURCES: &[&str] = &["cpu", "memory", "pods", "ephemeral-storage"];
+
+/// `requested` (a launch's summed pod requests) without what every kubelet reports: the value of
+/// the node's `REQUESTED_RESOURCES_ANNOTATION`.
+pub fn requested_annotation(requested: &BTreeMap<String, f64>) -> String {
+    let extended: BTreeMap<&String, &f64> = requested
+        .iter()
+        .filter(|(resource, amount)| !KUBELET_RESOURCES.contains(&resource.as_str()) && **amount > 0.0)
+        .collect();
+    serde_json::to_string(&extended).unwrap_or_else(|_| "{}".to_string())
+}
+
+/// The extended resources `node`'s pods requested at launch (`REQUESTED_RESOURCES_ANNOTATION`),
+/// or None for a node launched before it was written (or whose value does not parse).
+fn requested_at_launch(node: &Node) -> Option<BTreeMap<String, f64>> {
+    let value = node.metadata.annotations.as_ref()?.get(REQUESTED_RESOURCES_ANNOTATION)?;
+    serde_json::from_str(value).ok()
+}
 
 /// What to do about one node of ours that is not initialised yet.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,10 +61,13 @@ pub enum Lifecycle {
     },
 }
 
-/// The decision for `node`: `startup_taints` are its Provisioner's, `instance_type` the
-/// catalogue's entry for its `node.kubernetes.io/instance-type` label when known (every
-/// extended resource of its capacity must be advertised, as Karpenter v0.27 checks, which is
-/// what holds GPU pods back until the device plugin has registered).
+/// The decision for `node`: `startup_taints` are its Provisioner's. Every extended resource
+/// the pods it was launched for requested (`REQUESTED_RESOURCES_ANNOTATION`) must be advertised,
+/// as Karpenter v0.28+ checks, which holds GPU pods back until the device plugin has registered
+/// while a GPU type launched for other pods initialises without it. A node launched before that
+/// annotation was written needs every extended resource of its capacity (`instance_type`, the
+/// catalogue's entry for its `node.kubernetes.io/instance-type` label when known), as Karpenter
+/// v0.27 checks.
 pub fn decide(
     node: &Node,
     startup_taints: &[Taint],
@@ -61,9 +82,11 @@ pub fn decide(
     }
     // The kubelet reports cpu, memory, pods and ephemeral storage as it registers; extended
     // resources (GPUs, Neuron devices, pod ENIs) come later, from their device plugins.
-    let mut expected = instance_type
-        .map(|it| super::catalogue::requested(&it.capacity))
-        .unwrap_or_default();
+    let mut expected = requested_at_launch(node).unwrap_or_else(|| {
+        instance_type
+            .map(|it| super::catalogue::requested(&it.capacity))
+            .unwrap_or_default()
+    });
     expected.retain(|resource, _| !KUBELET_RESOURCES.contains(&resource.as_str()));
     if bind::is_ready_for_pods(node, startup_taints, &expected) {
         return Lifecycle::Initialize;
@@ -206,6 +229,38 @@ mod tests {
         assert_eq!(decide(&n, &startup, Some(&gpu), TTL, now), Lifecycle::Ignore);
         let (n, now) = node(30, json!({}), json!([]), ready(all));
         assert_eq!(decide(&n, &startup, Some(&gpu), TTL, now), Lifecycle::Ignore);
+    }
+
+    /// A node records what its pods requested at launch: a GPU type launched for pods without
+    /// GPUs initialises before its device plugin registers; one launched for GPU pods waits.
+    #[test]
+    fn initialised_once_advertising_what_its_pods_requested_at_launch() {
+        let gpu = testing::instance_type("g4dn.xlarge");
+        let no_gpu_yet = json!({"conditions": [{"type": "Ready", "status": "True"}],
+            "allocatable": {"cpu": "4", "memory": "15Gi", "pods": "29", "ephemeral-storage": "18Gi"}});
+        let launched_for = |requested: &[(&str, f64)]| {
+            let requested: BTreeMap<String, f64> = requested.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+            let (mut n, now) = node(
+                30,
+                json!({"karpenter.sh/provisioner-name": "default"}),
+                json!([]),
+                no_gpu_yet.clone(),
+            );
+            n.metadata.annotations = Some(BTreeMap::from([(
+                REQUESTED_RESOURCES_ANNOTATION.to_string(),
+                requested_annotation(&requested),
+            )]));
+            (n, now)
+        };
+        let (n, now) = launched_for(&[("cpu", 2.0), ("memory", 1e9), ("pods", 3.0)]);
+        assert_eq!(
+            n.metadata.annotations.as_ref().unwrap()[REQUESTED_RESOURCES_ANNOTATION],
+            "{}",
+            "only extended resources are recorded"
+        );
+        assert_eq!(decide(&n, &[], Some(&gpu), TTL, now), Lifecycle::Initialize);
+        let (n, now) = launched_for(&[("cpu", 2.0), ("nvidia.com/gpu", 1.0)]);
+        assert_eq!(decide(&n, &[], Some(&gpu), TTL, now), Lifecycle::Wait);
     }
 
     #[test]

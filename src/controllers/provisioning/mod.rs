@@ -19,6 +19,7 @@ pub mod node;
 pub mod node_metrics;
 pub mod pods;
 mod status;
+pub mod template_status;
 pub mod usage;
 pub mod volumes;
 
@@ -333,8 +334,9 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
 /// Keeps what the first pass of a burst would otherwise fetch while pods wait warm, from the
 /// moment this replica leads: the API server's version, the instance-type catalogue with its
 /// prices (seconds of EC2 and Pricing calls when cold) and each Provisioner's resolved template
-/// (subnets, security groups, AMIs). Re-read every minute, so a catalogue past its TTL is mostly
-/// refreshed here rather than in a pass. Failures are left for the passes to report.
+/// (subnets, security groups, AMIs), which every AWSNodeTemplate's status then shows
+/// (`template_status`). Re-read every minute, so a catalogue past its TTL is mostly refreshed
+/// here rather than in a pass. Failures are left for the passes to report.
 async fn warm(ctx: &Context, stores: &Stores, mut leading: watch::Receiver<bool>, shutdown: &CancellationToken) {
     let mut ticker = tokio::time::interval(WARM_INTERVAL);
     loop {
@@ -358,6 +360,7 @@ async fn warm(ctx: &Context, stores: &Stores, mut leading: watch::Receiver<bool>
                 let _ = ctx.cloud.resolve(&template).await;
             }
         }
+        template_status::write(ctx, stores, version).await;
     }
 }
 
