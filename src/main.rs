@@ -175,9 +175,10 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
                     .filter(|certs| !certs.is_empty())
                     .map(karpenter_rs::cloudprovider::ca_bundle_from_der);
             }
-            let cloud = AwsCloudProvider::new(cloud_config)
+            let mut cloud = AwsCloudProvider::new(cloud_config)
                 .await
                 .context("setting up the AWS cloud provider")?;
+            cloud.discover_cluster_endpoint().await.context("finding the cluster endpoint")?;
             anyhow::Ok((client, lease_client, cloud, args))
         };
         tokio::select! {

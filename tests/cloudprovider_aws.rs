@@ -1168,3 +1168,45 @@ async fn termination_reads_pods_from_the_cache_and_works_on_at_most_16_nodes_at_
         std::panic::resume_unwind(panic);
     }
 }
+
+/// With no cluster endpoint configured the endpoint is looked up with eks:DescribeCluster (moto
+/// knows the local cluster's EKS cluster: tests/cluster/fixtures.py); a configured one is kept
+/// without a call; a cluster EKS does not know is an error naming the settings that skip the
+/// lookup.
+#[tokio::test]
+async fn the_cluster_endpoint_is_looked_up_when_none_is_set() {
+    let fx = fixtures();
+    let unset = || CloudConfig {
+        cluster_endpoint: String::new(),
+        ..config()
+    };
+    let mut cloud = AwsCloudProvider::new(unset()).await.unwrap();
+    cloud
+        .discover_cluster_endpoint()
+        .await
+        .expect("the endpoint from eks:DescribeCluster");
+    assert_eq!(cloud.cluster_endpoint(), fx["eks_endpoint"].as_str().unwrap());
+
+    let configured = config();
+    let expected = configured.cluster_endpoint.clone();
+    assert!(!expected.is_empty());
+    let mut cloud = AwsCloudProvider::new(configured).await.unwrap();
+    cloud.discover_cluster_endpoint().await.unwrap();
+    assert_eq!(cloud.cluster_endpoint(), expected, "a configured endpoint is kept");
+
+    let mut cloud = AwsCloudProvider::new(CloudConfig {
+        cluster_name: "no-such-cluster".into(),
+        ..unset()
+    })
+    .await
+    .unwrap();
+    let err = cloud.discover_cluster_endpoint().await.unwrap_err().to_string();
+    for part in [
+        "--cluster-endpoint",
+        "CLUSTER_ENDPOINT",
+        "aws.clusterEndpoint",
+        "eks:DescribeCluster",
+    ] {
+        assert!(err.contains(part), "the error names {part}: {err}");
+    }
+}

@@ -1077,6 +1077,27 @@ fn a_controller_busy_in_a_long_pass_holds_up_no_other() {
     }
 }
 
+/// `run` with no cluster endpoint configured looks it up with eks:DescribeCluster (moto knows the
+/// local cluster's EKS cluster) and starts its controllers with it.
+#[test]
+fn without_a_cluster_endpoint_the_binary_looks_it_up_and_starts() {
+    let setup = setup("endpoint-lookup");
+    let binary = setup.start_with_env(&[("CLUSTER_ENDPOINT", "")]);
+    let fixtures: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&setup.cluster.env["LOCAL_CLUSTER_FIXTURES"]).unwrap()).unwrap();
+    let endpoint = fixtures["eks_endpoint"].as_str().unwrap().to_string();
+    wait_for(
+        "the endpoint looked up and the controllers started",
+        Duration::from_secs(60),
+        || {
+            let log = binary.log();
+            (log.contains("cluster endpoint from eks:DescribeCluster") && log.contains(&endpoint) && log.contains("controllers started"))
+                .then_some(())
+        },
+    );
+    drop(binary);
+}
+
 /// Passes `controller` of the running binary has finished (`controller_runtime_reconcile_total`).
 fn binary_passes(binary: &Binary, controller: &str) -> u64 {
     let prefix = format!("controller_runtime_reconcile_total{{controller=\"{controller}\",");

@@ -21,6 +21,9 @@ What it creates, for cluster CLUSTER_NAME (default ssungz-cluster):
     /aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/standard/recommended/image_id.
     Writing /aws/service/* needs moto_server.py (stock moto refuses those names).
 
+  * the EKS cluster CLUSTER_NAME (version 1.33, those subnets and security group), so that
+    eks:DescribeCluster answers with an endpoint (moto's own, not the local API server's)
+
 Environment: AWS_ENDPOINT_URL (required, the moto URL), AWS_REGION,
 AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (any value), CLUSTER_NAME.
 """
@@ -280,6 +283,22 @@ def ensure_amis(ec2, ssm, cluster, region):
     return out
 
 
+def ensure_eks_cluster(eks, cluster, role, subnets, sg_id):
+    """The EKS cluster itself, so that eks:DescribeCluster answers for it (karpenter-rs looks the
+    cluster endpoint up that way when none is set); returns moto's endpoint for it."""
+    try:
+        return eks.describe_cluster(name=cluster)["cluster"]["endpoint"]
+    except eks.exceptions.ResourceNotFoundException:
+        pass
+    created = eks.create_cluster(
+        name=cluster,
+        version="1.33",
+        roleArn=f"arn:aws:iam::123456789012:role/{role}",
+        resourcesVpcConfig={"subnetIds": sorted(subnets.values()), "securityGroupIds": [sg_id]},
+    )
+    return created["cluster"]["endpoint"]
+
+
 def add_moto_arguments(ap):
     """--endpoint-url and --region, defaulting to AWS_ENDPOINT_URL and AWS_REGION."""
     ap.add_argument("--endpoint-url", default=os.environ.get("AWS_ENDPOINT_URL"))
@@ -312,6 +331,7 @@ def main():
     sg_id = ensure_security_group(ec2, cluster, vpc_id)
     role, profile, profile_arn = ensure_instance_profile(iam, cluster)
     amis = ensure_amis(ec2, ssm, cluster, region)
+    eks_endpoint = ensure_eks_cluster(client("eks"), cluster, role, subnets, sg_id)
 
     result = {
         "endpoint_url": args.endpoint_url,
@@ -324,6 +344,7 @@ def main():
         "instance_profile": profile,
         "instance_profile_arn": profile_arn,
         "amis": amis,
+        "eks_endpoint": eks_endpoint,
     }
     text = json.dumps(result, indent=2, sort_keys=True) + "\n"
     if args.out:

@@ -92,6 +92,7 @@ struct ApiPrices {
 /// The AWS cloud provider.
 pub struct AwsCloudProvider {
     config: CloudConfig,
+    eks: aws_sdk_eks::Client,
     ec2: aws_sdk_ec2::Client,
     ssm: aws_sdk_ssm::Client,
     sqs: aws_sdk_sqs::Client,
@@ -145,6 +146,7 @@ impl AwsCloudProvider {
         });
         let overrides = config.price_overrides.as_deref().map(pricing::load_overrides).transpose()?;
         Ok(AwsCloudProvider {
+            eks: aws_sdk_eks::Client::new(&shared),
             ec2: aws_sdk_ec2::Client::new(&shared),
             ssm: aws_sdk_ssm::Client::new(&shared),
             sqs: aws_sdk_sqs::Client::new(&shared),
@@ -160,6 +162,36 @@ impl AwsCloudProvider {
             warned_estimate: AtomicBool::new(false),
             config,
         })
+    }
+
+    /// When no cluster endpoint is configured, looks it up with `eks:DescribeCluster` for the
+    /// cluster name, as Karpenter does at start: AL2023 and Bottlerocket nodes do not look it up
+    /// themselves and never join without it. An error names the settings that skip the lookup.
+    pub async fn discover_cluster_endpoint(&mut self) -> Result<(), Error> {
+        if !self.config.cluster_endpoint.is_empty() {
+            return Ok(());
+        }
+        let name = self.config.cluster_name.clone();
+        let unset = "no cluster endpoint is set (--cluster-endpoint, CLUSTER_ENDPOINT, or aws.clusterEndpoint in the settings ConfigMap)";
+        let answer = self.eks.describe_cluster().name(&name).send().await.map_err(|e| {
+            Error::InvalidConfiguration(format!(
+                "{unset} and looking it up failed: {}",
+                errors::api("eks:DescribeCluster", e)
+            ))
+        })?;
+        let endpoint = answer
+            .cluster()
+            .and_then(|c| c.endpoint())
+            .filter(|e| !e.is_empty())
+            .ok_or_else(|| Error::InvalidConfiguration(format!("{unset} and eks:DescribeCluster for cluster {name:?} names none")))?;
+        tracing::info!(cluster = %name, endpoint, "cluster endpoint from eks:DescribeCluster");
+        self.config.cluster_endpoint = endpoint.to_string();
+        Ok(())
+    }
+
+    /// The cluster endpoint the nodes are given.
+    pub fn cluster_endpoint(&self) -> &str {
+        &self.config.cluster_endpoint
     }
 
     /// The EC2 client (tests read EC2 state through it).
