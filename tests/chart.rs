@@ -259,6 +259,8 @@ fn values_reach_the_container() {
         "RESERVED_ENIS",
         "ENABLE_POD_ENI",
         "INTERRUPTION_QUEUE_NAME",
+        "BATCH_MAX_DURATION",
+        "BATCH_IDLE_DURATION",
     ] {
         assert!(!defaults.contains(name), "{name} is set by default");
     }
