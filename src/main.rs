@@ -142,130 +142,230 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// What karpenter-rs sends as its HTTP user agent to the API server.
 const USER_AGENT: &str = concat!("karpenter-rs/", env!("CARGO_PKG_VERSION"));
 
-/// Connects to Kubernetes and AWS (retrying until both answer), then runs leader election and
-/// the provisioning, termination, deprovisioning and garbage-collection controllers until shutdown.
-async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: CancellationToken) {
+/// Retries `attempt` with a back-off of 1 s doubling to 60 s, logging each failure as `what`,
+/// until it succeeds (Some) or `shutdown` (None).
+async fn retrying<T, F, Fut>(shutdown: &CancellationToken, what: &str, mut attempt: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
     let mut backoff = std::time::Duration::from_secs(1);
-    let (client, lease_client, cloud, args) = loop {
-        let connected = async {
-            let mut kube_config = kube::Config::infer().await.context("reading the kube config")?;
-            // Named in the API server's audit log and request metrics, as client-go programs are.
-            kube_config
-                .headers
-                .push((axum::http::header::USER_AGENT, axum::http::HeaderValue::from_static(USER_AGENT)));
-            let root_cert = kube_config.root_cert.clone();
-            // The Lease has a client of its own: its renewals never queue behind the controllers'
-            // rate-limited traffic or share a hung connection with it.
-            let lease_client = kube::Client::try_from(kube_config.clone()).context("connecting to the Kubernetes API")?;
-            let client = kube::client::ClientBuilder::try_from(kube_config)
-                .context("connecting to the Kubernetes API")?
-                .with_layer(&RateLimitLayer::new(args.kube_client_qps, args.kube_client_burst))
-                .build();
-            // The settings ConfigMap, read once: changes take effect on restart. One that cannot
-            // be read is retried with the rest of the start, never run past on defaults.
-            let mut args = args.clone();
-            settings::load(client.clone(), &mut args)
-                .await
-                .context("reading the settings ConfigMap karpenter-global-settings")?;
-            let mut cloud_config = args.cloud();
-            // The nodes trust the CA the controller trusts, unless one is configured.
-            if cloud_config.cluster_ca_bundle.is_none() {
-                cloud_config.cluster_ca_bundle = root_cert
-                    .as_deref()
-                    .filter(|certs| !certs.is_empty())
-                    .map(karpenter_rs::cloudprovider::ca_bundle_from_der);
-            }
-            let mut cloud = AwsCloudProvider::new(cloud_config)
-                .await
-                .context("setting up the AWS cloud provider")?;
-            cloud.discover_cluster_endpoint().await.context("finding the cluster endpoint")?;
-            anyhow::Ok((client, lease_client, cloud, args))
-        };
+    loop {
         tokio::select! {
-            _ = shutdown.cancelled() => return,
-            result = connected => match result {
-                Ok(connected) => break connected,
-                Err(e) => error!(error = format!("{e:#}"), retry_in = ?backoff, "controllers cannot start"),
+            _ = shutdown.cancelled() => return None,
+            result = attempt() => match result {
+                Ok(value) => return Some(value),
+                Err(e) => error!(error = format!("{e:#}"), retry_in = ?backoff, "{what}"),
             }
         }
         tokio::select! {
-            _ = shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => return None,
             _ = tokio::time::sleep(backoff) => {}
         }
         backoff = (backoff * 2).min(std::time::Duration::from_secs(60));
+    }
+}
+
+/// The Kubernetes clients: the controllers' (rate-limited) and the Lease's own, and the CA the
+/// API server is trusted by.
+async fn connect(args: &RunArgs) -> anyhow::Result<(kube::Client, kube::Client, Option<Vec<Vec<u8>>>)> {
+    let mut kube_config = kube::Config::infer().await.context("reading the kube config")?;
+    // Named in the API server's audit log and request metrics, as client-go programs are.
+    kube_config
+        .headers
+        .push((axum::http::header::USER_AGENT, axum::http::HeaderValue::from_static(USER_AGENT)));
+    let root_cert = kube_config.root_cert.clone();
+    // The Lease has a client of its own: its renewals never queue behind the controllers'
+    // rate-limited traffic or share a hung connection with it.
+    let lease_client = kube::Client::try_from(kube_config.clone()).context("connecting to the Kubernetes API")?;
+    let client = kube::client::ClientBuilder::try_from(kube_config)
+        .context("connecting to the Kubernetes API")?
+        .with_layer(&RateLimitLayer::new(args.kube_client_qps, args.kube_client_burst))
+        .build();
+    Ok((client, lease_client, root_cert))
+}
+
+/// `args` with the settings ConfigMap applied, the AWS cloud provider they describe, and what
+/// was read. A ConfigMap that cannot be read is an error (retried), never run past on defaults.
+async fn configure(
+    client: &kube::Client,
+    args: &RunArgs,
+    root_cert: Option<&[Vec<u8>]>,
+) -> anyhow::Result<(RunArgs, AwsCloudProvider, settings::Loaded)> {
+    let mut args = args.clone();
+    let loaded = settings::load(client.clone(), &mut args)
+        .await
+        .context("reading the settings ConfigMap karpenter-global-settings")?;
+    let mut cloud_config = args.cloud();
+    // The nodes trust the CA the controller trusts, unless one is configured.
+    if cloud_config.cluster_ca_bundle.is_none() {
+        cloud_config.cluster_ca_bundle = root_cert
+            .filter(|certs| !certs.is_empty())
+            .map(karpenter_rs::cloudprovider::ca_bundle_from_der);
+    }
+    let mut cloud = AwsCloudProvider::new(cloud_config)
+        .await
+        .context("setting up the AWS cloud provider")?;
+    cloud.discover_cluster_endpoint().await.context("finding the cluster endpoint")?;
+    Ok((args, cloud, loaded))
+}
+
+/// How a term of the controllers ended.
+enum TermEnd {
+    /// Shutdown: the process exits.
+    Shutdown,
+    /// The Lease was lost: a new term starts, a follower until it leads again.
+    LeaseLost,
+    /// The settings ConfigMap changed: the settings are read again and a new term starts.
+    SettingsChanged,
+}
+
+/// Connects to Kubernetes and AWS (retrying until both answer), then runs leader election and
+/// the provisioning, termination, deprovisioning and garbage-collection controllers until shutdown.
+///
+/// A term lasts until shutdown, until this replica loses the Lease, or until the settings
+/// ConfigMap changes. Ending a term drops every pass in flight at once (nothing more is written;
+/// each step is idempotent and re-read from the API, as after a crash), and the next term starts
+/// with the controllers' in-memory state made afresh: a follower until it leads again after a
+/// lost Lease; with the settings read again, and the Lease released first, after a change. The
+/// cluster view (one watch per kind) is kept across terms, and the webhook serves throughout.
+async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: CancellationToken) {
+    let Some((client, lease_client, root_cert)) = retrying(&shutdown, "controllers cannot start", || connect(&args)).await else {
+        return;
     };
-    use karpenter_rs::controllers::{deprovisioning, garbagecollection, interruption, termination};
-    let queue = std::sync::Arc::new(cloud.interruption_queue());
-    let cloud: std::sync::Arc<dyn karpenter_rs::cloudprovider::CloudProvider> = std::sync::Arc::new(cloud);
-    // One watch per kind in the process, shared by every controller and kept across terms.
     let state = karpenter_rs::controllers::state::Cluster::start(&client, &shutdown, &metrics.liveness);
     let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("karpenter-rs-{}", std::process::id()));
-    // A term lasts until shutdown or until this replica loses the Lease. Losing it drops every
-    // pass in flight at once (nothing more is written; each step is idempotent and re-read from
-    // the API, as after a crash) and starts a new term, a follower until it leads again, with the
-    // controllers' in-memory state made afresh. The webhook serves throughout.
     loop {
-        let (leading_tx, leading_rx) = tokio::sync::watch::channel(!args.leader_elect);
-        // Stopped only after the passes have: on SIGTERM the Lease is released once nothing acts.
-        let election_stop = CancellationToken::new();
-        let election = args.leader_elect.then(|| {
-            let config = leader::LeaderConfig::new(&args.leader_election_namespace, "karpenter-rs-leader-election", &identity);
-            let api = kube::Api::namespaced(lease_client.clone(), &args.leader_election_namespace);
-            tokio::spawn(leader::run(api, config, leading_tx, election_stop.clone()))
-        });
-        // Termination runs only on the leader, like every other controller (Karpenter runs them
-        // all in its leader-elected manager): two replicas would evict and terminate side by side.
-        let termination = termination::Context::new(client.clone(), cloud.clone(), metrics.clone(), Default::default());
-        let collector = garbagecollection::Context::new(client.clone(), cloud.clone(), metrics.clone(), args.garbage_collection());
-        let ctx = provisioning::Context::new(client.clone(), cloud.clone(), metrics.clone(), args.provisioning(), state.clone());
-        let interruption = interruption::Context::new(
-            client.clone(),
-            queue.clone(),
-            cloud.clone(),
-            metrics.clone(),
-            args.interruption(),
-            state.clone(),
-            ctx.clone(),
-        );
-        let deprovisioning =
-            deprovisioning::Context::new(client.clone(), metrics.clone(), args.deprovisioning(), ctx.clone(), state.clone());
-        info!(leader_elect = args.leader_elect, "controllers started");
-        let controllers = karpenter_rs::controllers::Controllers {
-            state: state.clone(),
-            metrics: metrics.clone(),
-            provisioning: ctx,
-            termination: Some(termination),
-            deprovisioning: Some(deprovisioning),
-            garbage_collection: Some(collector),
-            interruption: Some(interruption),
-        }
-        .run(leading_rx, shutdown.clone());
-        let Some(mut election) = election else {
-            if let Stopped::Abandoned(left) = controllers.await {
-                warn!(?left, "controllers still in a pass after the stop grace; exiting without them");
-            }
+        let Some((args, cloud, loaded)) = retrying(&shutdown, "controllers cannot start", || {
+            configure(&client, &args, root_cert.as_deref())
+        })
+        .await
+        else {
             return;
         };
+        let settings_changed = settings::changed(client.clone(), args.system_namespace.clone(), loaded.data);
+        tokio::pin!(settings_changed);
+        let queue = std::sync::Arc::new(cloud.interruption_queue());
+        let cloud: std::sync::Arc<dyn karpenter_rs::cloudprovider::CloudProvider> = std::sync::Arc::new(cloud);
+        loop {
+            let end = term(
+                &args,
+                &identity,
+                &client,
+                &lease_client,
+                &cloud,
+                &queue,
+                &state,
+                &metrics,
+                &shutdown,
+                settings_changed.as_mut(),
+            )
+            .await;
+            match end {
+                TermEnd::Shutdown => return,
+                TermEnd::LeaseLost => continue,
+                TermEnd::SettingsChanged => break,
+            }
+        }
+    }
+}
+
+/// One term of the controllers (see `run_controllers`).
+#[allow(clippy::too_many_arguments)]
+async fn term(
+    args: &RunArgs,
+    identity: &str,
+    client: &kube::Client,
+    lease_client: &kube::Client,
+    cloud: &std::sync::Arc<dyn karpenter_rs::cloudprovider::CloudProvider>,
+    queue: &std::sync::Arc<karpenter_rs::cloudprovider::aws::queue::SqsQueue>,
+    state: &std::sync::Arc<karpenter_rs::controllers::state::Cluster>,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+    settings_changed: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+) -> TermEnd {
+    use karpenter_rs::controllers::{deprovisioning, garbagecollection, interruption, termination};
+    let (leading_tx, leading_rx) = tokio::sync::watch::channel(!args.leader_elect);
+    // Stopped only after the passes have: on SIGTERM the Lease is released once nothing acts.
+    let election_stop = CancellationToken::new();
+    let mut election = args.leader_elect.then(|| {
+        let config = leader::LeaderConfig::new(&args.leader_election_namespace, "karpenter-rs-leader-election", identity);
+        let api = kube::Api::namespaced(lease_client.clone(), &args.leader_election_namespace);
+        tokio::spawn(leader::run(api, config, leading_tx, election_stop.clone()))
+    });
+    // Termination runs only on the leader, like every other controller (Karpenter runs them
+    // all in its leader-elected manager): two replicas would evict and terminate side by side.
+    let termination = termination::Context::new(client.clone(), cloud.clone(), metrics.clone(), Default::default());
+    let collector = garbagecollection::Context::new(client.clone(), cloud.clone(), metrics.clone(), args.garbage_collection());
+    let ctx = provisioning::Context::new(client.clone(), cloud.clone(), metrics.clone(), args.provisioning(), state.clone());
+    let interruption = interruption::Context::new(
+        client.clone(),
+        queue.clone(),
+        cloud.clone(),
+        metrics.clone(),
+        args.interruption(),
+        state.clone(),
+        ctx.clone(),
+    );
+    let deprovisioning = deprovisioning::Context::new(client.clone(), metrics.clone(), args.deprovisioning(), ctx.clone(), state.clone());
+    info!(leader_elect = args.leader_elect, "controllers started");
+    let controllers = karpenter_rs::controllers::Controllers {
+        state: state.clone(),
+        metrics: metrics.clone(),
+        provisioning: ctx,
+        termination: Some(termination),
+        deprovisioning: Some(deprovisioning),
+        garbage_collection: Some(collector),
+        interruption: Some(interruption),
+    }
+    .run(leading_rx, shutdown.clone());
+    enum Ended {
+        Controllers(Stopped),
+        Lost(Result<leader::Ended, tokio::task::JoinError>),
+        SettingsChanged,
+    }
+    let ended = {
+        let lost = async {
+            match election.as_mut() {
+                Some(election) => election.await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            stopped = controllers => {
-                match stopped {
-                    Stopped::Cleanly => {
-                        info!("controllers stopped; releasing the leader lease");
-                        election_stop.cancel();
-                        let _ = election.await;
-                    }
-                    Stopped::Abandoned(left) => {
-                        // One of them may still write once its blocking work ends: the next
-                        // leader waits for the Lease to expire instead.
-                        warn!(?left, "controllers still in a pass after the stop grace; the leader lease is left to expire, not released");
-                        election.abort();
-                    }
-                }
-                return;
+            stopped = controllers => Ended::Controllers(stopped),
+            ended = lost => Ended::Lost(ended),
+            () = settings_changed => Ended::SettingsChanged,
+        }
+    };
+    match ended {
+        Ended::Controllers(Stopped::Cleanly) => {
+            if let Some(election) = election {
+                info!("controllers stopped; releasing the leader lease");
+                election_stop.cancel();
+                let _ = election.await;
             }
-            ended = &mut election => {
-                error!(ended = ?ended, "lost the leader lease: every pass in flight is stopped; following until this replica leads again");
+            TermEnd::Shutdown
+        }
+        Ended::Controllers(Stopped::Abandoned(left)) => {
+            // One of them may still write once its blocking work ends: the next leader waits for
+            // the Lease to expire instead.
+            warn!(?left, "controllers still in a pass after the stop grace; exiting without them, the leader lease (if held) left to expire, not released");
+            if let Some(election) = election {
+                election.abort();
             }
+            TermEnd::Shutdown
+        }
+        Ended::Lost(ended) => {
+            error!(ended = ?ended, "lost the leader lease: every pass in flight is stopped; following until this replica leads again");
+            TermEnd::LeaseLost
+        }
+        Ended::SettingsChanged => {
+            info!("the settings ConfigMap changed: every pass in flight is stopped and the controllers start again with the new settings");
+            if let Some(election) = election {
+                election_stop.cancel();
+                let _ = election.await;
+            }
+            TermEnd::SettingsChanged
         }
     }
 }

@@ -1,5 +1,6 @@
-//! The `karpenter-global-settings` ConfigMap of Karpenter (karpenter-behavior.md §8.1), read once at
-//! start from the system namespace, so a cluster moving from Karpenter keeps its settings. Parsing
+//! The `karpenter-global-settings` ConfigMap of Karpenter (karpenter-behavior.md §8.1), read at
+//! start from the system namespace, so a cluster moving from Karpenter keeps its settings, and again
+//! every `RECHECK_INTERVAL` ([`changed`]): a change starts the controllers again with it. Parsing
 //! its data is pure ([`parse`]); a bad value is an error naming the key and the value, and that key
 //! is ignored. A flag given on the command line, or its environment variable, wins over the
 //! ConfigMap (`config::RunArgs::apply_settings`); the ConfigMap wins over the flag's default.
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::apis::v1alpha1::validation::{CLUSTER_TAG_PREFIX, RESTRICTED_TAG_KEYS};
 use crate::cloudprovider::aws::launch_template::LAUNCH_TEMPLATE_CLUSTER_TAG;
@@ -288,18 +289,27 @@ pub fn refused_note(e: &SettingError) -> String {
     format!("{e}; the key is ignored and its flag or default applies")
 }
 
+/// What `load` read.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// The values refused (each logged and given an `InvalidSetting` event).
+    pub refused: Vec<SettingError>,
+    /// The ConfigMap's data as read; None when there is no ConfigMap.
+    pub data: Option<BTreeMap<String, String>>,
+}
+
 /// Reads the ConfigMap from `args.system_namespace` and applies it under `args`' explicit flags.
 /// A missing ConfigMap is fine; one that cannot be read is an error, for the caller to retry
 /// with back-off (running on defaults that the ConfigMap overrides could launch the wrong
 /// nodes); every refused value is an error in the log and a Warning event `InvalidSetting` on
-/// the ConfigMap, naming key and value, and that key is ignored. Returns the refused values.
-pub async fn load(client: kube::Client, args: &mut crate::config::RunArgs) -> Result<Vec<SettingError>, kube::Error> {
+/// the ConfigMap, naming key and value, and that key is ignored.
+pub async fn load(client: kube::Client, args: &mut crate::config::RunArgs) -> Result<Loaded, kube::Error> {
     let namespace = args.system_namespace.clone();
     let configmap = match read(client.clone(), &namespace).await? {
         Read::Found(cm) => cm,
         Read::Missing => {
             info!(namespace = %namespace, configmap = SETTINGS_CONFIGMAP, "no settings ConfigMap; using flags and defaults");
-            return Ok(Vec::new());
+            return Ok(Loaded::default());
         }
     };
     let data = configmap.data.clone().unwrap_or_default();
@@ -321,7 +331,36 @@ pub async fn load(client: kube::Client, args: &mut crate::config::RunArgs) -> Re
         warn!(namespace = %namespace, "{note}");
     }
     info!(namespace = %namespace, configmap = SETTINGS_CONFIGMAP, keys = data.len(), "read the settings ConfigMap");
-    Ok(errors)
+    Ok(Loaded {
+        refused: errors,
+        data: Some(data),
+    })
+}
+
+/// How often `changed` reads the ConfigMap again.
+pub const RECHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Returns once the settings ConfigMap in `namespace` holds other data than `since` (what `load`
+/// read; None: there was none), read every `RECHECK_INTERVAL` with the `get` the chart grants. A
+/// read that fails is retried at the next check.
+pub async fn changed(client: kube::Client, namespace: String, since: Option<BTreeMap<String, String>>) {
+    let mut ticker = tokio::time::interval(RECHECK_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
+    loop {
+        ticker.tick().await;
+        let now = match read(client.clone(), &namespace).await {
+            Ok(Read::Found(cm)) => Some(cm.data.clone().unwrap_or_default()),
+            Ok(Read::Missing) => None,
+            Err(e) => {
+                debug!(namespace = %namespace, error = %e, "reading the settings ConfigMap for changes; retrying");
+                continue;
+            }
+        };
+        if now != since {
+            return;
+        }
+    }
 }
 
 #[cfg(test)]

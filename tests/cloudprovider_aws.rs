@@ -746,7 +746,7 @@ async fn the_settings_configmap_tags_launches_and_sets_memory_overhead_unless_a_
         panic!("run subcommand");
     };
     let client = support::client(cluster).await;
-    let refused = karpenter_rs::settings::load(client.clone(), &mut args).await.expect("the ConfigMap is read");
+    let refused = karpenter_rs::settings::load(client.clone(), &mut args).await.expect("the ConfigMap is read").refused;
     // The refused value is a Warning event on the ConfigMap, naming key and value.
     let events = support::wait_for("the InvalidSetting event", Duration::from_secs(30), || {
         let out = support::kubectl(cluster, &["get", "events", "-n", &namespace, "-o", "json"], None);

@@ -1064,7 +1064,8 @@ fn a_controller_busy_in_a_long_pass_holds_up_no_other() {
         let log = binary.log();
         assert!(status.success(), "exit status {status}:\n{log}");
         assert!(
-            log.contains(r#"controllers still in a pass after the stop grace; exiting without them left=["deprovisioning"]"#),
+            log.lines()
+                .any(|l| l.contains("controllers still in a pass after the stop grace") && l.contains(r#"left=["deprovisioning"]"#)),
             "the busy controller, and only it, is left behind:\n{log}"
         );
         // The pod's next node (launched after the delete) is removed by a binary not held up.
@@ -1096,6 +1097,79 @@ fn without_a_cluster_endpoint_the_binary_looks_it_up_and_starts() {
         },
     );
     drop(binary);
+}
+
+/// A change to the settings ConfigMap takes effect without a restart: the running binary reads
+/// the ConfigMap again within its recheck interval (15 s), starts its controllers again with it,
+/// and the next launch carries the new `aws.tags`.
+#[test]
+fn a_settings_configmap_change_takes_effect_without_a_restart() {
+    let setup = setup("settings-change");
+    let cluster = setup.cluster;
+    let s = Scenario::create(cluster);
+    let tag = unique("settings-change");
+    // The binary's system namespace (--system-namespace's default).
+    kubectl(cluster, &["create", "namespace", "karpenter"], None);
+    let configmap = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "karpenter-global-settings", "namespace": "karpenter"},
+        "data": {"aws.tags": json!({"settings-change": tag}).to_string()},
+    });
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut binary = setup.start(None);
+        let log_path = binary.log.clone();
+        let log = move || std::fs::read_to_string(&log_path).unwrap_or_default();
+        binary.wait_for(&s, "the controllers started", Duration::from_secs(60), || {
+            log().contains("controllers started").then_some(())
+        });
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&configmap.to_string()));
+        binary.wait_for(
+            &s,
+            "the change read and the controllers started again",
+            Duration::from_secs(60),
+            || {
+                let log = log();
+                let changed = log.find("the settings ConfigMap changed")?;
+                log[changed..].contains("controllers started").then_some(())
+            },
+        );
+        s.scale(1);
+        binary.wait_for(&s, "the pod Running on a node", Duration::from_secs(120), || s.running_pod_node());
+        let instances = s.instances(&setup);
+        assert_eq!(instances.len(), 1, "{instances:?}");
+        let described = setup
+            .rt
+            .block_on(setup.cloud.ec2().describe_instances().instance_ids(&instances[0]).send())
+            .expect("describing the instance");
+        let tags: Vec<(String, String)> = described
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .flat_map(|i| i.tags())
+            .map(|t| (t.key().unwrap_or_default().to_string(), t.value().unwrap_or_default().to_string()))
+            .collect();
+        assert!(
+            tags.contains(&("settings-change".to_string(), tag.clone())),
+            "the launch carries the new tag: {tags:?}"
+        );
+        s.scale_to_zero_and_settle(&setup);
+    }));
+    kubectl(
+        cluster,
+        &[
+            "delete",
+            "configmap",
+            "karpenter-global-settings",
+            "-n",
+            "karpenter",
+            "--ignore-not-found",
+        ],
+        None,
+    );
+    s.tear_down(&setup);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
 }
 
 /// Passes `controller` of the running binary has finished (`controller_runtime_reconcile_total`).
