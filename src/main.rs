@@ -233,35 +233,28 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
     let Some((client, lease_client, root_cert)) = retrying(&shutdown, "controllers cannot start", || connect(&args)).await else {
         return;
     };
-    let state = karpenter_rs::controllers::state::Cluster::start(&client, &shutdown, &metrics.liveness);
-    let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("karpenter-rs-{}", std::process::id()));
+    let process = Process {
+        state: karpenter_rs::controllers::state::Cluster::start(&client, &shutdown, &metrics.liveness),
+        identity: std::env::var("POD_NAME").unwrap_or_else(|_| format!("karpenter-rs-{}", std::process::id())),
+        client,
+        lease_client,
+        metrics,
+        shutdown,
+    };
     loop {
-        let Some((args, cloud, loaded)) = retrying(&shutdown, "controllers cannot start", || {
-            configure(&client, &args, root_cert.as_deref())
+        let Some((args, cloud, loaded)) = retrying(&process.shutdown, "controllers cannot start", || {
+            configure(&process.client, &args, root_cert.as_deref())
         })
         .await
         else {
             return;
         };
-        let settings_changed = settings::changed(client.clone(), args.system_namespace.clone(), loaded.data);
+        let settings_changed = settings::changed(process.client.clone(), args.system_namespace.clone(), loaded.data);
         tokio::pin!(settings_changed);
         let queue = std::sync::Arc::new(cloud.interruption_queue());
         let cloud: std::sync::Arc<dyn karpenter_rs::cloudprovider::CloudProvider> = std::sync::Arc::new(cloud);
         loop {
-            let end = term(
-                &args,
-                &identity,
-                &client,
-                &lease_client,
-                &cloud,
-                &queue,
-                &state,
-                &metrics,
-                &shutdown,
-                settings_changed.as_mut(),
-            )
-            .await;
-            match end {
+            match term(&process, &args, &cloud, &queue, settings_changed.as_mut()).await {
                 TermEnd::Shutdown => return,
                 TermEnd::LeaseLost => continue,
                 TermEnd::SettingsChanged => break,
@@ -270,21 +263,37 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
     }
 }
 
-/// One term of the controllers (see `run_controllers`).
-#[allow(clippy::too_many_arguments)]
+/// What every term of the controllers shares, made once per process.
+struct Process {
+    /// This replica's name in the leader Lease.
+    identity: String,
+    /// The controllers' (rate-limited) client.
+    client: kube::Client,
+    /// The Lease's own client.
+    lease_client: kube::Client,
+    /// The cluster view, kept across terms.
+    state: std::sync::Arc<karpenter_rs::controllers::state::Cluster>,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+}
+
+/// One term of the controllers (see `run_controllers`), with `args` and the cloud they describe.
 async fn term(
+    process: &Process,
     args: &RunArgs,
-    identity: &str,
-    client: &kube::Client,
-    lease_client: &kube::Client,
     cloud: &std::sync::Arc<dyn karpenter_rs::cloudprovider::CloudProvider>,
     queue: &std::sync::Arc<karpenter_rs::cloudprovider::aws::queue::SqsQueue>,
-    state: &std::sync::Arc<karpenter_rs::controllers::state::Cluster>,
-    metrics: &Metrics,
-    shutdown: &CancellationToken,
     settings_changed: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
 ) -> TermEnd {
     use karpenter_rs::controllers::{deprovisioning, garbagecollection, interruption, termination};
+    let Process {
+        identity,
+        client,
+        lease_client,
+        state,
+        metrics,
+        shutdown,
+    } = process;
     let (leading_tx, leading_rx) = tokio::sync::watch::channel(!args.leader_elect);
     // Stopped only after the passes have: on SIGTERM the Lease is released once nothing acts.
     let election_stop = CancellationToken::new();

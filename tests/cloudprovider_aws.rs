@@ -30,8 +30,7 @@ fn local_env() -> &'static HashMap<String, String> {
 
 /// The ids fixtures.py seeded into moto.
 fn fixtures() -> serde_json::Value {
-    let path = &local_env()["LOCAL_CLUSTER_FIXTURES"];
-    serde_json::from_str(&std::fs::read_to_string(path).expect("reading the fixtures file")).expect("fixtures are JSON")
+    support::cluster().fixtures()
 }
 
 fn config() -> CloudConfig {
@@ -269,13 +268,7 @@ async fn first_write_up_template_resolves_to_the_three_subnets_and_the_security_
         .await
         .expect("resolving the first write-up's template");
     let subnets: BTreeMap<String, String> = status.subnets.unwrap().into_iter().map(|s| (s.zone.unwrap(), s.id)).collect();
-    let expected: BTreeMap<String, String> = fx["subnets"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(zone, id)| (zone.clone(), id.as_str().unwrap().to_string()))
-        .collect();
-    assert_eq!(subnets, expected);
+    assert_eq!(subnets, support::cluster().fixture_subnets());
     let groups: Vec<String> = status.security_groups.unwrap().into_iter().map(|g| g.id).collect();
     assert_eq!(groups, vec![fx["security_group_id"].as_str().unwrap().to_string()]);
     // No amiFamily on Kubernetes 1.33: AL2023 (differences.md item 13).

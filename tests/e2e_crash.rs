@@ -1084,9 +1084,7 @@ fn a_controller_busy_in_a_long_pass_holds_up_no_other() {
 fn without_a_cluster_endpoint_the_binary_looks_it_up_and_starts() {
     let setup = setup("endpoint-lookup");
     let binary = setup.start_with_env(&[("CLUSTER_ENDPOINT", "")]);
-    let fixtures: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&setup.cluster.env["LOCAL_CLUSTER_FIXTURES"]).unwrap()).unwrap();
-    let endpoint = fixtures["eks_endpoint"].as_str().unwrap().to_string();
+    let endpoint = setup.cluster.fixtures()["eks_endpoint"].as_str().unwrap().to_string();
     wait_for(
         "the endpoint looked up and the controllers started",
         Duration::from_secs(60),

@@ -139,8 +139,7 @@ fn first_write_up_launches_one_node_and_runs_nginx_on_it() {
         );
         assert_eq!(instance.instance_type, labels["node.kubernetes.io/instance-type"]);
         // The API server says 1.33 and the template names no amiFamily: the node boots AL2023.
-        let seeded: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&cluster.env["LOCAL_CLUSTER_FIXTURES"]).unwrap()).unwrap();
+        let seeded = cluster.fixtures();
         let al2023 = "/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/standard/recommended/image_id";
         assert_eq!(instance.image_id.as_deref(), seeded["amis"][al2023]["image_id"].as_str());
 
@@ -1159,21 +1158,14 @@ fn an_awsnodetemplate_status_shows_its_resolved_subnets_security_groups_and_amis
         let t: serde_json::Value = serde_json::from_str(&out).unwrap();
         t["status"]["subnets"].as_array().filter(|s| !s.is_empty()).map(|_| t["status"].clone())
     });
-    let fixtures: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&cluster.env["LOCAL_CLUSTER_FIXTURES"]).unwrap()).unwrap();
+    let fixtures = cluster.fixtures();
     let subnets: BTreeMap<String, String> = status["subnets"]
         .as_array()
         .unwrap()
         .iter()
         .map(|s| (s["zone"].as_str().unwrap().to_string(), s["id"].as_str().unwrap().to_string()))
         .collect();
-    let expected: BTreeMap<String, String> = fixtures["subnets"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(zone, id)| (zone.clone(), id.as_str().unwrap().to_string()))
-        .collect();
-    assert_eq!(subnets, expected, "{status}");
+    assert_eq!(subnets, cluster.fixture_subnets(), "{status}");
     assert_eq!(status["securityGroups"][0]["id"], fixtures["security_group_id"], "{status}");
     assert_eq!(status["securityGroups"].as_array().unwrap().len(), 1, "{status}");
     assert_eq!(status["amis"].as_array().unwrap().len(), 2, "an AMI per architecture: {status}");

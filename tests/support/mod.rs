@@ -52,6 +52,22 @@ impl Cluster {
     pub fn kubeconfig(&self) -> &str {
         &self.env["KUBECONFIG"]
     }
+
+    /// The ids tests/cluster/fixtures.py seeded into moto (`LOCAL_CLUSTER_FIXTURES`).
+    pub fn fixtures(&self) -> serde_json::Value {
+        let path = &self.env["LOCAL_CLUSTER_FIXTURES"];
+        serde_json::from_str(&std::fs::read_to_string(path).expect("reading the fixtures file")).expect("fixtures are JSON")
+    }
+
+    /// The seeded subnets, zone to subnet id.
+    pub fn fixture_subnets(&self) -> std::collections::BTreeMap<String, String> {
+        self.fixtures()["subnets"]
+            .as_object()
+            .expect("fixtures name the subnets")
+            .iter()
+            .map(|(zone, id)| (zone.clone(), id.as_str().unwrap().to_string()))
+            .collect()
+    }
 }
 
 /// The sum of the samples in Prometheus text `metrics` whose line starts with `prefix` (a metric

@@ -26,7 +26,7 @@ use crate::scheduling::nodes::{is_labelled_initialized, is_ready, INITIALIZED_LA
 use crate::scheduling::InstanceType;
 
 /// The resources every kubelet reports when it registers.
-pub const KUBELET_RESOURCES: &[&str] = &["cpu", "memory", "pods", "ephemeral-storage"];
+const KUBELET_RESOURCES: &[&str] = &["cpu", "memory", "pods", "ephemeral-storage"];
 
 /// `requested` (a launch's summed pod requests) without what every kubelet reports: the value of
 /// the node's `REQUESTED_RESOURCES_ANNOTATION`.

@@ -318,7 +318,13 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
     // future (a lost lease) aborts both.
     let mut loops = JoinSet::new();
     loops.spawn(binder::bind_loop(ctx.clone(), stores.clone(), shutdown.clone()));
-    loops.spawn(status::status_loop(ctx.clone(), stores.clone(), startups, leading.clone(), shutdown.clone()));
+    loops.spawn(status::status_loop(
+        ctx.clone(),
+        stores.clone(),
+        startups,
+        leading.clone(),
+        shutdown.clone(),
+    ));
     let loops = async move {
         while let Some(ended) = loops.join_next().await {
             if let Err(e) = ended {
@@ -355,8 +361,10 @@ async fn warm(ctx: &Context, stores: &Stores, mut leading: watch::Receiver<bool>
         }
         let Ok(version) = ctx.kubernetes_version().await else { continue };
         let _ = ctx.cloud.instance_types().await;
-        for p in stores.provisioners.state() {
-            if let Ok((template, _)) = launch::node_template(ctx, stores, &p, version) {
+        // Inline providers here; every AWSNodeTemplate (what a providerRef names) is resolved
+        // by the status writer, which warms the same cache.
+        for p in stores.provisioners.state().iter().filter(|p| p.spec.provider_ref.is_none()) {
+            if let Ok((template, _)) = launch::node_template(ctx, stores, p, version) {
                 let _ = ctx.cloud.resolve(&template).await;
             }
         }
