@@ -176,6 +176,15 @@ impl Scenario {
 
     /// `create`, with `edit` applied to the Provisioner first.
     fn create_with(cluster: &'static Cluster, edit: impl FnOnce(&mut serde_json::Value)) -> Scenario {
+        Self::create_with_template(cluster, edit, |_| {})
+    }
+
+    /// `create_with`, with `edit_template` applied to the AWSNodeTemplate first.
+    fn create_with_template(
+        cluster: &'static Cluster,
+        edit: impl FnOnce(&mut serde_json::Value),
+        edit_template: impl FnOnce(&mut serde_json::Value),
+    ) -> Scenario {
         let suffix = unique("crash");
         let s = Scenario {
             cluster,
@@ -194,6 +203,7 @@ impl Scenario {
         spec.remove("ttlSecondsAfterEmpty");
         spec.remove("ttlSecondsUntilExpired");
         edit(&mut provisioner);
+        edit_template(&mut template);
         let mut deployment = fixture("first-writeup/nginx-deployment.yaml");
         deployment["metadata"]["namespace"] = json!(s.namespace);
         deployment["spec"]["replicas"] = json!(0);
@@ -1794,5 +1804,212 @@ spec:
 
         shutdown.cancel();
         kubectl(cluster, &["delete", "widget", &good, &bad, "--wait=false"], None);
+    }
+}
+
+// ---- what a real kubelet makes of the user data ----------------------------------------------
+//
+// The local cluster's kubelet stand-in (tests/cluster/kubelet_standin.py) reads each launched
+// instance's user data from the EC2 emulator and registers what that AMI's bootstrap and kubelet
+// would (labels reconciled on an existing Node, max pods, reservations, no Ready without the
+// cluster's endpoint and CA); kwok marks the Node Ready only after that. These tests run the
+// binary with the settings each case needs.
+
+/// The annotations the kubelet stand-in wrote on `node`.
+fn standin(node: &Node, key: &str) -> String {
+    node.annotations()
+        .get(&format!("kubelet.local-cluster/{key}"))
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "the kubelet stand-in wrote no {key} on {}: {:?}",
+                node.name_any(),
+                node.annotations()
+            )
+        })
+}
+
+/// The zone and type EC2 launched `node`'s instance as.
+fn launched_as(setup: &Setup, node: &Node) -> (String, String) {
+    let id = instance_id_from_provider_id(node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default())
+        .expect("the node has a provider id")
+        .to_string();
+    let described = setup
+        .rt
+        .block_on(setup.cloud.ec2().describe_instances().instance_ids(&id).send())
+        .expect("describing the instance");
+    let instance = described.reservations()[0].instances()[0].clone();
+    (
+        instance
+            .placement()
+            .and_then(|p| p.availability_zone())
+            .unwrap_or_default()
+            .to_string(),
+        instance.instance_type().map(|t| t.as_str().to_string()).unwrap_or_default(),
+    )
+}
+
+/// Pods of the scenario Running.
+fn running(s: &Scenario) -> Vec<Pod> {
+    s.pods()
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running"))
+        .collect()
+}
+
+/// With 2a's offerings refused by EC2, the fleet launches in 2c: the Node is labelled 2c and the
+/// type EC2 started after its kubelet registers. A zone or type in the kubelet's `--node-labels`
+/// (a value sampled from the Provisioner's 2a and 2c) would be written over the Node's labels
+/// when the kubelet registers (`updateDefaultLabels`).
+#[test]
+fn a_node_launched_in_2c_keeps_its_zone_and_type_after_its_kubelet_registers() {
+    use support::fault_proxy::{Fault, FaultProxy, Rule};
+    let setup = setup("kubelet-zone");
+    let cluster = setup.cluster;
+    let proxy = FaultProxy::start(&cluster.env["AWS_ENDPOINT_URL"]);
+    let refused = ["t3.large", "t3.xlarge"].map(|t| (t.to_string(), "ap-northeast-2a".to_string()));
+    proxy.add(Rule::new("CreateFleet", Fault::InsufficientCapacity(refused.to_vec())));
+    let s = Scenario::create(cluster);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let url = proxy.url();
+        let mut binary = Binary::spawn(
+            cluster,
+            &setup.certs,
+            &setup.logs,
+            None,
+            &["--leader-elect", "false"],
+            &[("AWS_ENDPOINT_URL", url.as_str())],
+        );
+        s.scale(1);
+        let name = binary.wait_for(&s, "the pod Running on a node", Duration::from_secs(120), || s.running_pod_node());
+        let node = s.node(&name).expect("the node");
+        assert_eq!(standin(&node, "source"), "user-data");
+        let (zone, instance_type) = launched_as(&setup, &node);
+        assert_eq!(zone, "ap-northeast-2c", "2a was refused");
+        assert_eq!(node.labels()["topology.kubernetes.io/zone"], zone, "{:?}", node.labels());
+        assert_eq!(
+            node.labels()["node.kubernetes.io/instance-type"],
+            instance_type,
+            "{:?}",
+            node.labels()
+        );
+        let registered = standin(&node, "node-labels");
+        for key in [
+            "topology.kubernetes.io/zone",
+            "node.kubernetes.io/instance-type",
+            "kubernetes.io/arch",
+        ] {
+            assert!(!registered.contains(key), "the kubelet is given {key}: {registered}");
+        }
+        assert!(
+            registered.contains(&format!("karpenter.sh/provisioner-name={}", s.provisioner)),
+            "{registered}"
+        );
+        drop(binary);
+    }));
+    s.tear_down(&setup);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// With `aws.enableENILimitedPodDensity` off, 110 pods are planned on a t3.large: its AL2 kubelet
+/// must be told so (`--max-pods=110`), or bootstrap.sh applies its ENI table (35) and 60 small
+/// pods need more nodes than planned. One node is launched, and all 60 run on it.
+#[test]
+fn with_eni_limited_density_off_60_small_pods_run_on_the_one_node_planned() {
+    let setup = setup("kubelet-max-pods");
+    let cluster = setup.cluster;
+    let s = Scenario::create_with_template(
+        cluster,
+        |p| p["spec"]["requirements"][0]["values"] = json!(["t3.large"]),
+        |t| t["spec"]["amiFamily"] = json!("AL2"),
+    );
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut binary = setup.start_with_env(&[("ENABLE_ENI_LIMITED_POD_DENSITY", "false")]);
+        s.request_cpu("10m");
+        s.scale(60);
+        binary.wait_for(&s, "60 pods Running", Duration::from_secs(300), || {
+            (running(&s).len() == 60).then_some(())
+        });
+        let nodes = s.nodes();
+        assert_eq!(
+            nodes.len(),
+            1,
+            "one node for 60 pods: {:?}",
+            nodes.iter().map(|n| n.name_any()).collect::<Vec<_>>()
+        );
+        assert_eq!(setup.launched(&s), 1);
+        assert_eq!(standin(&nodes[0], "family"), "AL2");
+        assert_eq!(standin(&nodes[0], "max-pods"), "110");
+        let capacity = nodes[0].status.as_ref().and_then(|st| st.capacity.clone()).unwrap_or_default();
+        assert_eq!(capacity["pods"].0, "110");
+        drop(binary);
+    }));
+    s.tear_down(&setup);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// With no cluster endpoint configured, the binary looks it up (eks:DescribeCluster): AL2023 and
+/// Bottlerocket nodes, whose bootstraps cannot look it up themselves, join and run their pods.
+#[test]
+fn al2023_and_bottlerocket_nodes_join_with_the_endpoint_looked_up() {
+    let setup = setup("kubelet-endpoint");
+    let cluster = setup.cluster;
+    let al2023 = Scenario::create_with_template(cluster, |_| {}, |t| t["spec"]["amiFamily"] = json!("AL2023"));
+    let bottlerocket = Scenario::create_with_template(cluster, |_| {}, |t| t["spec"]["amiFamily"] = json!("Bottlerocket"));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut binary = setup.start_with_env(&[("CLUSTER_ENDPOINT", "")]);
+        al2023.scale(1);
+        bottlerocket.scale(1);
+        for (s, family) in [(&al2023, "AL2023"), (&bottlerocket, "Bottlerocket")] {
+            let name = binary.wait_for(s, &format!("the {family} pod Running"), Duration::from_secs(120), || {
+                s.running_pod_node()
+            });
+            let node = s.node(&name).expect("the node");
+            assert_eq!(standin(&node, "family"), family);
+        }
+        assert!(binary.log().contains("cluster endpoint from eks:DescribeCluster"));
+        drop(binary);
+    }));
+    al2023.tear_down(&setup);
+    bottlerocket.tear_down(&setup);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// A GPU type launched for a pod that asks for no GPU, on a cluster without the device plugin
+/// (the node never advertises nvidia.com/gpu): the node is initialised all the same, as only the
+/// extended resources its pods asked for are waited on.
+#[test]
+fn a_gpu_node_for_a_pod_without_gpus_is_initialised_without_its_device_plugin() {
+    let setup = setup("kubelet-gpu-init");
+    let cluster = setup.cluster;
+    let s = Scenario::create_with(cluster, |p| {
+        p["spec"]["requirements"][0]["values"] = json!(["g4dn.xlarge"]);
+        p["spec"]["labels"]["kubelet.local-cluster/no-device-plugin"] = json!("true");
+    });
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut binary = setup.start(None);
+        s.scale(1);
+        let name = binary.wait_for(&s, "the pod Running on a node", Duration::from_secs(120), || s.running_pod_node());
+        binary.wait_for(&s, "the node initialised", Duration::from_secs(60), || {
+            let node = s.node(&name)?;
+            (node.labels().get("karpenter.sh/initialized").map(String::as_str) == Some("true")).then_some(())
+        });
+        let node = s.node(&name).expect("the node");
+        let capacity = node.status.as_ref().and_then(|st| st.capacity.clone()).unwrap_or_default();
+        assert!(
+            capacity.get("nvidia.com/gpu").is_none_or(|q| q.0 == "0"),
+            "no device plugin, no GPUs advertised: {capacity:?}"
+        );
+        drop(binary);
+    }));
+    s.tear_down(&setup);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
     }
 }

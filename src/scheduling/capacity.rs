@@ -20,6 +20,9 @@ pub const DEFAULT_EPHEMERAL_STORAGE_BYTES: i64 = 20 << 30;
 pub const DEFAULT_MAX_PODS: i64 = 110;
 /// Memory the kubelet keeps free before evicting pods, unless `memory.available` says otherwise.
 pub const DEFAULT_EVICTION_MEMORY_BYTES: i64 = 100 << 20;
+/// Root-volume space the kubelet keeps free before evicting pods, unless `nodefs.available` says
+/// otherwise (`aws@v0.31.0:pkg/providers/instancetype/types.go` `evictionThreshold`).
+pub const DEFAULT_EVICTION_NODEFS: &str = "10%";
 const MIB: i64 = 1 << 20;
 const GIB: i64 = 1 << 30;
 
@@ -230,8 +233,18 @@ fn eni_limited_pods_of(facts: &InstanceFacts, settings: &NodeSettings) -> i64 {
     eni_limited_pods((facts.max_enis - settings.reserved_enis).max(0), facts.ipv4_per_eni)
 }
 
-/// Memory capacity in MiB: `SizeInMiB − ⌈SizeInMiB × overhead⌉`.
-pub fn memory_capacity_mib(memory_mib: i64, vm_memory_overhead_percent: f64) -> i64 {
+/// Memory a Graviton (arm64) instance's kernel sets aside for its contiguous memory allocator,
+/// which the kubelet never reports (Karpenter v0.28+, `aws/karpenter-provider-aws#3940`).
+pub const GRAVITON_CMA_MIB: i64 = 64;
+
+/// Memory capacity in MiB: `M − ⌈M × overhead⌉` where `M` is `SizeInMiB`, less the 64 MiB of
+/// contiguous-allocator memory on arm64 (Graviton) types.
+pub fn memory_capacity_mib(facts: &InstanceFacts, vm_memory_overhead_percent: f64) -> i64 {
+    let memory_mib = if facts.architecture == "arm64" {
+        facts.memory_mib - GRAVITON_CMA_MIB
+    } else {
+        facts.memory_mib
+    };
     memory_mib - (memory_mib as f64 * vm_memory_overhead_percent).ceil() as i64
 }
 
@@ -287,10 +300,7 @@ pub fn eviction_signal_bytes(capacity_bytes: i64, signal: &str) -> Option<i64> {
 pub fn capacity(facts: &InstanceFacts, settings: &NodeSettings) -> Resources {
     let mut r = Resources::zero()
         .with(CPU, facts.vcpus * 1000)
-        .with(
-            MEMORY,
-            memory_capacity_mib(facts.memory_mib, settings.vm_memory_overhead_percent) * MIB,
-        )
+        .with(MEMORY, memory_capacity_mib(facts, settings.vm_memory_overhead_percent) * MIB)
         .with(PODS, max_pods(facts, settings))
         .with(
             EPHEMERAL_STORAGE,
@@ -352,7 +362,7 @@ pub fn overhead(facts: &InstanceFacts, settings: &NodeSettings) -> Overhead {
     for (name, amount) in &settings.system_reserved {
         system_reserved.set(name, *amount);
     }
-    let memory = memory_capacity_mib(facts.memory_mib, settings.vm_memory_overhead_percent) * MIB;
+    let memory = memory_capacity_mib(facts, settings.vm_memory_overhead_percent) * MIB;
     let storage = settings.ephemeral_storage_bytes.unwrap_or(DEFAULT_EPHEMERAL_STORAGE_BYTES);
     let mut signals = vec![&settings.eviction_hard];
     if settings.ami_family.eviction_soft_enabled() {
@@ -361,6 +371,7 @@ pub fn overhead(facts: &InstanceFacts, settings: &NodeSettings) -> Overhead {
     let mut eviction_threshold = Resources::zero().with(MEMORY, DEFAULT_EVICTION_MEMORY_BYTES);
     let mut overridden = Resources::zero();
     let mut memory_overridden = false;
+    let mut storage_overridden = false;
     for map in signals {
         if let Some(v) = map.get("memory.available").and_then(|s| eviction_signal_bytes(memory, s)) {
             overridden.memory_bytes = overridden.memory_bytes.max(v);
@@ -368,12 +379,17 @@ pub fn overhead(facts: &InstanceFacts, settings: &NodeSettings) -> Overhead {
         }
         if let Some(v) = map.get("nodefs.available").and_then(|s| eviction_signal_bytes(storage, s)) {
             overridden.ephemeral_storage_bytes = overridden.ephemeral_storage_bytes.max(v);
+            storage_overridden = true;
         }
     }
     if memory_overridden {
         eviction_threshold.memory_bytes = overridden.memory_bytes;
     }
-    eviction_threshold.ephemeral_storage_bytes = overridden.ephemeral_storage_bytes;
+    eviction_threshold.ephemeral_storage_bytes = if storage_overridden {
+        overridden.ephemeral_storage_bytes
+    } else {
+        eviction_signal_bytes(storage, DEFAULT_EVICTION_NODEFS).unwrap_or_default()
+    };
     Overhead {
         kube_reserved,
         system_reserved,
@@ -396,9 +412,10 @@ mod tests {
         let o = overhead(&f, &s);
         assert_eq!(o.kube_reserved.to_string(), "cpu=70m, memory=640Mi, ephemeral-storage=1Gi");
         assert_eq!(o.system_reserved.to_string(), "cpu=100m, memory=100Mi, ephemeral-storage=1Gi");
-        assert_eq!(o.eviction_threshold.to_string(), "memory=100Mi");
+        // v0.31 keeps 10% of the root volume free as well (nodefs.available).
+        assert_eq!(o.eviction_threshold.to_string(), "memory=100Mi, ephemeral-storage=2Gi");
         let alloc = cap.minus(&o.total());
-        assert_eq!(alloc.to_string(), "cpu=1830m, memory=6737Mi, pods=35, ephemeral-storage=18Gi");
+        assert_eq!(alloc.to_string(), "cpu=1830m, memory=6737Mi, pods=35, ephemeral-storage=16Gi");
     }
 
     #[test]
@@ -413,8 +430,38 @@ mod tests {
         assert_eq!(o.kube_reserved.to_string(), "cpu=80m, memory=893Mi, ephemeral-storage=1Gi");
         assert_eq!(
             cap.minus(&o.total()).to_string(),
-            "cpu=3820m, memory=14062Mi, pods=58, ephemeral-storage=18Gi"
+            "cpu=3820m, memory=14062Mi, pods=58, ephemeral-storage=16Gi"
         );
+    }
+
+    #[test]
+    fn graviton_types_lose_the_contiguous_allocators_64mi_before_the_vm_overhead() {
+        let f = InstanceFacts {
+            architecture: "arm64".to_string(),
+            ..facts("m5.large")
+        };
+        // (8192 − 64) − ⌈8128 × 0.075⌉ = 8128 − 610 = 7518Mi; an x86 type of the same size keeps
+        // 8192 − 615 = 7577Mi.
+        assert_eq!(capacity(&f, &NodeSettings::default()).memory_bytes, 7518 * MIB);
+        assert_eq!(capacity(&facts("m5.large"), &NodeSettings::default()).memory_bytes, 7577 * MIB);
+    }
+
+    #[test]
+    fn the_nodefs_eviction_threshold_is_10_percent_unless_nodefs_available_says_otherwise() {
+        let f = facts("t3.large");
+        let mut s = NodeSettings {
+            ephemeral_storage_bytes: Some(100 * GIB),
+            ..NodeSettings::default()
+        };
+        assert_eq!(overhead(&f, &s).eviction_threshold.ephemeral_storage_bytes, 10 * GIB);
+        s.eviction_hard.insert("nodefs.available".to_string(), "5Gi".to_string());
+        assert_eq!(overhead(&f, &s).eviction_threshold.ephemeral_storage_bytes, 5 * GIB);
+        s.eviction_hard.insert("nodefs.available".to_string(), "100%".to_string());
+        assert_eq!(overhead(&f, &s).eviction_threshold.ephemeral_storage_bytes, 0);
+        // memory.available alone leaves the storage default in place.
+        s.eviction_hard.clear();
+        s.eviction_hard.insert("memory.available".to_string(), "200Mi".to_string());
+        assert_eq!(overhead(&f, &s).eviction_threshold.ephemeral_storage_bytes, 10 * GIB);
     }
 
     #[test]

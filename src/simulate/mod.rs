@@ -154,7 +154,12 @@ pub fn simulate(manifests: &Manifests, catalogue: &Catalogue, options: &Options)
             pods: request.pods.iter().map(ToString::to_string).collect(),
         });
     }
-    let per_hour: f64 = nodes.iter().filter_map(|n| n.cheapest.as_ref()).map(|o| o.price_per_hour).sum();
+    // Folded from +0.0: the sum of no floats is -0.0, printed "$-0.0000".
+    let per_hour: f64 = nodes
+        .iter()
+        .filter_map(|n| n.cheapest.as_ref())
+        .map(|o| o.price_per_hour)
+        .fold(0.0, |a, b| a + b);
     let existing_of: HashMap<&PodKey, &str> = plan.existing_assignments.iter().map(|(k, n)| (k, n.as_str())).collect();
     let unplaced: HashMap<&PodKey, &str> = plan
         .unschedulable

@@ -274,6 +274,8 @@ fn an_unplaceable_pod_is_listed_with_the_simulations_reason() {
     assert_eq!(report.pods[0].unplaced.as_deref(), Some(u.reason.as_str()));
     let table = report.table();
     assert!(table.contains(&format!("default/huge-0: {}", u.reason)), "{table}");
+    // No node costs nothing, never "$-0.0000" (the sum of no floats is -0.0).
+    assert!(table.contains("TOTAL 0 nodes: $0.0000/hour, $0.00/month"), "{table}");
 }
 
 #[test]

@@ -299,6 +299,18 @@ def ensure_eks_cluster(eks, cluster, role, subnets, sg_id):
     return created["cluster"]["endpoint"]
 
 
+def branch_interfaces():
+    """Instance type -> branch network interfaces (security groups for pods): the VPC resource
+    controller's limits, from the generated table karpenter-rs embeds."""
+    table = {}
+    path = Path(__file__).resolve().parents[2] / "src/cloudprovider/aws/branch_interfaces.tsv"
+    for line in path.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, count = line.split("\t")
+            table[name] = int(count)
+    return table
+
+
 def add_moto_arguments(ap):
     """--endpoint-url and --region, defaulting to AWS_ENDPOINT_URL and AWS_REGION."""
     ap.add_argument("--endpoint-url", default=os.environ.get("AWS_ENDPOINT_URL"))

@@ -8,12 +8,14 @@ allocatable with karpenter-rs's default node settings, and writes:
 
   * --stages: a multi-document YAML of kwok Stages for `kwok --config`:
       node-initialize  kwok v0.7.0's default stage (conditions, addresses,
-                       nodeInfo, phase), except that `capacity` and
+                       nodeInfo, phase), for Nodes the kubelet stand-in
+                       (kubelet_standin.py) has registered, except that `capacity` and
                        `allocatable` come from a table keyed by the Node's
                        `node.kubernetes.io/instance-type` label. A type not in
                        the table keeps the status the Node already has, or
                        gets DEFAULT_RESOURCES (not kwok's cpu 1k / memory 1Ti /
-                       pods 1M, which fits everything).
+                       pods 1M, which fits everything); so does a Node the
+                       stand-in registered from its instance's user data.
       node-heartbeat   kwok v0.7.0's default heartbeat, verbatim. Stages given
                        with --config replace *all* default Node stages, so it
                        is declared again. (kwok keeps its default Pod stages
@@ -25,14 +27,15 @@ The formulas are karpenter-rs's (src/scheduling/capacity.rs, karpenter-behavior.
 §2.12) with default settings: AL2, vmMemoryOverheadPercent 0.075, ENI-limited
 pods, no kubelet overrides, 20Gi root volume:
 
-  capacity    cpu = vCPUs; memory = MiB - ceil(MiB * 0.075) Mi;
+  capacity    cpu = vCPUs; memory = M - ceil(M * 0.075) Mi, M = MiB (less 64 on arm64);
               pods = ENIs * (IPv4 per ENI - 1) + 2; ephemeral-storage = 20Gi;
               nvidia.com/gpu, amd.com/gpu, habana.ai/gaudi, aws.amazon.com/neuron;
               vpc.amazonaws.com/pod-eni = branch interfaces of a trunking-compatible
               type (src/cloudprovider/aws/branch_interfaces.tsv), as the VPC resource
               controller advertises it on a cluster with security groups for pods
   allocatable capacity - kube-reserved (cpu by tiers, (11 * pods + 255)Mi, 1Gi)
-              - system-reserved (100m, 100Mi, 1Gi) - eviction (memory 100Mi)
+              - system-reserved (100m, 100Mi, 1Gi) - eviction (memory 100Mi, 10% of
+              ephemeral-storage)
 
 Environment: AWS_ENDPOINT_URL (required, the moto URL), AWS_REGION,
 AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (any value).
@@ -44,15 +47,21 @@ import math
 import sys
 from pathlib import Path
 
-from fixtures import add_moto_arguments, moto_clients
+from fixtures import add_moto_arguments, branch_interfaces, moto_clients
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+# Set by the kubelet stand-in (kubelet_standin.py) once it has read the node's user data: kwok
+# marks a Node Ready only then, as a kubelet registers only after its bootstrap.
+REGISTERED_ANNOTATION = "kubelet.local-cluster/registered"
+SOURCE_ANNOTATION = "kubelet.local-cluster/source"
 
 MIB = 1 << 20
 GIB = 1 << 30
 VM_MEMORY_OVERHEAD_PERCENT = 0.075
 EPHEMERAL_STORAGE_BYTES = 20 * GIB
 EVICTION_MEMORY_BYTES = 100 * MIB
+EVICTION_NODEFS_PERCENT = 10
+GRAVITON_CMA_MIB = 64
 
 # What a managed Node of an unknown instance type (or without the label) reports
 # when it has no status of its own: a small node, so nothing fits by accident.
@@ -64,18 +73,6 @@ CPU, MEMORY, PODS, EPHEMERAL_STORAGE = "cpu", "memory", "pods", "ephemeral-stora
 GPU_RESOURCES = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "habana": "habana.ai/gaudi"}
 NEURON = "aws.amazon.com/neuron"
 POD_ENI = "vpc.amazonaws.com/pod-eni"
-BRANCH_INTERFACES = Path(__file__).resolve().parents[2] / "src/cloudprovider/aws/branch_interfaces.tsv"
-
-
-def branch_interfaces():
-    """Instance type -> branch network interfaces, from the generated table karpenter-rs embeds."""
-    table = {}
-    for line in BRANCH_INTERFACES.read_text().splitlines():
-        if line and not line.startswith("#"):
-            name, count = line.split("\t")
-            table[name] = int(count)
-    return table
-
 
 BRANCHES = branch_interfaces()
 
@@ -118,8 +115,10 @@ def facts(it):
         if a.get("Manufacturer", "").lower() == "aws"
     )
     neuron += sum(d.get("Count", 0) for d in it.get("NeuronInfo", {}).get("NeuronDevices", []))
+    arch = next(a for a in archs if a in ("x86_64", "arm64"))
     return {
         "name": it["InstanceType"],
+        "arm64": arch == "arm64",
         "vcpus": it.get("VCpuInfo", {}).get("DefaultVCpus", 0),
         "memory_mib": it.get("MemoryInfo", {}).get("SizeInMiB", 0),
         "max_enis": max_enis,
@@ -137,7 +136,7 @@ def eni_limited_pods(f):
 
 
 def memory_capacity_bytes(f):
-    mib = f["memory_mib"]
+    mib = f["memory_mib"] - (GRAVITON_CMA_MIB if f["arm64"] else 0)
     return (mib - math.ceil(mib * VM_MEMORY_OVERHEAD_PERCENT)) * MIB
 
 
@@ -171,7 +170,7 @@ def overhead(f):
     return {
         CPU: kube_reserved_cpu_millis(f["vcpus"] * 1000) + 100,
         MEMORY: (11 * eni_limited_pods(f) + 255) * MIB + 100 * MIB + EVICTION_MEMORY_BYTES,
-        EPHEMERAL_STORAGE: GIB + GIB,
+        EPHEMERAL_STORAGE: GIB + GIB + math.ceil(EPHEMERAL_STORAGE_BYTES / 100 * EVICTION_NODEFS_PERCENT),
     }
 
 
@@ -269,6 +268,8 @@ def node_initialize_template(rows):
         f"""\
 {{{{- $default := {go_dict(DEFAULT_RESOURCES)} }}}}
 {{{{- $row := get $resources $instanceType }}}}
+{{{{- /* registered from its user data by the kubelet stand-in: keep what it wrote */}}}}
+{{{{- with .metadata.annotations }}}}{{{{ if eq (or (index . {go_string(SOURCE_ANNOTATION)}) "") "user-data" }}}}{{{{ $row = "" }}}}{{{{ end }}}}{{{{ end }}}}
 {CONDITIONS}
 addresses:
 {{{{ with .status.addresses }}}}
@@ -353,6 +354,8 @@ spec:
     apiGroup: v1
     kind: Node
   selector:
+    matchAnnotations:
+      {REGISTERED_ANNOTATION}: "true"
 {READY_NOT_TRUE}
   next:
     statusTemplate: |

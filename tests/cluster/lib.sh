@@ -20,7 +20,7 @@ PIDS="$STATE/pids"
 LOGS="$STATE/logs"
 
 # Start order; stopped in reverse.
-COMPONENTS=(moto etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+COMPONENTS=(moto etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubelet-standin)
 # Started on request (up.sh --with-karpenter) on top of a running cluster; stopped first.
 OPTIONAL_COMPONENTS=(karpenter)
 

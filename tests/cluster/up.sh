@@ -137,11 +137,13 @@ check_default_ns() { curl_admin -o /dev/null "https://127.0.0.1:$APISERVER_PORT/
 check_kcm() { [[ "$(curl -ksS --max-time 5 "https://127.0.0.1:$KCM_PORT/healthz")" == ok ]]; }
 check_scheduler() { [[ "$(curl -ksS --max-time 5 "https://127.0.0.1:$SCHEDULER_PORT/healthz")" == ok ]]; }
 check_kwok() { [[ "$(curl -fsS --max-time 5 "http://127.0.0.1:$KWOK_PORT/healthz")" == ok ]]; }
+check_standin() { grep -q "watching Nodes" "$LOGS/kubelet-standin.log"; }
 
 # ident_of NAME: what start_proc records for NAME with the current binaries.
 ident_of() {
   case "$1" in
     moto) echo "$CLUSTER_DIR/moto_server.py" ;;
+    kubelet-standin) echo "$CLUSTER_DIR/kubelet_standin.py" ;;
     *) echo "$BIN_DIR/$1" ;;
   esac
 }
@@ -450,6 +452,16 @@ start_kwok() {
     --cidr=10.244.0.1/16
 }
 
+start_standin() {
+  # The kubelet stand-in (kubelet_standin.py): reads each launched node's user data from moto and
+  # writes what its kubelet would register; kwok's node-initialize stage waits for it.
+  start_proc kubelet-standin "$CLUSTER_DIR/kubelet_standin.py" \
+    env AWS_ENDPOINT_URL="http://127.0.0.1:$MOTO_PORT" AWS_REGION="$AWS_REGION_NAME" \
+    AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_EC2_METADATA_DISABLED=true \
+    "$PYTHON" "$CLUSTER_DIR/kubelet_standin.py" --apiserver "https://127.0.0.1:$APISERVER_PORT" \
+    --ca "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key"
+}
+
 run_fixtures() {
   log "seeding moto (fixtures.py)"
   local start=$SECONDS
@@ -548,9 +560,11 @@ EOF
   start_kcm
   start_scheduler
   start_kwok
+  start_standin
   wait_ready kube-controller-manager "$COMPONENT_TIMEOUT" check_kcm
   wait_ready kube-scheduler "$COMPONENT_TIMEOUT" check_scheduler
   wait_ready kwok "$COMPONENT_TIMEOUT" check_kwok
+  wait_ready kubelet-standin "$COMPONENT_TIMEOUT" check_standin
 
   write_env
   UP_DONE=1

@@ -591,15 +591,16 @@ mod tests {
                 types[0].allocatable().ephemeral_storage_bytes,
             )
         };
-        // 20Gi by default, minus kube-reserved 1Gi and system-reserved 1Gi.
-        assert_eq!(storage(&template_with_root(None, None)), (20 * GI, 18 * GI));
+        // 20Gi by default, minus kube-reserved 1Gi, system-reserved 1Gi and the kubelet's
+        // nodefs.available eviction threshold (10%).
+        assert_eq!(storage(&template_with_root(None, None)), (20 * GI, 16 * GI));
         assert_eq!(
             storage(&template_with_root(None, Some(("/dev/xvda", "100Gi")))),
-            (100 * GI, 98 * GI)
+            (100 * GI, 88 * GI)
         );
         assert_eq!(
             storage(&template_with_root(Some("Bottlerocket"), Some(("/dev/xvda", "100Gi")))),
-            (20 * GI, 18 * GI),
+            (20 * GI, 16 * GI),
             "Bottlerocket's ephemeral storage is /dev/xvdb"
         );
     }
