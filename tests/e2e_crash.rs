@@ -1606,11 +1606,13 @@ fn log_tail(component: &str, lines: usize) -> String {
 }
 
 /// Restarts kwok, once, when a pod has been bound to a Ready node that is not being deleted for
-/// 60 s and kwok has still not started it. This works around kwok, not karpenter-rs: once the
-/// pod is bound, starting it is the node's (kwok's) job alone, and kwok v0.7.0 has been seen (once
-/// in CI, after the etcd outage) to stop starting the pods of a node it keeps heartbeating. A real
-/// kubelet keeps starting pods after an etcd outage, so the test stands in for that; the restart
-/// is printed, and a second occurrence fails the wait as before.
+/// 60 s and kwok has still not started it, or when a node the kubelet stand-in registered has
+/// not been made Ready by kwok for 60 s. This works around kwok, not karpenter-rs: once the pod
+/// is bound, starting it is the node's (kwok's) job alone, and so is reporting a registered node
+/// Ready; kwok v0.7.0 has been seen in CI, after an outage, to stop starting the pods of a node
+/// it keeps heartbeating, and to stop initialising nodes whose leases it keeps. A real kubelet
+/// keeps going after an outage, so the test stands in for that; the restart is printed, and a
+/// second occurrence fails the wait as before.
 #[derive(Default)]
 struct KwokWatchdog {
     bound_since: Option<Instant>,
@@ -1624,13 +1626,17 @@ impl KwokWatchdog {
         if self.restarted {
             return;
         }
-        let ready_nodes: Vec<String> = s
-            .nodes()
-            .into_iter()
-            .filter(|n| n.metadata.deletion_timestamp.is_none() && karpenter_rs::scheduling::nodes::is_ready(n))
+        let nodes: Vec<Node> = s.nodes().into_iter().filter(|n| n.metadata.deletion_timestamp.is_none()).collect();
+        let ready_nodes: Vec<String> = nodes
+            .iter()
+            .filter(|n| karpenter_rs::scheduling::nodes::is_ready(n))
             .map(|n| n.name_any())
             .collect();
-        let waiting = s.pods().into_iter().any(|p| {
+        let registered_not_ready = nodes.iter().any(|n| {
+            n.annotations().get("kubelet.local-cluster/registered").map(String::as_str) == Some("true")
+                && !karpenter_rs::scheduling::nodes::is_ready(n)
+        });
+        let waiting = registered_not_ready || s.pods().into_iter().any(|p| {
             let phase = p.status.as_ref().and_then(|st| st.phase.as_deref());
             p.metadata.deletion_timestamp.is_none()
                 && phase == Some("Pending")
@@ -1643,7 +1649,7 @@ impl KwokWatchdog {
         let since = *self.bound_since.get_or_insert_with(Instant::now);
         if since.elapsed() >= Self::PATIENCE {
             eprintln!(
-                "kwok has not started a pod bound to a Ready node for {:?}: restarting kwok",
+                "kwok has not started a pod bound to a Ready node, or made a registered node Ready, for {:?}: restarting kwok",
                 Self::PATIENCE
             );
             control_plane("stop", "kwok");

@@ -421,10 +421,22 @@ fn scaling_to_zero_and_back_within_the_ttl_keeps_the_node() {
 
 #[test]
 fn a_do_not_evict_pod_blocks_expiration_until_it_is_lifted() {
+    a_pod_annotated_blocks_expiration_until_it_is_lifted("karpenter.sh/do-not-evict", "pinned");
+}
+
+/// Karpenter v0.31's `karpenter.sh/do-not-disrupt` on a pod holds its node as `do-not-evict` does.
+#[test]
+fn a_do_not_disrupt_pod_blocks_expiration_until_it_is_lifted() {
+    a_pod_annotated_blocks_expiration_until_it_is_lifted("karpenter.sh/do-not-disrupt", "undisrupted");
+}
+
+/// A pod annotated `key: "true"` on an expiring node: the node is kept with a
+/// BlockedDeprovisioning event until the annotation says `false`, then replaced and removed.
+fn a_pod_annotated_blocks_expiration_until_it_is_lifted(key: &str, name: &str) {
     let (cluster, controller) = setup();
-    let scenario = Scenario::create(cluster, "pinned", None, Some(30));
+    let scenario = Scenario::create(cluster, name, None, Some(30));
     with_scenario(scenario, controller, |s| {
-        s.create_pod("pinned", json!({"karpenter.sh/do-not-evict": "true"}));
+        s.create_pod("pinned", json!({key: "true"}));
         let node_name = s.wait_running(1).into_iter().next().unwrap();
         let instance = instance_id(&s.node(&node_name).unwrap());
 
@@ -448,7 +460,7 @@ fn a_do_not_evict_pod_blocks_expiration_until_it_is_lifted() {
                 "pinned",
                 "-n",
                 &s.namespace,
-                "karpenter.sh/do-not-evict=false",
+                &format!("{key}=false"),
                 "--overwrite",
             ],
             None,

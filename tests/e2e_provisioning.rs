@@ -1172,3 +1172,53 @@ fn an_awsnodetemplate_status_shows_its_resolved_subnets_security_groups_and_amis
     kubectl_ok(cluster, &["delete", "provisioner", &provisioner, "--wait=false"], None);
     kubectl_ok(cluster, &["delete", "awsnodetemplate", &template, "--wait=false"], None);
 }
+
+/// Node writes carry the UID of the node they were decided on: a node deleted and created again
+/// under the same name (EC2 reuses private DNS names) is neither cordoned, annotated nor deleted
+/// by a decision about the old one; the node itself is written as asked.
+#[test]
+fn node_writes_never_reach_a_node_created_again_under_the_same_name() {
+    use karpenter_rs::controllers::node_ops::{self, Cordon, Written};
+    let (cluster, controller) = setup();
+    let name = unique("recreated");
+    controller.block_on(async {
+        let client = support::client(cluster).await;
+        let nodes: Api<Node> = Api::all(client.clone());
+        let finalizer = "e2e.karpenter-rs/held";
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": name, "finalizers": [finalizer]}})).unwrap();
+        let drop_finalizers = json!({"metadata": {"finalizers": null}});
+        let old = nodes.create(&Default::default(), &node).await.unwrap();
+        nodes.delete(&name, &Default::default()).await.unwrap();
+        nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&drop_finalizers)).await.unwrap();
+        let new = nodes.create(&Default::default(), &node).await.unwrap();
+        assert_ne!(old.uid(), new.uid());
+        assert_eq!(node_ops::release_finalizer(&client, &old, finalizer).await.unwrap(), Written::Gone);
+        assert_eq!(nodes.get(&name).await.unwrap().finalizers(), [finalizer]);
+        assert_eq!(node_ops::cordon(&client, &old, Cordon::Terminating).await.unwrap(), Written::Gone);
+        assert_eq!(
+            node_ops::annotate(&client, &old, &[("e2e.karpenter-rs/written", Some("old"))]).await.unwrap(),
+            Written::Gone
+        );
+        assert_eq!(node_ops::delete(&client, &old).await.unwrap(), Written::Gone);
+        let still = nodes.get(&name).await.expect("the new node is still there");
+        assert_eq!(still.uid(), new.uid());
+        assert_ne!(still.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
+        assert!(!still.annotations().contains_key("e2e.karpenter-rs/written"));
+
+        assert_eq!(
+            node_ops::cordon(&client, &new, Cordon::Disrupting("expired")).await.unwrap(),
+            Written::Written
+        );
+        let cordoned = nodes.get(&name).await.unwrap();
+        assert_eq!(cordoned.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
+        assert_eq!(cordoned.annotations()["karpenter.sh/voluntary-disruption"], "expired");
+        assert_eq!(node_ops::cordon(&client, &new, Cordon::Lift).await.unwrap(), Written::Written);
+        let lifted = nodes.get(&name).await.unwrap();
+        assert_ne!(lifted.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
+        assert!(!lifted.annotations().contains_key("karpenter.sh/voluntary-disruption"));
+        assert_eq!(node_ops::delete(&client, &new).await.unwrap(), Written::Written);
+        let deleting = nodes.get(&name).await.unwrap();
+        assert_eq!(node_ops::release_finalizer(&client, &deleting, finalizer).await.unwrap(), Written::Written);
+        assert!(nodes.get_opt(&name).await.unwrap().is_none());
+    });
+}

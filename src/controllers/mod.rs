@@ -25,6 +25,7 @@ pub mod events;
 pub mod garbagecollection;
 pub mod interruption;
 pub mod leader;
+pub mod node_ops;
 pub mod pods;
 pub mod provisioning;
 pub mod state;

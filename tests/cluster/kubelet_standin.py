@@ -3,7 +3,8 @@
 of the user data a launch wrote, applied to its Node before kwok marks it Ready.
 
 kwok runs no bootstrap, so without this nothing would read the user data karpenter-rs writes. For
-every Node labelled `karpenter.sh/provisioner-name` (the nodes kwok manages) this process:
+every Node labelled `karpenter.sh/provisioner-name` (the nodes kwok manages; Karpenter v1's,
+labelled `karpenter.sh/nodepool`, have no instance and are registered at once) this process:
 
   1. finds the instance behind `spec.providerID` in the EC2 emulator and reads its user data
      (DescribeInstanceAttribute userData) and the root/data volume of its launch template;
@@ -74,6 +75,9 @@ import yaml
 from fixtures import add_moto_arguments, branch_interfaces, moto_clients
 
 MANAGED = "karpenter.sh/provisioner-name"
+# Karpenter v1's Nodes (the scale benchmark's second kwok manages them with the same stages):
+# no instance in moto behind them, so they are registered as such at once.
+NODEPOOL = "karpenter.sh/nodepool"
 REGISTERED = "kubelet.local-cluster/registered"
 SOURCE = "kubelet.local-cluster/source"
 FAMILY = "kubelet.local-cluster/family"
@@ -82,6 +86,8 @@ NODE_LABELS = "kubelet.local-cluster/node-labels"
 REGISTER_TAINTS = "kubelet.local-cluster/register-with-taints"
 MAX_PODS = "kubelet.local-cluster/max-pods"
 NO_DEVICE_PLUGIN = "kubelet.local-cluster/no-device-plugin"
+# A node whose kubelet never starts (registration tests); kwok leaves it alone too.
+NO_KUBELET = "e2e.karpenter-rs/no-kubelet"
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -606,8 +612,10 @@ class Standin:
     def wants(self, node):
         meta = node["metadata"]
         annotations = meta.get("annotations") or {}
+        labels = meta.get("labels") or {}
         return (
-            MANAGED in (meta.get("labels") or {})
+            (MANAGED in labels or NODEPOOL in labels)
+            and NO_KUBELET not in labels
             and REGISTERED not in annotations
             and REFUSED not in annotations
             and not meta.get("deletionTimestamp")
@@ -624,7 +632,8 @@ class Standin:
         pool.submit(self.handle, node)
 
     def run(self, stop, server):
-        selector = {"labelSelector": MANAGED}
+        # Every Node: a label selector cannot say "either label".
+        selector = {}
         first = True
         with ThreadPoolExecutor(max_workers=8) as pool:
             threading.Thread(target=self.retries, args=(pool, stop), daemon=True).start()
@@ -633,7 +642,7 @@ class Standin:
                     listed = self.api.get("/api/v1/nodes", params=selector)
                     if first:
                         # up.sh waits for this line.
-                        log(f"watching Nodes labelled {MANAGED} on {server}")
+                        log(f"watching Nodes labelled {MANAGED} or {NODEPOOL} on {server}")
                         first = False
                     for node in listed["items"]:
                         self.offer(pool, node)

@@ -20,6 +20,10 @@ pub fn opted_out<'a>(annotations: Option<&std::collections::BTreeMap<String, Str
     let annotations = annotations?;
     keys.iter().copied().find(|k| annotations.get(*k).map(String::as_str) == Some("true"))
 }
+/// Label that takes a node out of external load balancers while it drains.
+pub const EXCLUDE_FROM_LB_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+/// Annotation naming the deprovisioning method that cordoned a node to remove it.
+pub const VOLUNTARY_DISRUPTION_ANNOTATION: &str = "karpenter.sh/voluntary-disruption";
 /// Finalizer that makes every node we own drain and release its instance before it goes.
 pub const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
 /// Tag and selector key used for subnet and security-group discovery.

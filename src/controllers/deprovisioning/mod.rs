@@ -26,9 +26,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::chrono::Utc;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::events::{EventType, Recorder};
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, instrument, warn};
@@ -36,6 +35,7 @@ use tracing::{debug, info, instrument, warn};
 use crate::apis::v1alpha5::labels::{EMPTINESS_TIMESTAMP_ANNOTATION, PROVISIONER_NAME_LABEL};
 use crate::apis::v1alpha5::Provisioner;
 use crate::controllers::events::{publish, recorder};
+use crate::controllers::node_ops::{self, Cordon, Written};
 use crate::controllers::provisioning;
 use crate::controllers::state::Cluster;
 use crate::metrics::{self, Metrics};
@@ -79,7 +79,7 @@ impl Default for DeprovisioningConfig {
 
 /// The annotation on a node a command of ours is replacing or deleting, with the method
 /// (`expired`, `consolidation`).
-pub const VOLUNTARY_DISRUPTION_ANNOTATION: &str = "karpenter.sh/voluntary-disruption";
+pub use crate::apis::v1alpha5::labels::VOLUNTARY_DISRUPTION_ANNOTATION;
 
 /// What the deprovisioning loop needs.
 pub struct Context {
@@ -413,20 +413,16 @@ async fn await_nodes(state: &Cluster, names: &[String], deadline: Instant, done:
 /// uncordons it and removes the mark (`None`).
 async fn cordon(ctx: &Context, node: &Node, method: Option<&str>) -> Result<(), DeprovisioningError> {
     let name = node.name_any();
-    let patch = serde_json::json!({
-        "metadata": {"annotations": {VOLUNTARY_DISRUPTION_ANNOTATION: method}},
-        "spec": {"unschedulable": method.map(|_| true)},
-    });
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    match nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-        Ok(_) => {
+    let how = method.map_or(Cordon::Lift, Cordon::Disrupting);
+    match node_ops::cordon(&ctx.client, node, how).await {
+        Ok(Written::Written) => {
             match method {
                 Some(method) => info!(node = %name, method, "cordoned node to deprovision it"),
                 None => info!(node = %name, "uncordoned node: not deprovisioned"),
             }
             Ok(())
         }
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Ok(Written::Gone) => Ok(()),
         Err(source) => Err(DeprovisioningError::Cordon { node: name, source }),
     }
 }
@@ -434,11 +430,9 @@ async fn cordon(ctx: &Context, node: &Node, method: Option<&str>) -> Result<(), 
 /// Sets (`Some`) or removes (`None`) the emptiness timestamp.
 async fn mark(ctx: &Context, node: &Node, timestamp: Option<String>, ttl: i64) -> Result<(), DeprovisioningError> {
     let name = node.name_any();
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let patch = serde_json::json!({"metadata": {"annotations": {EMPTINESS_TIMESTAMP_ANNOTATION: timestamp}}});
-    match nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+    match node_ops::annotate(&ctx.client, node, &[(EMPTINESS_TIMESTAMP_ANNOTATION, timestamp.as_deref())]).await {
+        Ok(Written::Written) => {}
+        Ok(Written::Gone) => return Ok(()),
         Err(source) => return Err(DeprovisioningError::Annotate { node: name, source }),
     }
     if timestamp.is_some() {
@@ -460,15 +454,13 @@ async fn delete_empty(
     nomination: k8s_openapi::chrono::Duration,
 ) -> Result<bool, DeprovisioningError> {
     let name = node.name_any();
-    let pods: Api<Pod> = Api::all(ctx.client.clone());
-    let fresh = pods
-        .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
+    let fresh = node_ops::pods_on(&ctx.client, &name)
         .await
         .map_err(|source| DeprovisioningError::ListPods {
             node: name.clone(),
             source,
         })?;
-    let fresh: Vec<Arc<Pod>> = fresh.items.into_iter().map(Arc::new).collect();
+    let fresh: Vec<Arc<Pod>> = fresh.into_iter().map(Arc::new).collect();
     if decide::emptiness(node, &fresh, ttl, nomination, Utc::now()) != Emptiness::Delete {
         debug!(node = %name, "node is no longer empty; keeping it");
         return Ok(false);
@@ -483,18 +475,9 @@ async fn delete_empty(
 async fn delete_node(ctx: &Context, node: &Node, method: &'static str, action: &'static str) -> Result<(), DeprovisioningError> {
     let name = node.name_any();
     let provisioner = node.labels().get(PROVISIONER_NAME_LABEL).cloned().unwrap_or_default();
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    // The UID precondition makes sure a node re-created under the same name is not deleted.
-    let params = DeleteParams {
-        preconditions: node.uid().map(|uid| kube::api::Preconditions {
-            uid: Some(uid),
-            resource_version: None,
-        }),
-        ..Default::default()
-    };
-    match nodes.delete(&name, &params).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => return Ok(()),
+    match node_ops::delete(&ctx.client, node).await {
+        Ok(Written::Written) => {}
+        Ok(Written::Gone) => return Ok(()),
         Err(source) => return Err(DeprovisioningError::Delete { node: name, source }),
     }
     ctx.metrics

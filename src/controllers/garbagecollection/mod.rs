@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::chrono::Utc;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::ListParams;
 use kube::runtime::events::{EventType, Recorder};
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
@@ -23,6 +23,7 @@ use tracing::{error, info, instrument, warn};
 use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
 use crate::cloudprovider::{self, CloudProvider};
 use crate::controllers::events::{publish, recorder};
+use crate::controllers::node_ops::{self, Written};
 use crate::metrics::{self, Metrics};
 use crate::telemetry;
 
@@ -195,16 +196,9 @@ async fn pass(ctx: &Context) -> Result<(), GarbageCollectionError> {
         let Some(node) = selected.iter().find(|n| n.name_any() == node_name) else {
             continue;
         };
-        let params = DeleteParams {
-            preconditions: node.uid().map(|uid| kube::api::Preconditions {
-                uid: Some(uid),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        match nodes_api.delete(&node_name, &params).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => continue,
+        match node_ops::delete(&ctx.client, node).await {
+            Ok(Written::Written) => {}
+            Ok(Written::Gone) => continue,
             Err(source) => {
                 warn!(node = %node_name, error = %telemetry::chain(&source), "deleting node whose instance is gone; retrying next pass");
                 continue;

@@ -25,9 +25,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::DeleteParams;
 use kube::runtime::events::{EventType, Recorder};
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
@@ -36,6 +35,7 @@ use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, CAPACITY_TYPE_SPOT, INS
 use crate::cloudprovider::queue::{Queue, Received};
 use crate::cloudprovider::{instance_id_from_provider_id, CloudProvider, Offering};
 use crate::controllers::events::{publish, recorder};
+use crate::controllers::node_ops;
 use crate::controllers::provisioning;
 use crate::controllers::state::Cluster;
 use crate::metrics::Metrics;
@@ -327,9 +327,9 @@ async fn act(ctx: &Context, message: &Message, instance_id: &str, action: &Actio
     }
     if node.metadata.deletion_timestamp.is_none() {
         let started = Instant::now();
-        match Api::<Node>::all(ctx.client.clone()).delete(&name, &DeleteParams::default()).await {
+        // With its UID as the precondition: a node re-created under the name is another one.
+        match node_ops::delete(&ctx.client, node.as_ref()).await {
             Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(source) => return Err(ActionError::Delete { node: name, source }),
         }
         let note = "Interruption triggered termination for the Node";

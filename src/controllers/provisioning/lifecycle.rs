@@ -14,13 +14,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::chrono::{DateTime, Utc};
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::{bind, publish, Context, Stores};
 use crate::apis::v1alpha5::labels::{INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL, REQUESTED_RESOURCES_ANNOTATION};
+use crate::controllers::node_ops::{self, Written};
 use crate::metrics;
 use crate::scheduling::nodes::{is_labelled_initialized, is_ready, INITIALIZED_LABEL};
 use crate::scheduling::InstanceType;
@@ -149,16 +150,15 @@ async fn registration_failed(ctx: &Context, node: &Node, age: Duration) {
         ttl.as_secs()
     );
     publish(ctx, node, EventType::Warning, "NodeRegistrationFailed", &note).await;
-    let api: Api<Node> = Api::all(ctx.client.clone());
-    match api.delete(&name, &DeleteParams::default()).await {
-        Ok(_) => {
+    match node_ops::delete(&ctx.client, node).await {
+        Ok(Written::Written) => {
             let provisioner = node.labels().get(PROVISIONER_NAME_LABEL).cloned().unwrap_or_default();
             ctx.metrics
                 .nodes_terminated
                 .with_label_values(&[provisioner.as_str(), metrics::reason::LIVENESS])
                 .inc();
         }
-        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Ok(Written::Gone) => {}
         Err(e) => warn!(node = %name, error = %e, "deleting a node that never registered; retrying"),
     }
 }

@@ -16,9 +16,8 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::chrono::Utc;
-use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::events::{EventType, Recorder};
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 use tokio::sync::{watch, Mutex};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, instrument, warn};
@@ -26,13 +25,13 @@ use tracing::{debug, info, instrument, warn};
 use crate::apis::v1alpha5::labels::{PROVISIONER_NAME_LABEL, TERMINATION_FINALIZER};
 use crate::cloudprovider::{self, instance_id_from_provider_id, CloudProvider};
 use crate::controllers::events::{publish, recorder};
+use crate::controllers::node_ops::{self, Cordon, Evicted, Written};
 use crate::controllers::state::Cluster;
 use crate::metrics::Metrics;
 use crate::telemetry;
 use drain::PodName;
 
-/// Label that keeps a draining node out of external load balancers.
-pub const EXCLUDE_FROM_LB_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+pub use crate::apis::v1alpha5::labels::EXCLUDE_FROM_LB_LABEL;
 /// First retry delay of a pod whose eviction was refused; doubles up to `MAX_EVICTION_BACKOFF`.
 const MIN_EVICTION_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_EVICTION_BACKOFF: Duration = Duration::from_secs(10);
@@ -168,15 +167,10 @@ pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receive
 #[instrument(skip_all, fields(node = %node.name_any()))]
 async fn reconcile(ctx: &Context, node: &Node, cached_pods: &[Arc<Pod>]) -> Result<usize, TerminationError> {
     let name = node.name_any();
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
     // 1. cordon
     if node.spec.as_ref().and_then(|s| s.unschedulable) != Some(true) {
-        let patch = serde_json::json!({
-            "metadata": {"labels": {EXCLUDE_FROM_LB_LABEL: "karpenter"}},
-            "spec": {"unschedulable": true},
-        });
-        match nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-            Ok(_) => {
+        match node_ops::cordon(&ctx.client, node, Cordon::Terminating).await {
+            Ok(Written::Written) => {
                 info!(node = %name, "cordoned node");
                 publish(
                     &ctx.recorder,
@@ -188,7 +182,7 @@ async fn reconcile(ctx: &Context, node: &Node, cached_pods: &[Arc<Pod>]) -> Resu
                 )
                 .await;
             }
-            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(0),
+            Ok(Written::Gone) => return Ok(0),
             Err(source) => return Err(TerminationError::Cordon { node: name, source }),
         }
     }
@@ -197,15 +191,13 @@ async fn reconcile(ctx: &Context, node: &Node, cached_pods: &[Arc<Pod>]) -> Resu
     // the cordon).
     let mut plan = drain::plan(cached_pods.iter().map(AsRef::as_ref), Utc::now());
     if plan.is_complete() {
-        let pods_api: Api<Pod> = Api::all(ctx.client.clone());
-        let pods = pods_api
-            .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
+        let pods = node_ops::pods_on(&ctx.client, &name)
             .await
             .map_err(|source| TerminationError::ListPods {
                 node: name.clone(),
                 source,
             })?;
-        plan = drain::plan(&pods.items, Utc::now());
+        plan = drain::plan(&pods, Utc::now());
     }
     if !plan.is_complete() {
         for pod in &plan.evict {
@@ -259,19 +251,12 @@ async fn reconcile(ctx: &Context, node: &Node, cached_pods: &[Arc<Pod>]) -> Resu
         publish(&ctx.recorder, node, EventType::Normal, "TerminatedInstance", "Terminating", &note).await;
         crate::failpoint::hit("after-terminate");
     }
-    // 4. remove our finalizer only: the test makes the patch fail if the list changed meanwhile
-    let Some(index) = node.finalizers().iter().position(|f| f == TERMINATION_FINALIZER) else {
+    // 4. remove our finalizer only (the patch fails if the list changed meanwhile)
+    if !node.finalizers().iter().any(|f| f == TERMINATION_FINALIZER) {
         return Ok(0);
-    };
-    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
-        {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": TERMINATION_FINALIZER},
-        {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
-    ]))
-    .expect("a JSON patch of two operations is well-formed");
-    match nodes.patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch)).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 404 => {}
-        Err(source) => return Err(TerminationError::RemoveFinalizer { node: name, source }),
+    }
+    if let Err(source) = node_ops::release_finalizer(&ctx.client, node, TERMINATION_FINALIZER).await {
+        return Err(TerminationError::RemoveFinalizer { node: name, source });
     }
     let provisioner = node.labels().get(PROVISIONER_NAME_LABEL).cloned().unwrap_or_default();
     let elapsed = node
@@ -295,17 +280,8 @@ async fn evict(ctx: &Context, pod: &PodName) {
             return;
         }
     }
-    let body = serde_json::json!({
-        "apiVersion": "policy/v1",
-        "kind": "Eviction",
-        "metadata": {"name": pod.name, "namespace": pod.namespace},
-    });
-    let request = axum::http::Request::post(format!("/api/v1/namespaces/{}/pods/{}/eviction", pod.namespace, pod.name))
-        .header(axum::http::header::CONTENT_TYPE, "application/json")
-        .body(serde_json::to_vec(&body).expect("a JSON value serializes"))
-        .expect("an eviction request is well-formed");
-    let refused = match ctx.client.request::<serde_json::Value>(request).await {
-        Ok(_) => {
+    let refused = match node_ops::evict(&ctx.client, &pod.namespace, &pod.name).await {
+        Evicted::Evicted => {
             info!(pod = %pod, "evicted pod");
             publish(
                 &ctx.recorder,
@@ -318,10 +294,9 @@ async fn evict(ctx: &Context, pod: &PodName) {
             .await;
             false
         }
-        Err(kube::Error::Api(e)) if e.code == 404 => false,
-        Err(kube::Error::Api(e)) if e.code == 429 => {
-            warn!(pod = %pod, reason = %e.message, "evicting pod violates a PodDisruptionBudget; retrying");
-            let note = format!("Evicting pod violates a PDB: {}", e.message);
+        Evicted::Refused(message) => {
+            warn!(pod = %pod, reason = %message, "evicting pod violates a PodDisruptionBudget; retrying");
+            let note = format!("Evicting pod violates a PDB: {message}");
             publish(
                 &ctx.recorder,
                 &pod.as_object(),
@@ -333,7 +308,7 @@ async fn evict(ctx: &Context, pod: &PodName) {
             .await;
             true
         }
-        Err(e) => {
+        Evicted::Failed(e) => {
             warn!(pod = %pod, error = %telemetry::chain(&e), "evicting pod; retrying");
             true
         }
