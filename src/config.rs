@@ -271,6 +271,10 @@ pub struct RunArgs {
     /// Namespace of the leader Lease (`run` only).
     #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "kube-system")]
     pub leader_election_namespace: String,
+    /// Name of this replica: the holder it writes into the leader Lease and the instance named in
+    /// its events (the chart sets it from the pod's name; default `karpenter-rs-<pid>`).
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
     /// Log filter: a level (error, warn, info, debug, trace) or tracing directives.
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -600,63 +604,13 @@ pub fn parse_interval(s: &str) -> Result<Duration, String> {
 /// an extension for long certificate lifetimes, `d` (24h), e.g. `365d`. Negative durations are
 /// refused.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let err = |why: &str| format!("invalid duration {s:?}: {why} (e.g. 10s, 1m30s, 500ms, 2h)");
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if s.is_empty() {
-        return Err(err("empty"));
-    }
     if s.starts_with('-') {
-        return Err(err("must not be negative"));
+        return Err(format!("invalid duration {s:?}: must not be negative (e.g. 10s, 1m30s, 500ms, 2h)"));
     }
-    let mut rest = s.strip_prefix('+').unwrap_or(s);
-    if rest.is_empty() {
-        return Err(err("expected a number and a unit"));
-    }
-    let mut total = Duration::ZERO;
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| err("a number needs a unit: ns, us, ms, s, m, h or d"))?;
-        let (number, tail) = rest.split_at(number_len);
-        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
-            return Err(err("expected a number before each unit"));
-        }
-        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_len);
-        let unit_nanos: u128 = match unit {
-            "ns" => 1,
-            "us" | "µs" | "μs" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            "d" => 86_400_000_000_000,
-            _ => return Err(err(&format!("unknown unit {unit:?}: expected ns, us, ms, s, m, h or d"))),
-        };
-        // Integer arithmetic, as Go does, so `0.1s` is exactly 100ms.
-        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-        let too_long = || err("too long");
-        let whole: u128 = if whole.is_empty() {
-            0
-        } else {
-            whole.parse().map_err(|_| too_long())?
-        };
-        let mut nanos = whole.checked_mul(unit_nanos).ok_or_else(too_long)?;
-        let mut scale = unit_nanos;
-        for digit in fraction.bytes().take(30) {
-            scale /= 10;
-            nanos += u128::from(digit - b'0') * scale;
-        }
-        total = u64::try_from(nanos)
-            .ok()
-            .map(Duration::from_nanos)
-            .and_then(|part| total.checked_add(part))
-            .ok_or_else(too_long)?;
-        rest = tail;
-    }
-    Ok(total)
+    let nanos = crate::apis::quantity::go_duration_nanos(s, true)?;
+    u64::try_from(nanos)
+        .map(Duration::from_nanos)
+        .map_err(|_| format!("invalid duration {s:?}: too long (e.g. 10s, 1m30s, 500ms, 2h)"))
 }
 
 #[cfg(test)]

@@ -233,9 +233,15 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
     let Some((client, lease_client, root_cert)) = retrying(&shutdown, "controllers cannot start", || connect(&args)).await else {
         return;
     };
+    if let Some(name) = &args.pod_name {
+        karpenter_rs::controllers::events::set_instance(name);
+    }
     let process = Process {
         state: karpenter_rs::controllers::state::Cluster::start(&client, &shutdown, &metrics.liveness),
-        identity: std::env::var("POD_NAME").unwrap_or_else(|_| format!("karpenter-rs-{}", std::process::id())),
+        identity: args
+            .pod_name
+            .clone()
+            .unwrap_or_else(|| format!("karpenter-rs-{}", std::process::id())),
         client,
         lease_client,
         metrics,

@@ -141,10 +141,9 @@ fn webhook_configurations_are_what_the_binary_prints() {
     }
 }
 
-/// Environment variables the chart sets that are no flag of `karpenter-rs run`: POD_NAME is read
-/// outside clap (it names the replica in the leader Lease and in events); MIMALLOC_ALLOW_THP by
-/// the allocator as the process starts.
-const NOT_IN_RUN_HELP: &[&str] = &["POD_NAME", "MIMALLOC_ALLOW_THP"];
+/// Environment variables the chart sets that are no flag of `karpenter-rs run`: MIMALLOC_ALLOW_THP
+/// is read by the allocator as the process starts.
+const NOT_IN_RUN_HELP: &[&str] = &["MIMALLOC_ALLOW_THP"];
 
 #[test]
 fn deployment_sets_every_setting_of_run_and_nothing_else() {

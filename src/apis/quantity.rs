@@ -78,44 +78,95 @@ pub fn check_spec_quantity(resource: &str, text: &str) -> Result<f64, String> {
 
 /// Parses a Go duration (`300ms`, `1m30s`, `-1h`, `0`) into seconds.
 pub fn parse_go_duration(s: &str) -> Option<f64> {
-    let (sign, mut rest) = match s.as_bytes().first()? {
-        b'-' => (-1.0, &s[1..]),
-        b'+' => (1.0, &s[1..]),
-        _ => (1.0, s),
+    go_duration_nanos(s, false).ok().map(|nanos| nanos as f64 / 1e9)
+}
+
+/// The one duration parser: a duration as Go writes one (`time.ParseDuration`, the form of
+/// Karpenter's env values, the settings ConfigMap's `batchMaxDuration` and kubelet grace
+/// periods): an optional sign, then one or more decimal numbers each followed by a unit `ns`,
+/// `us` (`µs`), `ms`, `s`, `m` or `h`, e.g. `500ms`, `1m30s`, `-1h2m3.5s`, `0`; with `days`, also
+/// `d` (24h, an extension for long certificate lifetimes, e.g. `365d`). In nanoseconds, computed
+/// in integers as Go does (so `0.1s` is exactly 100ms); the error names the text and why.
+pub fn go_duration_nanos(s: &str, days: bool) -> Result<i128, String> {
+    let units = if days {
+        "ns, us, ms, s, m, h or d"
+    } else {
+        "ns, us, ms, s, m or h"
     };
-    if rest == "0" {
-        return Some(0.0);
+    let err = |why: &str| format!("invalid duration {s:?}: {why} (e.g. 10s, 1m30s, 500ms, 2h)");
+    let (sign, unsigned) = match s.as_bytes().first() {
+        Some(b'-') => (-1, &s[1..]),
+        Some(b'+') => (1, &s[1..]),
+        Some(_) => (1, s),
+        None => return Err(err("empty")),
+    };
+    if unsigned == "0" {
+        return Ok(0);
     }
-    if rest.is_empty() {
-        return None;
+    if unsigned.is_empty() {
+        return Err(err("expected a number and a unit"));
     }
-    let mut total = 0.0;
+    let mut rest = unsigned;
+    let mut total: i128 = 0;
+    let too_long = || err("too long");
     while !rest.is_empty() {
-        let n = rest.bytes().take_while(|b| b.is_ascii_digit() || *b == b'.').count();
-        if n == 0 {
-            return None;
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| err(&format!("a number needs a unit: {units}")))?;
+        let (number, tail) = rest.split_at(number_len);
+        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
+            return Err(err("expected a number before each unit"));
         }
-        let value: f64 = rest[..n].parse().ok()?;
-        rest = &rest[n..];
-        let u = rest.bytes().take_while(|b| !(b.is_ascii_digit() || *b == b'.')).count();
-        let unit = match &rest[..u] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
+        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let unit_nanos: i128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            "d" if days => 86_400_000_000_000,
+            _ => return Err(err(&format!("unknown unit {unit:?}: expected {units}"))),
         };
-        rest = &rest[u..];
-        total += value * unit;
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        let whole: i128 = if whole.is_empty() {
+            0
+        } else {
+            whole.parse().map_err(|_| too_long())?
+        };
+        let mut nanos = whole.checked_mul(unit_nanos).ok_or_else(too_long)?;
+        let mut scale = unit_nanos;
+        for digit in fraction.bytes().take(30) {
+            scale /= 10;
+            nanos += i128::from(digit - b'0') * scale;
+        }
+        // At most what a u64 of nanoseconds holds (584 years), as Go's int64 limits it.
+        total = total
+            .checked_add(nanos)
+            .filter(|t| *t <= i128::from(u64::MAX))
+            .ok_or_else(too_long)?;
+        rest = tail;
     }
-    Some(sign * total)
+    Ok(sign * total)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_parser_serves_kubelet_grace_periods_and_the_binarys_settings() {
+        assert_eq!(go_duration_nanos("0.1s", false), Ok(100_000_000), "exact, as Go computes it");
+        assert_eq!(go_duration_nanos("-1h2m3.5s", false), Ok(-3_723_500_000_000));
+        assert_eq!(go_duration_nanos("365d", true), Ok(365 * 86_400_000_000_000));
+        let refused = go_duration_nanos("1d", false).unwrap_err();
+        assert!(refused.contains("unknown unit \"d\"") && refused.contains("\"1d\""), "{refused}");
+        assert!(go_duration_nanos("", false).unwrap_err().contains("empty"));
+        assert!(go_duration_nanos("10", false).unwrap_err().contains("needs a unit"));
+        assert!(go_duration_nanos("99999999999999999999h", false).unwrap_err().contains("too long"));
+        assert_eq!(parse_go_duration("1m30s"), Some(90.0));
+    }
 
     #[test]
     fn parses_quantities() {

@@ -18,11 +18,19 @@ pub const DEDUPE_PERIOD: Duration = Duration::from_secs(120);
 /// How many recent events are remembered before the expired ones are forgotten.
 const DEDUPE_PRUNE_AT: usize = 4096;
 
+/// The replica's name (`--pod-name`) as the events' reporting instance, set once at start.
+static INSTANCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Names this replica in every event it records from now on (the binary's `--pod-name`).
+pub fn set_instance(name: &str) {
+    let _ = INSTANCE.set(name.to_string());
+}
+
 /// The event recorder every controller of karpenter-rs uses.
 pub fn recorder(client: &kube::Client) -> Recorder {
     let reporter = Reporter {
         controller: "karpenter-rs".into(),
-        instance: std::env::var("POD_NAME").ok(),
+        instance: INSTANCE.get().cloned(),
     };
     Recorder::new(client.clone(), reporter)
 }

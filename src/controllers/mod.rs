@@ -16,7 +16,9 @@
 //! ```
 //!
 //! Every controller reads one shared view of the cluster, `state::Cluster` (one watch per kind
-//! in the process), started once by the wiring. `events` and `pods` are helpers they all use.
+//! in the process), started once by the wiring. `events` is a helper they all use, what kind
+//! of pod a pod is they ask `scheduling::pods`, and every write to a Node and every eviction
+//! goes through `node_ops`.
 //! Dependencies point one way: deprovisioning uses provisioning's snapshot and launch path;
 //! nothing in provisioning, termination or garbage collection imports deprovisioning.
 
@@ -26,7 +28,6 @@ pub mod garbagecollection;
 pub mod interruption;
 pub mod leader;
 pub mod node_ops;
-pub mod pods;
 pub mod provisioning;
 pub mod state;
 pub mod supervisor;

@@ -103,7 +103,25 @@ pub fn validate_pod(pod: &Pod) -> Result<(), String> {
     Ok(())
 }
 
-/// True for pods a DaemonSet owns.
+// ---- what kind of pod a pod is: the one set of pod predicates every part asks ----------------
+
+/// The kubelet's annotation on the API mirror of a static pod.
+pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// Finished: Succeeded or Failed, so it will not run again.
+pub fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded") | Some("Failed")
+    )
+}
+
+/// Being deleted (has a deletionTimestamp).
+pub fn is_terminating(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+}
+
+/// Owned by a DaemonSet (`apps`).
 pub fn is_daemonset_pod(pod: &Pod) -> bool {
     pod.metadata
         .owner_references
@@ -112,14 +130,30 @@ pub fn is_daemonset_pod(pod: &Pod) -> bool {
         .any(|o| o.kind == "DaemonSet" && o.api_version.starts_with("apps/"))
 }
 
+/// The API mirror of a static pod (owned by its Node, or annotated by the kubelet).
+pub fn is_mirror_pod(pod: &Pod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "Node" && o.api_version == "v1")
+        || pod
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION))
+}
+
+/// A DaemonSet pod or a static pod's mirror: it stays with its node and never needs a node of
+/// its own.
+pub fn is_daemon_or_mirror(pod: &Pod) -> bool {
+    is_daemonset_pod(pod) || is_mirror_pod(pod)
+}
+
 /// True for pods that will not run again (Succeeded, Failed) or are being deleted: they neither
 /// use node resources nor count for topology.
 pub fn is_terminal_or_terminating(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_some()
-        || matches!(
-            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Succeeded") | Some("Failed")
-        )
+    is_terminating(pod) || is_terminal(pod)
 }
 
 /// A host port a container binds: (protocol, host IP, port).

@@ -138,11 +138,7 @@ impl Manifests {
                     .as_ref()
                     .and_then(|s| s.node_name.as_deref())
                     .is_some_and(|n| !n.is_empty());
-                let finished = matches!(
-                    pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-                    Some("Succeeded") | Some("Failed")
-                );
-                if finished {
+                if crate::scheduling::pods::is_terminal(&pod) {
                     self.warnings
                         .push(format!("{at}: Pod {} is finished; ignored", object_name(&pod.metadata)));
                 } else if bound {

@@ -18,6 +18,7 @@ pub mod queue;
 pub mod retries;
 pub mod subnets;
 pub mod unavailable_offerings;
+pub mod user_data;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::Hash;
@@ -32,7 +33,8 @@ use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 
 use self::ami::{Accelerator, Ami, AmiNeed};
-use self::launch_template::{Bootstrap, LaunchTemplateConfig, Metadata};
+use self::launch_template::{LaunchTemplateConfig, Metadata};
+use self::user_data::Bootstrap;
 use self::subnets::{SecurityGroup, Subnet};
 use self::unavailable_offerings::UnavailableOfferings;
 use crate::apis::v1alpha1::{AmiStatus, AwsNodeTemplateStatus, SecurityGroupStatus, SubnetStatus};
@@ -436,7 +438,7 @@ impl AwsCloudProvider {
             })?;
         let mut security_group_ids: Vec<String> = self.resolve_security_groups(template).await?.into_iter().map(|g| g.id).collect();
         security_group_ids.sort();
-        let labels = launch_template::kubelet_labels(&request.labels, &request.provisioner_name, capacity_type);
+        let labels = user_data::kubelet_labels(&request.labels, &request.provisioner_name, capacity_type);
         let taints: Vec<_> = request.taints.iter().chain(&request.startup_taints).cloned().collect();
         let bootstrap = Bootstrap {
             cluster_name: &self.config.cluster_name,
@@ -457,7 +459,7 @@ impl AwsCloudProvider {
         for ((need, max_pods), need_types) in needs {
             let mut kubelet = request.kubelet.clone();
             kubelet.max_pods = max_pods.and_then(|n| i32::try_from(n).ok()).or(kubelet.max_pods);
-            let user_data = launch_template::user_data(template.ami_family, &Bootstrap { kubelet: &kubelet, ..bootstrap })?;
+            let user_data = user_data::user_data(template.ami_family, &Bootstrap { kubelet: &kubelet, ..bootstrap })?;
             let image = self.ami(template, need).await?;
             let config = LaunchTemplateConfig {
                 cluster_name: self.config.cluster_name.clone(),
@@ -561,7 +563,7 @@ impl CloudProvider for AwsCloudProvider {
 
     async fn resolve(&self, template: &NodeTemplate) -> Result<AwsNodeTemplateStatus, Error> {
         if template.launch_template.is_none() {
-            launch_template::check_bootstrap(template.ami_family, &self.config)?;
+            user_data::check_bootstrap(template.ami_family, &self.config)?;
         }
         let subnets = self.resolve_subnets(&template.subnet_selector).await?;
         let groups = self.resolve_security_groups(template).await?;

@@ -13,7 +13,7 @@ use super::VOLUNTARY_DISRUPTION_ANNOTATION;
 use crate::apis::v1alpha5::labels::{
     opted_out, DO_NOT_DISRUPT_ANNOTATION, DO_NOT_EVICT_ANNOTATION, EMPTINESS_TIMESTAMP_ANNOTATION, PROVISIONER_NAME_LABEL,
 };
-use crate::controllers::pods::{is_daemonset_pod, is_mirror_pod, is_terminal, is_terminating};
+use crate::scheduling::pods::{is_daemonset_pod, is_mirror_pod, is_terminal, is_terminating};
 use crate::scheduling::nodes::{is_labelled_initialized, is_ready};
 use crate::scheduling::Selector;
 

@@ -10,7 +10,7 @@ use kube::api::PostParams;
 use kube::Api;
 
 use crate::apis::quantity::parse_quantity;
-use crate::scheduling::pods::PodState;
+use crate::scheduling::pods::{is_terminal, is_terminal_or_terminating, PodState};
 use crate::scheduling::resources::pod_requests;
 use crate::scheduling::{taints, Resources};
 
@@ -163,8 +163,7 @@ pub fn bindable<'a>(
     };
     let mut used = Resources::zero();
     for pod in on_node {
-        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        if !matches!(phase, Some("Succeeded") | Some("Failed")) {
+        if !is_terminal(pod) {
             used.add(&pod_requests(pod));
         }
     }
@@ -205,13 +204,11 @@ pub fn bindable<'a>(
 /// DaemonSet controller pins its pods) and admitted by the node (`node_refuses`).
 pub fn may_compete(node: &Node, pod: &Pod) -> bool {
     let Some(spec) = pod.spec.as_ref() else { return false };
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     let unbound = spec.node_name.as_deref().is_none_or(str::is_empty);
     let gated = spec.scheduling_gates.as_ref().is_some_and(|g| !g.is_empty());
     unbound
         && !gated
-        && pod.metadata.deletion_timestamp.is_none()
-        && !matches!(phase, Some("Succeeded") | Some("Failed"))
+        && !is_terminal_or_terminating(pod)
         && !is_pinned_elsewhere(pod, node.metadata.name.as_deref().unwrap_or_default())
         && node_refuses(node, pod).is_none()
 }

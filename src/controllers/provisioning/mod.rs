@@ -803,8 +803,7 @@ async fn provision(
 fn existing_nodes(nodes: &[Arc<Node>], all_pods: &[Arc<Pod>], provisioners: &[Arc<Provisioner>]) -> Vec<ExistingNode> {
     let mut by_node: HashMap<&str, Vec<Arc<Pod>>> = HashMap::new();
     for pod in all_pods {
-        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        if matches!(phase, Some("Succeeded") | Some("Failed")) {
+        if crate::scheduling::pods::is_terminal(pod) {
             continue;
         }
         if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {

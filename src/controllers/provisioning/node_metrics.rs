@@ -11,7 +11,7 @@ use crate::apis::v1alpha5::labels::{
     CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, PRICE_ANNOTATION, PRICE_CAPACITY_TYPE_ANNOTATION, PRICE_ZONE_ANNOTATION,
     PROVISIONER_NAME_LABEL, WELL_KNOWN_LABELS, ZONE_LABEL,
 };
-use crate::scheduling::pods::is_daemonset_pod;
+use crate::scheduling::pods::{is_daemonset_pod, is_terminal};
 use crate::scheduling::resources::{pod_limits, pod_requests, resource_list_lenient, CPU};
 use crate::scheduling::Resources;
 
@@ -63,7 +63,7 @@ pub fn node_gauges(node: &Node, pods: &[&Pod]) -> NodeGauges {
         .map(resource_list_lenient)
         .unwrap_or_default();
     let (mut pod_req, mut pod_lim, mut daemon_req, mut daemon_lim) = Default::default();
-    for pod in pods.iter().filter(|p| !is_finished(p)) {
+    for pod in pods.iter().filter(|p| !is_terminal(p)) {
         let (requests, limits): (&mut Resources, &mut Resources) = if is_daemonset_pod(pod) {
             (&mut daemon_req, &mut daemon_lim)
         } else {
@@ -168,13 +168,6 @@ fn amount(name: &str, units: i64) -> f64 {
     } else {
         units as f64
     }
-}
-
-fn is_finished(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded") | Some("Failed")
-    )
 }
 
 #[cfg(test)]

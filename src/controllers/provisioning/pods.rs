@@ -9,7 +9,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::apis::v1alpha5::labels::{ARCH_LABEL, CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL, ZONE_LABEL};
-use crate::scheduling::pods::is_terminal_or_terminating;
+use crate::scheduling::pods::{is_daemon_or_mirror, is_terminal_or_terminating};
 
 /// A pod karpenter-rs may launch capacity for: not bound, not nominated, marked unschedulable by
 /// kube-scheduler (a pod the scheduler has not tried yet is left to it), and neither a DaemonSet
@@ -30,23 +30,10 @@ pub fn is_provisionable(pod: &Pod) -> bool {
     !spec_bound && !nominated && unschedulable && !terminating && !is_daemon_or_mirror(pod)
 }
 
-/// True for DaemonSet pods and static (mirror) pods, which never need a node of their own.
-pub fn is_daemon_or_mirror(pod: &Pod) -> bool {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| (o.kind == "DaemonSet" && o.api_version == "apps/v1") || (o.kind == "Node" && o.api_version == "v1"))
-}
-
 /// A pod that needs a new home when its node is drained: neither a DaemonSet nor a mirror pod
 /// (they stay with their node), nor finished (Succeeded, Failed), nor already terminating.
 pub fn is_displaced_by_drain(pod: &Pod) -> bool {
-    let finished = matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded") | Some("Failed")
-    );
-    !finished && pod.metadata.deletion_timestamp.is_none() && !is_daemon_or_mirror(pod)
+    !is_terminal_or_terminating(pod) && !is_daemon_or_mirror(pod)
 }
 
 /// What a provisioning pass places, and where it may: the nodes that stay, and the pods that need

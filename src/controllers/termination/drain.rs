@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::controllers::pods::{is_daemonset_pod, is_mirror_pod, is_terminal};
+use crate::scheduling::pods::{is_daemonset_pod, is_mirror_pod, is_terminal};
 use k8s_openapi::chrono::{DateTime, Duration, Utc};
 
 /// The taint a cordoned node carries; pods tolerating it (DaemonSet pods) are not drained.
