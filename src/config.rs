@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::apis::quantity::parse_duration;
 use crate::apis::v1alpha5::validation::MAX_TTL_SECONDS;
 use crate::apis::{ApiSettings, DEFAULT_TTL_SECONDS_AFTER_EMPTY, DEFAULT_TTL_SECONDS_UNTIL_EXPIRED};
 use crate::cloudprovider::KubernetesVersion;
-use crate::settings::{self, GlobalSettings};
+use crate::settings::{self, parse_ca_bundle, GlobalSettings};
 use crate::telemetry::LogFormat;
 use crate::webhook::cert_reconciler::SelfManagedCerts;
 use crate::webhook::WebhookConfig;
@@ -551,23 +552,6 @@ pub fn parse_version_override(s: &str) -> Result<VersionOverride, String> {
     KubernetesVersion::parse(s).map(|v| VersionOverride(Some(v)))
 }
 
-/// Checks a cluster CA bundle: empty, or base64 of PEM certificates.
-pub fn parse_ca_bundle(s: &str) -> Result<String, String> {
-    use base64::Engine;
-    let s = s.trim();
-    if s.is_empty() {
-        return Ok(String::new());
-    }
-    let shown: String = s.chars().take(16).collect();
-    let err =
-        || format!("invalid cluster CA bundle {shown:?}...: expected base64 of PEM certificates, as EKS reports certificateAuthority.data");
-    let pem = base64::engine::general_purpose::STANDARD.decode(s).map_err(|_| err())?;
-    if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
-        return Err(err());
-    }
-    Ok(s.to_string())
-}
-
 /// Checks a service CIDR: empty, or an IPv4 network `a.b.c.d/n`.
 pub fn parse_cidr(s: &str) -> Result<String, String> {
     let s = s.trim();
@@ -596,21 +580,6 @@ pub fn parse_interval(s: &str) -> Result<Duration, String> {
         Duration::ZERO => Err(format!("invalid duration {s:?}: must be more than 0 (e.g. 10s, 2m)")),
         d => Ok(d),
     }
-}
-
-/// Parses a duration as Go writes one (`time.ParseDuration`, the form of Karpenter's env values and
-/// of the settings ConfigMap's `batchMaxDuration`): one or more decimal numbers, each followed by a
-/// unit `ns`, `us` (`µs`), `ms`, `s`, `m` or `h`, e.g. `500ms`, `1m30s`, `1h2m3.5s`, `0`; and, as
-/// an extension for long certificate lifetimes, `d` (24h), e.g. `365d`. Negative durations are
-/// refused.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    if s.starts_with('-') {
-        return Err(format!("invalid duration {s:?}: must not be negative (e.g. 10s, 1m30s, 500ms, 2h)"));
-    }
-    let nanos = crate::apis::quantity::go_duration_nanos(s, true)?;
-    u64::try_from(nanos)
-        .map(Duration::from_nanos)
-        .map_err(|_| format!("invalid duration {s:?}: too long (e.g. 10s, 1m30s, 500ms, 2h)"))
 }
 
 #[cfg(test)]

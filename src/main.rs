@@ -193,9 +193,12 @@ async fn configure(
     root_cert: Option<&[Vec<u8>]>,
 ) -> anyhow::Result<(RunArgs, AwsCloudProvider, settings::Loaded)> {
     let mut args = args.clone();
-    let loaded = settings::load(client.clone(), &mut args)
+    let loaded = settings::load(client.clone(), &args.system_namespace)
         .await
         .context("reading the settings ConfigMap karpenter-global-settings")?;
+    for note in args.apply_settings(&loaded.settings) {
+        tracing::warn!(namespace = %args.system_namespace, "{note}");
+    }
     let mut cloud_config = args.cloud();
     // The nodes trust the CA the controller trusts, unless one is configured.
     if cloud_config.cluster_ca_bundle.is_none() {

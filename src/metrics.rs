@@ -83,11 +83,7 @@ pub fn node_price_label_names() -> Vec<String> {
     node_label_names().into_iter().skip(1).collect()
 }
 
-/// What a failed call is, as `karpenter_cloudprovider_errors_total{error}` names it.
-pub trait ErrorKind {
-    /// The label value.
-    fn kind(&self) -> &'static str;
-}
+pub use crate::cloudprovider::ErrorKind;
 
 /// The metrics of one process.
 #[derive(Clone)]

@@ -14,7 +14,7 @@ use kube::Api;
 use tracing::{debug, error, info, warn};
 
 use crate::apis::v1alpha1::validation::{CLUSTER_TAG_PREFIX, RESTRICTED_TAG_KEYS};
-use crate::cloudprovider::aws::launch_template::LAUNCH_TEMPLATE_CLUSTER_TAG;
+use crate::apis::v1alpha5::labels::LAUNCH_TEMPLATE_CLUSTER_TAG;
 
 /// Name of the ConfigMap, as Karpenter's chart creates it.
 pub const SETTINGS_CONFIGMAP: &str = "karpenter-global-settings";
@@ -167,7 +167,7 @@ pub fn parse(data: &BTreeMap<String, String>) -> (GlobalSettings, Vec<SettingErr
     let pod_eni = value(keys::ENABLE_POD_ENI, &|v| parse_bool(v).map(drop));
     let batch_max = value(keys::BATCH_MAX_DURATION, &|v| parse_batch_duration(v).map(drop));
     let batch_idle = value(keys::BATCH_IDLE_DURATION, &|v| parse_batch_duration(v).map(drop));
-    let ca_bundle = value(keys::CLUSTER_CA_BUNDLE, &|v| crate::config::parse_ca_bundle(v).map(drop));
+    let ca_bundle = value(keys::CLUSTER_CA_BUNDLE, &|v| parse_ca_bundle(v).map(drop));
     let settings = GlobalSettings {
         cluster_name: cluster_name.map(str::to_string),
         cluster_endpoint: cluster_endpoint.map(str::to_string),
@@ -229,7 +229,7 @@ pub fn parse_reserved_enis(s: &str) -> Result<i64, String> {
 
 /// A batch window: a Go duration greater than 0.
 pub fn parse_batch_duration(s: &str) -> Result<Duration, String> {
-    match crate::config::parse_duration(s)? {
+    match crate::apis::quantity::parse_duration(s)? {
         d if d.is_zero() => Err(format!("invalid batch duration {s:?}: must be greater than 0")),
         d => Ok(d),
     }
@@ -289,6 +289,23 @@ pub fn refused_note(e: &SettingError) -> String {
     format!("{e}; the key is ignored and its flag or default applies")
 }
 
+/// Checks a cluster CA bundle: empty, or base64 of PEM certificates.
+pub fn parse_ca_bundle(s: &str) -> Result<String, String> {
+    use base64::Engine;
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(String::new());
+    }
+    let shown: String = s.chars().take(16).collect();
+    let err =
+        || format!("invalid cluster CA bundle {shown:?}...: expected base64 of PEM certificates, as EKS reports certificateAuthority.data");
+    let pem = base64::engine::general_purpose::STANDARD.decode(s).map_err(|_| err())?;
+    if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
+        return Err(err());
+    }
+    Ok(s.to_string())
+}
+
 /// What `load` read.
 #[derive(Debug, Default)]
 pub struct Loaded {
@@ -296,16 +313,17 @@ pub struct Loaded {
     pub refused: Vec<SettingError>,
     /// The ConfigMap's data as read; None when there is no ConfigMap.
     pub data: Option<BTreeMap<String, String>>,
+    /// The values it holds, for the caller to apply under its explicit flags.
+    pub settings: GlobalSettings,
 }
 
-/// Reads the ConfigMap from `args.system_namespace` and applies it under `args`' explicit flags.
-/// A missing ConfigMap is fine; one that cannot be read is an error, for the caller to retry
+/// Reads the ConfigMap from `namespace`, for the caller to apply under its explicit flags
+/// (`RunArgs::apply_settings`). A missing ConfigMap is fine; one that cannot be read is an error, for the caller to retry
 /// with back-off (running on defaults that the ConfigMap overrides could launch the wrong
 /// nodes); every refused value is an error in the log and a Warning event `InvalidSetting` on
 /// the ConfigMap, naming key and value, and that key is ignored.
-pub async fn load(client: kube::Client, args: &mut crate::config::RunArgs) -> Result<Loaded, kube::Error> {
-    let namespace = args.system_namespace.clone();
-    let configmap = match read(client.clone(), &namespace).await? {
+pub async fn load(client: kube::Client, namespace: &str) -> Result<Loaded, kube::Error> {
+    let configmap = match read(client.clone(), namespace).await? {
         Read::Found(cm) => cm,
         Read::Missing => {
             info!(namespace = %namespace, configmap = SETTINGS_CONFIGMAP, "no settings ConfigMap; using flags and defaults");
@@ -327,13 +345,11 @@ pub async fn load(client: kube::Client, args: &mut crate::config::RunArgs) -> Re
         error!(namespace = %namespace, key = %e.key, value = %e.value, "{e}; the key is ignored");
         warn_on_configmap("InvalidSetting", &refused_note(e)).await;
     }
-    for note in args.apply_settings(&settings) {
-        warn!(namespace = %namespace, "{note}");
-    }
     info!(namespace = %namespace, configmap = SETTINGS_CONFIGMAP, keys = data.len(), "read the settings ConfigMap");
     Ok(Loaded {
         refused: errors,
         data: Some(data),
+        settings,
     })
 }
 

@@ -739,7 +739,11 @@ async fn the_settings_configmap_tags_launches_and_sets_memory_overhead_unless_a_
         panic!("run subcommand");
     };
     let client = support::client(cluster).await;
-    let refused = karpenter_rs::settings::load(client.clone(), &mut args).await.expect("the ConfigMap is read").refused;
+    let loaded = karpenter_rs::settings::load(client.clone(), &namespace)
+        .await
+        .expect("the ConfigMap is read");
+    args.apply_settings(&loaded.settings);
+    let refused = loaded.refused;
     // The refused value is a Warning event on the ConfigMap, naming key and value.
     let events = support::wait_for("the InvalidSetting event", Duration::from_secs(30), || {
         let out = support::kubectl(cluster, &["get", "events", "-n", &namespace, "-o", "json"], None);
@@ -761,7 +765,7 @@ async fn the_settings_configmap_tags_launches_and_sets_memory_overhead_unless_a_
         c
     })
     .unwrap();
-    assert!(karpenter_rs::settings::load(forbidden, &mut args.clone()).await.is_err());
+    assert!(karpenter_rs::settings::load(forbidden, &namespace).await.is_err());
     support::kubectl(cluster, &["delete", "namespace", &namespace, "--wait=false"], None);
 
     assert_eq!(refused.len(), 1, "{refused:?}");

@@ -81,6 +81,21 @@ pub fn parse_go_duration(s: &str) -> Option<f64> {
     go_duration_nanos(s, false).ok().map(|nanos| nanos as f64 / 1e9)
 }
 
+/// Parses a duration as Go writes one (`time.ParseDuration`, the form of Karpenter's env values and
+/// of the settings ConfigMap's `batchMaxDuration`): one or more decimal numbers, each followed by a
+/// unit `ns`, `us` (`µs`), `ms`, `s`, `m` or `h`, e.g. `500ms`, `1m30s`, `1h2m3.5s`, `0`; and, as
+/// an extension for long certificate lifetimes, `d` (24h), e.g. `365d`. Negative durations are
+/// refused.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    if s.starts_with('-') {
+        return Err(format!("invalid duration {s:?}: must not be negative (e.g. 10s, 1m30s, 500ms, 2h)"));
+    }
+    let nanos = go_duration_nanos(s, true)?;
+    u64::try_from(nanos)
+        .map(std::time::Duration::from_nanos)
+        .map_err(|_| format!("invalid duration {s:?}: too long (e.g. 10s, 1m30s, 500ms, 2h)"))
+}
+
 /// The one duration parser: a duration as Go writes one (`time.ParseDuration`, the form of
 /// Karpenter's env values, the settings ConfigMap's `batchMaxDuration` and kubelet grace
 /// periods): an optional sign, then one or more decimal numbers each followed by a unit `ns`,

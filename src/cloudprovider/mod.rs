@@ -515,7 +515,13 @@ fn join_offerings(offerings: &[Offering]) -> String {
     offerings.iter().map(|o| o.to_string()).collect::<Vec<_>>().join(", ")
 }
 
-impl crate::metrics::ErrorKind for Error {
+/// What a failed call is, as `karpenter_cloudprovider_errors_total{error}` names it.
+pub trait ErrorKind {
+    /// The label value.
+    fn kind(&self) -> &'static str;
+}
+
+impl ErrorKind for Error {
     fn kind(&self) -> &'static str {
         match self {
             Error::NotFound(_) => "not_found",
@@ -529,7 +535,7 @@ impl crate::metrics::ErrorKind for Error {
 impl Error {
     /// Metric label value.
     pub fn kind(&self) -> &'static str {
-        crate::metrics::ErrorKind::kind(self)
+        ErrorKind::kind(self)
     }
 
     /// Whether the instance or object is gone.

@@ -20,6 +20,8 @@ pub fn opted_out<'a>(annotations: Option<&std::collections::BTreeMap<String, Str
     let annotations = annotations?;
     keys.iter().copied().find(|k| annotations.get(*k).map(String::as_str) == Some("true"))
 }
+/// Tag on every launch template karpenter-rs creates, valued with the cluster name.
+pub const LAUNCH_TEMPLATE_CLUSTER_TAG: &str = "karpenter.k8s.aws/cluster";
 /// Label that takes a node out of external load balancers while it drains.
 pub const EXCLUDE_FROM_LB_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 /// Annotation naming the deprovisioning method that cordoned a node to remove it.

@@ -29,8 +29,7 @@ use crate::apis::quantity::parse_quantity;
 use crate::apis::v1alpha1::{BlockDevice, BlockDeviceMapping, MetadataOptions};
 use crate::cloudprovider::{AmiFamily, Error};
 
-/// Tag on every launch template karpenter-rs creates, valued with the cluster name.
-pub const LAUNCH_TEMPLATE_CLUSTER_TAG: &str = "karpenter.k8s.aws/cluster";
+pub use crate::apis::v1alpha5::labels::LAUNCH_TEMPLATE_CLUSTER_TAG;
 
 /// Block devices of a family when the template names none.
 pub fn default_block_devices(family: AmiFamily) -> Vec<BlockDeviceMapping> {

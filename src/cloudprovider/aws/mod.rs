@@ -34,9 +34,9 @@ use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 
 use self::ami::{Accelerator, Ami, AmiNeed};
 use self::launch_template::{LaunchTemplateConfig, Metadata};
-use self::user_data::Bootstrap;
 use self::subnets::{SecurityGroup, Subnet};
 use self::unavailable_offerings::UnavailableOfferings;
+use self::user_data::Bootstrap;
 use crate::apis::v1alpha1::{AmiStatus, AwsNodeTemplateStatus, SecurityGroupStatus, SubnetStatus};
 use crate::apis::v1alpha5::labels::{ARCH_LABEL, PROVISIONER_NAME_LABEL};
 use crate::cloudprovider::{CloudConfig, CloudProvider, Error, Instance, InstanceTypeInfo, LaunchRequest, NodeTemplate, Offering};
@@ -459,7 +459,13 @@ impl AwsCloudProvider {
         for ((need, max_pods), need_types) in needs {
             let mut kubelet = request.kubelet.clone();
             kubelet.max_pods = max_pods.and_then(|n| i32::try_from(n).ok()).or(kubelet.max_pods);
-            let user_data = user_data::user_data(template.ami_family, &Bootstrap { kubelet: &kubelet, ..bootstrap })?;
+            let user_data = user_data::user_data(
+                template.ami_family,
+                &Bootstrap {
+                    kubelet: &kubelet,
+                    ..bootstrap
+                },
+            )?;
             let image = self.ami(template, need).await?;
             let config = LaunchTemplateConfig {
                 cluster_name: self.config.cluster_name.clone(),
