@@ -4,6 +4,7 @@
 //! controllers can use these types and tests can implement the trait.
 
 pub mod aws;
+pub mod catalogue;
 pub mod queue;
 
 use std::collections::BTreeMap;

@@ -1,7 +1,7 @@
 //! `karpenter-rs simulate`: what would karpenter-rs launch for these manifests? Provisioners and
 //! AWSNodeTemplates are admitted as the webhook admits them (`manifests`), workloads become
 //! pending pods, the catalogue comes from a snapshot (`catalogue`), and the controller's own
-//! pieces do the rest: `controllers::provisioning::catalogue::instance_types` for each
+//! pieces do the rest: `cloudprovider::catalogue::instance_types` for each
 //! Provisioner's instance types, `scheduling::simulate` for the plan, `launch_request` for what a
 //! launch would offer EC2. The result is a `report::Report`. Pure: the CLI reads the files and
 //! prints the report; nothing here touches the network, the clock or the file system.
@@ -26,8 +26,8 @@ use kube::ResourceExt;
 use crate::apis::v1alpha1::AwsProvider;
 use crate::apis::v1alpha5::labels::{INSTANCE_TYPE_LABEL, ZONE_LABEL};
 use crate::apis::v1alpha5::Provisioner;
+use crate::cloudprovider::catalogue::{instance_types, launch_request};
 use crate::cloudprovider::{self, KubernetesVersion, NodeTemplate};
-use crate::controllers::provisioning::catalogue::{instance_types, launch_request};
 use crate::controllers::provisioning::pods::daemonset_overhead_pods;
 use crate::scheduling::{self, ExistingNode, NodeSettings, PodKey, ProvisionerInput, SimulationInput};
 use catalogue::{region_of_zone, Catalogue};

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use karpenter_rs::apis::v1alpha5::{defaults, Provisioner};
 use karpenter_rs::apis::ApiSettings;
 use karpenter_rs::cloudprovider::NodeTemplate;
-use karpenter_rs::controllers::provisioning::catalogue::TypeCache;
+use karpenter_rs::cloudprovider::catalogue::TypeCache;
 use karpenter_rs::scheduling::NodeSettings;
 use karpenter_rs::simulate::catalogue::{Snapshot, SHIPPED};
 

@@ -9,11 +9,11 @@ use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use tracing::{info, instrument, warn};
 
-use super::{catalogue, lifecycle, node, Context, PlannedNode, Stores};
+use super::{lifecycle, node, Context, PlannedNode, Stores};
 use crate::apis::v1alpha1::AwsProvider;
 use crate::apis::v1alpha5::labels::REQUESTED_RESOURCES_ANNOTATION;
 use crate::apis::v1alpha5::Provisioner;
-use crate::cloudprovider::{self, CloudProvider, KubernetesVersion, NodeTemplate};
+use crate::cloudprovider::{self, catalogue, CloudProvider, KubernetesVersion, NodeTemplate};
 use crate::metrics::Metrics;
 use crate::scheduling;
 
@@ -75,7 +75,7 @@ pub(super) async fn launch(
         .iter()
         .find(|o| o.instance_type == instance.instance_type && o.zone == instance.zone && o.capacity_type == instance.capacity_type)
         .map(|o| o.price);
-    let launched = catalogue::launched(&instance, instance_type.map(|t| t.as_ref()), &ctx.config.region, price);
+    let launched = node::launched(&instance, instance_type.map(|t| t.as_ref()), &ctx.config.region, price);
     let mut node = node::node_for(provisioner, &launched, &request.labels);
     node.metadata.annotations.get_or_insert_with(Default::default).insert(
         REQUESTED_RESOURCES_ANNOTATION.to_string(),

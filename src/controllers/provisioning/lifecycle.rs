@@ -85,7 +85,7 @@ pub fn decide(
     // resources (GPUs, Neuron devices, pod ENIs) come later, from their device plugins.
     let mut expected = requested_at_launch(node).unwrap_or_else(|| {
         instance_type
-            .map(|it| super::catalogue::requested(&it.capacity))
+            .map(|it| crate::cloudprovider::catalogue::requested(&it.capacity))
             .unwrap_or_default()
     });
     expected.retain(|resource, _| !KUBELET_RESOURCES.contains(&resource.as_str()));

@@ -12,7 +12,6 @@ pub mod backoff;
 pub mod batcher;
 pub mod bind;
 mod binder;
-pub mod catalogue;
 mod launch;
 pub mod lifecycle;
 pub mod node;
@@ -42,6 +41,7 @@ use tracing::{debug, info, instrument, warn};
 
 use crate::apis::v1alpha5::labels::{INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL};
 use crate::apis::v1alpha5::Provisioner;
+use crate::cloudprovider::catalogue;
 use crate::cloudprovider::{CloudProvider, KubernetesVersion, NodeTemplate};
 use crate::controllers::events;
 use crate::controllers::state::Cluster;

@@ -13,6 +13,8 @@ use crate::apis::v1alpha5::labels::{
     TERMINATION_FINALIZER, ZONE_LABEL,
 };
 use crate::apis::v1alpha5::Provisioner;
+use crate::cloudprovider::Instance;
+use crate::scheduling::InstanceType;
 
 /// What the cloud reported about a launched instance, and what its instance type offers.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -46,6 +48,23 @@ impl LaunchedInstance {
         } else {
             self.private_dns_name.to_lowercase()
         }
+    }
+}
+
+/// The launched instance as its Node will describe it.
+pub fn launched(instance: &Instance, instance_type: Option<&InstanceType>, region: &str, price: Option<f64>) -> LaunchedInstance {
+    let mut labels = instance_type.map(|it| it.requirements.labels()).unwrap_or_default();
+    // The instance's own zone and capacity type replace whatever the type offers.
+    labels.remove(ZONE_LABEL);
+    labels.remove(CAPACITY_TYPE_LABEL);
+    LaunchedInstance {
+        id: instance.id.clone(),
+        zone: instance.zone.clone(),
+        region: region.to_string(),
+        capacity_type: instance.capacity_type.clone(),
+        private_dns_name: instance.private_dns_name.clone(),
+        instance_type_labels: labels,
+        price,
     }
 }
 

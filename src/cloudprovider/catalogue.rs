@@ -1,17 +1,17 @@
 //! Translations between the cloud provider's view and the scheduling simulation's view: EC2
-//! facts → instance types with capacity and overhead, a planned node → a launch request, a
-//! launched instance → what its Node carries. Pure; no I/O here.
+//! facts → instance types with capacity and overhead, a planned node → a launch request and
+//! its instance options. Pure; no I/O here. Provisioning, consolidation and `simulate` all use
+//! it (a launched instance → what its Node carries is provisioning's `node::launched`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 
-use super::node::LaunchedInstance;
-use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, ZONE_LABEL};
+use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT};
 use crate::apis::v1alpha5::Provisioner;
 use crate::cloudprovider::aws::instance::MAX_INSTANCE_TYPES;
-use crate::cloudprovider::{Instance, InstanceOption, InstanceTypeInfo, LaunchRequest, NodeTemplate};
+use crate::cloudprovider::{InstanceOption, InstanceTypeInfo, LaunchRequest, NodeTemplate};
 use crate::scheduling::instance_types::{offering_allowed, INSTANCE_SIZE_LABEL};
 use crate::scheduling::resources::{AMD_GPU, AWS_NEURON, HABANA_GAUDI, NVIDIA_GPU};
 use crate::scheduling::{provisioner_requirements, InstanceType, NodeRequest, NodeSettings, Resources};
@@ -267,23 +267,6 @@ pub fn launch_options(candidates: Vec<(&InstanceType, Vec<InstanceOption>)>) -> 
             .then_with(|| a.zone.cmp(&b.zone))
     });
     options
-}
-
-/// The launched instance as its Node will describe it.
-pub fn launched(instance: &Instance, instance_type: Option<&InstanceType>, region: &str, price: Option<f64>) -> LaunchedInstance {
-    let mut labels = instance_type.map(|it| it.requirements.labels()).unwrap_or_default();
-    // The instance's own zone and capacity type replace whatever the type offers.
-    labels.remove(ZONE_LABEL);
-    labels.remove(CAPACITY_TYPE_LABEL);
-    LaunchedInstance {
-        id: instance.id.clone(),
-        zone: instance.zone.clone(),
-        region: region.to_string(),
-        capacity_type: instance.capacity_type.clone(),
-        private_dns_name: instance.private_dns_name.clone(),
-        instance_type_labels: labels,
-        price,
-    }
 }
 
 /// The resources a planned node's pods request, by resource name, for the binding check.
