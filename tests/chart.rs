@@ -560,6 +560,8 @@ enum KarpenterValue {
     Same,
     /// Another name of our key (which wins when both are set).
     Alias(String),
+    /// Another name of our key whose keys override ours (ours always holds defaults).
+    Overrides(String),
     /// Refused by the schema.
     Refused,
 }
@@ -585,10 +587,12 @@ fn karpenter_values_table() -> Vec<(String, KarpenterValue)> {
             KarpenterValue::Same
         } else if behaviour.starts_with("alias of `") {
             KarpenterValue::Alias(code_spans(behaviour).remove(0))
+        } else if behaviour.starts_with("overrides `") {
+            KarpenterValue::Overrides(code_spans(behaviour).remove(0))
         } else if behaviour.starts_with("refused") {
             KarpenterValue::Refused
         } else {
-            panic!("row {line:?}: expected same, alias of `...` or refused");
+            panic!("row {line:?}: expected same, alias of `...`, overrides `...` or refused");
         };
         for key in code_spans(keys) {
             rows.push((key, value.clone()));
@@ -687,7 +691,7 @@ fn karpenter_values_of_the_same_name_are_values_of_the_chart() {
     for (key, value) in karpenter_values_table() {
         let ours = match &value {
             KarpenterValue::Same => &key,
-            KarpenterValue::Alias(ours) => ours,
+            KarpenterValue::Alias(ours) | KarpenterValue::Overrides(ours) => ours,
             KarpenterValue::Refused => continue,
         };
         assert!(documented.contains(ours), "{key} ({value:?}): {ours} is no value of values.yaml");
@@ -701,7 +705,7 @@ fn karpenter_values_without_meaning_here_fail_naming_the_key() {
         .filter(|(_, v)| *v == KarpenterValue::Refused)
         .map(|(k, _)| k)
         .collect();
-    assert!(refused.iter().any(|k| k == "controller.resources") && refused.iter().any(|k| k == "logEncoding"));
+    assert!(refused.iter().any(|k| k == "controller.image") && refused.iter().any(|k| k == "logEncoding"));
     for key in &refused {
         assert_refused(key);
     }
@@ -760,6 +764,61 @@ fn karpenter_aliases_render_what_our_keys_render() {
     }
 }
 
+/// Karpenter v0.31's getting-started command (its `helm upgrade --install`, values as a user has
+/// them) renders, with its controller resources on the container: `controller.resources` and
+/// `controller.securityContext` override ours key by key, and the keys they do not set keep ours.
+#[test]
+fn karpenters_getting_started_command_renders_with_its_resources_on_the_container() {
+    let args = [
+        "--set",
+        r#"serviceAccount.annotations.eks\.amazonaws\.com/role-arn=arn:aws:iam::111122223333:role/ssungz-cluster-karpenter"#,
+        "--set",
+        "settings.aws.clusterName=ssungz-cluster",
+        "--set",
+        "settings.aws.defaultInstanceProfile=KarpenterNodeInstanceProfile-ssungz-cluster",
+        "--set",
+        "settings.aws.interruptionQueueName=ssungz-cluster",
+        "--set",
+        "controller.resources.requests.cpu=1",
+        "--set",
+        "controller.resources.requests.memory=1Gi",
+        "--set",
+        "controller.resources.limits.cpu=1",
+        "--set",
+        "controller.resources.limits.memory=1Gi",
+    ];
+    let (ok, stderr) = lint_with(&args);
+    assert!(ok, "helm lint refuses Karpenter's getting-started values:\n{stderr}");
+    let docs = documents(&helm::template("karpenter-rs", "karpenter", &args));
+    let c = container(&docs, "karpenter-rs");
+    assert_eq!(
+        c["resources"],
+        json!({"requests": {"cpu": 1, "memory": "1Gi"}, "limits": {"cpu": 1, "memory": "1Gi"}}),
+        "{c:#}"
+    );
+    // Only what it sets is overridden.
+    let ours = container(&default_render("karpenter"), "karpenter-rs");
+    let docs = documents(&helm::template(
+        "karpenter-rs",
+        "karpenter",
+        &[
+            "--set",
+            CLUSTER,
+            "--set",
+            "controller.resources.limits.memory=2Gi",
+            "--set",
+            "controller.securityContext.runAsUser=2000",
+        ],
+    ));
+    let c = container(&docs, "karpenter-rs");
+    let mut expected = ours["resources"].clone();
+    expected["limits"]["memory"] = json!("2Gi");
+    assert_eq!(c["resources"], expected);
+    let mut expected = ours["securityContext"].clone();
+    expected["runAsUser"] = json!(2000);
+    assert_eq!(c["securityContext"], expected);
+}
+
 /// The dotted paths of the properties values.schema.json declares; fails on an object that lists
 /// properties yet accepts others.
 fn schema_paths(schema: &Value, prefix: &str, out: &mut Vec<String>) {
@@ -792,7 +851,13 @@ fn schema_declares_every_value_and_only_values_and_aliases() {
     let documented: Vec<String> = documented_values().into_iter().map(|(k, _)| k).collect();
     let undeclared: Vec<_> = documented.iter().filter(|k| !declared.contains(k)).collect();
     assert!(undeclared.is_empty(), "values.schema.json lacks {undeclared:?}");
-    let aliases: Vec<&str> = ALIASES.iter().map(|(k, _, _, _)| *k).collect();
+    let overrides: Vec<String> = karpenter_values_table()
+        .into_iter()
+        .filter(|(_, v)| matches!(v, KarpenterValue::Overrides(_)))
+        .map(|(k, _)| k)
+        .collect();
+    let mut aliases: Vec<&str> = ALIASES.iter().map(|(k, _, _, _)| *k).collect();
+    aliases.extend(overrides.iter().map(String::as_str));
     let unknown: Vec<_> = declared
         .iter()
         .filter(|p| {
