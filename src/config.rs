@@ -310,11 +310,39 @@ where
             })
             .map(|id| id.to_string())
             .collect();
+        run.apply_env_aliases(|name| std::env::var(name).ok());
     }
     Ok(cli)
 }
 
+/// Karpenter's names of our environment variables (`aws@v0.32.0` renamed the queue's; its chart
+/// names the webhook Service `KARPENTER_SERVICE`): (Karpenter's, ours, the setting's id). Ours
+/// wins when both are set.
+pub const ENV_ALIASES: &[(&str, &str, &str)] = &[
+    ("INTERRUPTION_QUEUE", "INTERRUPTION_QUEUE_NAME", "interruption_queue_name"),
+    ("KARPENTER_SERVICE", "WEBHOOK_SERVICE_NAME", "webhook_service_name"),
+];
+
 impl RunArgs {
+    /// Takes Karpenter's name of a variable (`ENV_ALIASES`) for each setting not given
+    /// explicitly, as given explicitly; `env` looks a variable up.
+    pub fn apply_env_aliases(&mut self, env: impl Fn(&str) -> Option<String>) {
+        for (alias, _, id) in ENV_ALIASES {
+            if self.explicit.contains(*id) {
+                continue;
+            }
+            let Some(value) = env(alias).filter(|v| !v.is_empty()) else {
+                continue;
+            };
+            match *id {
+                "interruption_queue_name" => self.interruption_queue_name = value,
+                "webhook_service_name" => self.webhook_service_name = value,
+                other => unreachable!("ENV_ALIASES names {other}, which apply_env_aliases does not set"),
+            }
+            self.explicit.insert(id.to_string());
+        }
+    }
+
     /// Takes each value of the settings ConfigMap whose flag was not given explicitly (flag or
     /// environment variable); returns what the operator should hear about (an `aws.clusterName`
     /// that differs from the required `--cluster-name`, which wins).
@@ -585,6 +613,31 @@ pub fn parse_interval(s: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn karpenters_env_names_are_aliases_that_ours_override() {
+        let run = |env: &[(&str, &str)], args: &[&str]| {
+            let mut argv = vec!["karpenter-rs", "run", "--cluster-name", "c"];
+            argv.extend_from_slice(args);
+            let Command::Run(mut run) = parse_cli(argv).unwrap().command else {
+                panic!("run subcommand");
+            };
+            run.apply_env_aliases(|name| env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string()));
+            run
+        };
+        let r = run(&[("INTERRUPTION_QUEUE", "q"), ("KARPENTER_SERVICE", "karpenter")], &[]);
+        assert_eq!(
+            (r.interruption_queue_name.as_str(), r.webhook_service_name.as_str()),
+            ("q", "karpenter")
+        );
+        assert!(
+            r.explicit.contains("interruption_queue_name"),
+            "over the settings ConfigMap, as a variable is"
+        );
+        let ours = run(&[("INTERRUPTION_QUEUE", "q")], &["--interruption-queue-name", "ours"]);
+        assert_eq!(ours.interruption_queue_name, "ours");
+        assert_eq!(run(&[("INTERRUPTION_QUEUE", "")], &[]).interruption_queue_name, "");
+    }
 
     #[test]
     fn parses_durations_and_ttl_defaults() {
