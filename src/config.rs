@@ -236,6 +236,11 @@ pub struct RunArgs {
     /// Bind planned pods to their new node once it is ready, instead of waiting for the scheduler (`run` only).
     #[arg(long, env = "BIND_PODS", default_value_t = true, action = clap::ArgAction::Set)]
     pub bind_pods: bool,
+    /// Start the controllers even while Karpenter runs in the cluster (its Lease renewed, its
+    /// Deployment ready, or its webhook configurations present), for a staged migration with
+    /// separate Provisioners; otherwise they wait until it is gone (`run` only).
+    #[arg(long, env = "ALLOW_COEXISTENCE", default_value_t = false, action = clap::ArgAction::Set)]
+    pub allow_coexistence: bool,
     /// A node karpenter-rs launched that is not Ready this long after its creation is deleted
     /// and its instance terminated, and its pods get a fresh node (`run` only).
     #[arg(long, env = "REGISTRATION_TTL", default_value = "15m", value_parser = parse_interval)]

@@ -4,6 +4,7 @@
 
 pub mod apis;
 pub mod certs;
+pub mod coexistence;
 pub mod cloudprovider;
 pub mod config;
 pub mod controllers;

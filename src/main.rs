@@ -193,6 +193,14 @@ async fn configure(
     root_cert: Option<&[Vec<u8>]>,
 ) -> anyhow::Result<(RunArgs, AwsCloudProvider, settings::Loaded)> {
     let mut args = args.clone();
+    if !args.allow_coexistence {
+        let found = karpenter_rs::coexistence::find_karpenter(client, &args.system_namespace)
+            .await
+            .context("looking for a running Karpenter")?;
+        if !found.is_empty() {
+            anyhow::bail!(karpenter_rs::coexistence::refusal(&found));
+        }
+    }
     let loaded = settings::load(client.clone(), &args.system_namespace)
         .await
         .context("reading the settings ConfigMap karpenter-global-settings")?;

@@ -1636,12 +1636,13 @@ impl KwokWatchdog {
             n.annotations().get("kubelet.local-cluster/registered").map(String::as_str) == Some("true")
                 && !karpenter_rs::scheduling::nodes::is_ready(n)
         });
-        let waiting = registered_not_ready || s.pods().into_iter().any(|p| {
-            let phase = p.status.as_ref().and_then(|st| st.phase.as_deref());
-            p.metadata.deletion_timestamp.is_none()
-                && phase == Some("Pending")
-                && p.spec.and_then(|sp| sp.node_name).is_some_and(|n| ready_nodes.contains(&n))
-        });
+        let waiting = registered_not_ready
+            || s.pods().into_iter().any(|p| {
+                let phase = p.status.as_ref().and_then(|st| st.phase.as_deref());
+                p.metadata.deletion_timestamp.is_none()
+                    && phase == Some("Pending")
+                    && p.spec.and_then(|sp| sp.node_name).is_some_and(|n| ready_nodes.contains(&n))
+            });
         if !waiting {
             self.bound_since = None;
             return;
@@ -2015,6 +2016,99 @@ fn a_gpu_node_for_a_pod_without_gpus_is_initialised_without_its_device_plugin() 
         drop(binary);
     }));
     s.tear_down(&setup);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// While Karpenter runs in the cluster (here: its Lease renewed every 2 s and one of the webhook
+/// configurations only it registers), `run` does not start its controllers and says what it found
+/// and how to proceed; `--allow-coexistence` starts them anyway; once Karpenter is gone, the
+/// waiting binary starts them at its next look.
+#[test]
+fn the_controllers_wait_while_karpenter_runs_unless_coexistence_is_allowed() {
+    let setup = setup("coexistence");
+    let cluster = setup.cluster;
+    let webhook = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "validation.webhook.karpenter.k8s.aws"},
+    });
+    kubectl(cluster, &["create", "namespace", "karpenter"], None);
+    let lease = |holder: &str| {
+        json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "karpenter-leader-election", "namespace": "karpenter"},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15},
+        })
+        .to_string()
+    };
+    kubectl_ok(cluster, &["apply", "-f", "-"], Some(&webhook.to_string()));
+    kubectl_ok(cluster, &["apply", "-f", "-"], Some(&lease("karpenter-7d9f-0")));
+    // Karpenter's renewals: the Lease written again every 2 s until the test ends.
+    let renewing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let renewer = {
+        let renewing = renewing.clone();
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while renewing.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                kubectl(cluster, &["apply", "-f", "-"], Some(&lease(&format!("karpenter-7d9f-{n}"))));
+                std::thread::sleep(Duration::from_secs(2));
+            }
+        })
+    };
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let waiting = setup.start(None);
+        wait_for("the refusal naming what was found", Duration::from_secs(60), || {
+            let log = waiting.log();
+            (log.contains("Karpenter is running in this cluster")
+                && log.contains("ValidatingWebhookConfiguration validation.webhook.karpenter.k8s.aws")
+                && log.contains("Lease karpenter/karpenter-leader-election renewed by")
+                && log.contains("--allow-coexistence"))
+            .then_some(())
+        });
+        assert!(!waiting.log().contains("controllers started"), "{}", waiting.log());
+        let allowed = setup.start_with(None, &["--leader-elect", "false", "--allow-coexistence", "true"]);
+        wait_for("controllers started with --allow-coexistence", Duration::from_secs(60), || {
+            allowed.log().contains("controllers started").then_some(())
+        });
+        drop(allowed);
+        // Karpenter uninstalled: the waiting binary starts at its next look (back-off at most 60 s).
+        renewing.store(false, std::sync::atomic::Ordering::Relaxed);
+        kubectl_ok(
+            cluster,
+            &["delete", "validatingwebhookconfiguration", "validation.webhook.karpenter.k8s.aws"],
+            None,
+        );
+        wait_for("controllers started once Karpenter is gone", Duration::from_secs(120), || {
+            waiting.log().contains("controllers started").then_some(())
+        });
+        drop(waiting);
+    }));
+    renewing.store(false, std::sync::atomic::Ordering::Relaxed);
+    let _ = renewer.join();
+    kubectl(
+        cluster,
+        &[
+            "delete",
+            "validatingwebhookconfiguration",
+            "validation.webhook.karpenter.k8s.aws",
+            "--ignore-not-found",
+        ],
+        None,
+    );
+    kubectl(
+        cluster,
+        &[
+            "delete",
+            "lease",
+            "karpenter-leader-election",
+            "-n",
+            "karpenter",
+            "--ignore-not-found",
+        ],
+        None,
+    );
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
