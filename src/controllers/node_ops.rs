@@ -39,9 +39,9 @@ pub enum Cordon<'a> {
 }
 
 impl Cordon<'_> {
-    /// The merge patch, with `uid` as its precondition.
-    fn patch(self, uid: Option<&str>) -> serde_json::Value {
-        let mut patch = match self {
+    /// The merge patch.
+    fn patch(self) -> serde_json::Value {
+        match self {
             Cordon::Terminating => serde_json::json!({
                 "metadata": {"labels": {EXCLUDE_FROM_LB_LABEL: "karpenter"}},
                 "spec": {"unschedulable": true},
@@ -54,12 +54,17 @@ impl Cordon<'_> {
                 "metadata": {"annotations": {VOLUNTARY_DISRUPTION_ANNOTATION: null}},
                 "spec": {"unschedulable": null},
             }),
-        };
-        if let Some(uid) = uid {
-            patch["metadata"]["uid"] = serde_json::json!(uid);
         }
-        patch
     }
+}
+
+/// `patch` with `uid` written as `metadata.uid`: the API server refuses it (422, naming
+/// metadata.uid) when the node of that name has another UID.
+fn with_uid(mut patch: serde_json::Value, uid: Option<&str>) -> serde_json::Value {
+    if let Some(uid) = uid {
+        patch["metadata"]["uid"] = serde_json::json!(uid);
+    }
+    patch
 }
 
 /// The node is gone (404), or the name is another node's now: a delete's UID precondition fails
@@ -83,8 +88,7 @@ fn outcome<T>(result: Result<T, kube::Error>) -> Result<Written, kube::Error> {
 
 /// Cordons or uncordons `node` as `how` says, if it is still the node it was.
 pub async fn cordon(client: &Client, node: &Node, how: Cordon<'_>) -> Result<Written, kube::Error> {
-    let uid = node.uid();
-    merge_patch(client, node, &how.patch(uid.as_deref())).await
+    merge_patch(client, node, how.patch()).await
 }
 
 /// Sets (`Some`) or removes (`None`) annotations of `node`, if it is still the node it was.
@@ -93,15 +97,14 @@ pub async fn annotate(client: &Client, node: &Node, annotations: &[(&str, Option
     for (key, value) in annotations {
         patch["metadata"]["annotations"][*key] = serde_json::json!(value);
     }
-    if let Some(uid) = node.uid() {
-        patch["metadata"]["uid"] = serde_json::json!(uid);
-    }
-    merge_patch(client, node, &patch).await
+    merge_patch(client, node, patch).await
 }
 
-async fn merge_patch(client: &Client, node: &Node, patch: &serde_json::Value) -> Result<Written, kube::Error> {
+/// Applies a merge patch to `node`, with its UID as the precondition.
+async fn merge_patch(client: &Client, node: &Node, patch: serde_json::Value) -> Result<Written, kube::Error> {
     let nodes: Api<Node> = Api::all(client.clone());
-    outcome(nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await)
+    let patch = with_uid(patch, node.uid().as_deref());
+    outcome(nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await)
 }
 
 /// Deletes `node` (its finalizer hands it to termination), if it is still the node it was.
@@ -184,15 +187,15 @@ mod tests {
     #[test]
     fn every_cordon_patch_carries_the_nodes_uid_as_its_precondition() {
         assert_eq!(
-            Cordon::Terminating.patch(Some("u1")),
+            with_uid(Cordon::Terminating.patch(), Some("u1")),
             json!({"metadata": {"uid": "u1", "labels": {EXCLUDE_FROM_LB_LABEL: "karpenter"}}, "spec": {"unschedulable": true}})
         );
         assert_eq!(
-            Cordon::Disrupting("expired").patch(Some("u1")),
+            with_uid(Cordon::Disrupting("expired").patch(), Some("u1")),
             json!({"metadata": {"uid": "u1", "annotations": {VOLUNTARY_DISRUPTION_ANNOTATION: "expired"}}, "spec": {"unschedulable": true}})
         );
         assert_eq!(
-            Cordon::Lift.patch(None),
+            with_uid(Cordon::Lift.patch(), None),
             json!({"metadata": {"annotations": {VOLUNTARY_DISRUPTION_ANNOTATION: null}}, "spec": {"unschedulable": null}})
         );
     }

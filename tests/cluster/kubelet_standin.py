@@ -347,7 +347,7 @@ def read_bottlerocket(text):
 # ---- what the kubelet registers ---------------------------------------------------------------
 
 
-def registration(user_data, facts, arm64, volumes, lookup_cluster, image_name):
+def registration(user_data, facts, volumes, lookup_cluster, image_name):
     """(family, max pods, kube-reserved, system-reserved, eviction-hard, node labels, taints,
     ephemeral-storage volume) as the AMI's bootstrap configures the kubelet."""
     table_pods = eni_max_pods(facts)
@@ -551,7 +551,6 @@ class Standin:
             reg = registration(
                 user_data,
                 facts,
-                arm64,
                 self.volumes(user_data_b64, instance["ImageId"]),
                 self.lookup_cluster,
                 image[0].get("Name", "") if image else "",

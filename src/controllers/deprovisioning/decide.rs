@@ -13,8 +13,8 @@ use super::VOLUNTARY_DISRUPTION_ANNOTATION;
 use crate::apis::v1alpha5::labels::{
     opted_out, DO_NOT_DISRUPT_ANNOTATION, DO_NOT_EVICT_ANNOTATION, EMPTINESS_TIMESTAMP_ANNOTATION, PROVISIONER_NAME_LABEL,
 };
-use crate::scheduling::pods::{is_daemonset_pod, is_mirror_pod, is_terminal, is_terminating};
 use crate::scheduling::nodes::{is_labelled_initialized, is_ready};
+use crate::scheduling::pods::{is_daemon_or_mirror, is_mirror_pod, is_terminal, is_terminating};
 use crate::scheduling::Selector;
 
 /// What to do about one node and `ttlSecondsAfterEmpty`.
@@ -41,7 +41,7 @@ pub enum Emptiness {
 /// Whether a pod keeps a node from being empty: anything but terminal, DaemonSet and mirror pods.
 /// A terminating pod still occupies its node until it is gone.
 pub fn occupies(pod: &Pod) -> bool {
-    !(is_terminal(pod) || is_daemonset_pod(pod) || is_mirror_pod(pod))
+    !(is_terminal(pod) || is_daemon_or_mirror(pod))
 }
 
 /// A running, non-terminating, non-mirror pod annotated `karpenter.sh/do-not-evict: "true"`
@@ -67,7 +67,7 @@ pub fn blocking_pdb(pods: &[Arc<Pod>], pdbs: &[PodDisruptionBudget]) -> Option<(
         )
     };
     pods.iter()
-        .filter(|p| !(is_terminal(p) || is_terminating(p) || is_daemonset_pod(p) || is_mirror_pod(p)))
+        .filter(|p| !(is_terminal(p) || is_terminating(p) || is_daemon_or_mirror(p)))
         .find_map(|pod| {
             let labels = pod.metadata.labels.clone().unwrap_or_default();
             pdbs.iter()

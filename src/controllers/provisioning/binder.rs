@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::ListParams;
 use kube::runtime::reflector;
 use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -87,9 +86,8 @@ async fn bind_planned(ctx: &Context, stores: &Stores, node: &Node, keys: &[PodKe
     }
     // What is on the node now, read from the API server rather than the cache: the scheduler
     // binds to a node the moment it is ready.
-    let all: Api<Pod> = Api::all(ctx.client.clone());
-    let on_node = match all.list(&ListParams::default().fields(&format!("spec.nodeName={node_name}"))).await {
-        Ok(list) => list.items,
+    let on_node = match crate::controllers::node_ops::pods_on(&ctx.client, &node_name).await {
+        Ok(pods) => pods,
         Err(e) => {
             warn!(node = %node_name, error = %e, "listing the pods on a ready node before binding; the scheduler will place them");
             return;

@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::scheduling::pods::{is_daemonset_pod, is_mirror_pod, is_terminal};
+use crate::scheduling::pods::{is_daemon_or_mirror, is_terminal};
 use k8s_openapi::chrono::{DateTime, Duration, Utc};
 
 /// The taint a cordoned node carries; pods tolerating it (DaemonSet pods) are not drained.
@@ -100,7 +100,7 @@ pub fn plan<'a>(pods: impl IntoIterator<Item = &'a Pod>, now: DateTime<Utc>) -> 
     let mut plan = DrainPlan::default();
     let (mut critical, mut non_critical) = (Vec::new(), Vec::new());
     for pod in pods {
-        if is_terminal(pod) || is_daemonset_pod(pod) || is_mirror_pod(pod) || tolerates_unschedulable(pod) {
+        if is_terminal(pod) || is_daemon_or_mirror(pod) || tolerates_unschedulable(pod) {
             continue;
         }
         if let Some(deleted) = &pod.metadata.deletion_timestamp {
