@@ -236,6 +236,12 @@ pub struct RunArgs {
     /// Bind planned pods to their new node once it is ready, instead of waiting for the scheduler (`run` only).
     #[arg(long, env = "BIND_PODS", default_value_t = true, action = clap::ArgAction::Set)]
     pub bind_pods: bool,
+    /// Replace nodes that no longer match their Provisioner or AWSNodeTemplate (drift: AMI,
+    /// subnet, security groups, launch-affecting fields, requirements), one at a time like
+    /// expired ones; off removes the drift marks and replaces nothing (`featureGates.driftEnabled`;
+    /// `run` only).
+    #[arg(long, env = "DRIFT_ENABLED", default_value_t = true, action = clap::ArgAction::Set)]
+    pub drift_enabled: bool,
     /// Start the controllers even while Karpenter runs in the cluster (its Lease renewed, its
     /// Deployment ready, or its webhook configurations present), for a staged migration with
     /// separate Provisioners; otherwise they wait until it is gone (`run` only).
@@ -393,6 +399,9 @@ impl RunArgs {
         if let Some(v) = s.enable_pod_eni.filter(|_| take("enable_pod_eni")) {
             self.enable_pod_eni = v;
         }
+        if let Some(v) = s.drift_enabled.filter(|_| take("drift_enabled")) {
+            self.drift_enabled = v;
+        }
         if let Some(v) = s.batch_max_duration.filter(|_| take("batch_max_duration")) {
             self.batch_max_duration = v;
         }
@@ -460,6 +469,7 @@ impl RunArgs {
         crate::controllers::deprovisioning::DeprovisioningConfig {
             interval: self.deprovisioning_interval,
             replacement_timeout: self.replacement_timeout,
+            drift_enabled: self.drift_enabled,
             ..Default::default()
         }
     }
@@ -738,6 +748,7 @@ mod tests {
             batch_max_duration: Some(Duration::from_secs(90)),
             batch_idle_duration: Some(Duration::from_secs(3)),
             cluster_ca_bundle: Some("Q0E=".into()),
+            drift_enabled: Some(false),
         };
         // Nothing explicit: every value comes from the ConfigMap.
         let mut args = run_args(&[]);
@@ -760,6 +771,7 @@ mod tests {
         assert!(notes[0].contains("aws.clusterName") && notes[0].contains("\"other\""), "{notes:?}");
         assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(node.enable_pod_eni, "aws.enablePodENI is used");
+        assert!(!args.deprovisioning().drift_enabled, "featureGates.driftEnabled is used");
 
         // Explicit flags win, even when they repeat the default; an empty endpoint does not.
         let mut args = run_args(&[
@@ -772,8 +784,10 @@ mod tests {
             r#"{"team":"b"}"#,
             "--interruption-queue-name",
             "",
+            "--drift-enabled=true",
         ]);
         args.apply_settings(&configmap);
+        assert!(args.deprovisioning().drift_enabled, "--drift-enabled wins over the ConfigMap");
         assert_eq!(args.interruption().queue_name, "", "an explicit empty name turns it off");
         assert_eq!(args.batch_max_duration, Duration::from_secs(10));
         assert_eq!(args.batch_idle_duration, Duration::from_secs(3), "not given: the ConfigMap's");
@@ -791,6 +805,7 @@ mod tests {
         );
         assert_eq!(args.batch_max_duration, Duration::from_secs(10));
         assert!(args.tags.is_empty());
+        assert!(args.deprovisioning().drift_enabled, "drift is on by default");
     }
 
     #[test]

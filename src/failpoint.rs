@@ -7,8 +7,11 @@
 //! is cordoned and evictions have been sent), `after-terminate` (the instance is terminated, the
 //! Node still holds its finalizer), `consolidation-after-cordon` (a consolidation command has
 //! cordoned and marked its nodes, nothing is launched yet), `consolidation-before-delete` (its
-//! replacement is initialised, the old nodes are not deleted yet), `interruption-before-delete`
-//! (an interruption message was acted on, it is not deleted from the queue yet).
+//! replacement is initialised, the old nodes are not deleted yet), `replacement-after-cordon` (an
+//! expired or drifted node is cordoned and marked, nothing is launched yet),
+//! `replacement-before-delete` (its replacement is Ready, the node is not deleted yet),
+//! `interruption-before-delete` (an interruption message was acted on, it is not deleted from the
+//! queue yet).
 //!
 //! `KARPENTER_RS_PANIC_IN=<controller>[:<passes>]` makes a controller's passes panic (every
 //! one, or its first `<passes>`), for the supervision tests: `panic_point` is called at the start

@@ -41,6 +41,8 @@ pub mod reason {
     pub const EXPIRATION: &str = "expiration";
     /// Removed (or replaced by a cheaper node) by consolidation.
     pub const CONSOLIDATION: &str = "consolidation";
+    /// Replaced (or removed) because it no longer matches its Provisioner or AWSNodeTemplate.
+    pub const DRIFT: &str = "drift";
     /// Its instance is gone.
     pub const GARBAGE_COLLECTED: &str = "garbage_collected";
     /// Not Ready within the registration TTL (Karpenter v0.28's machine liveness).
@@ -110,6 +112,9 @@ pub struct Metrics {
     pub nodes_terminated: IntCounterVec,
     /// `karpenter_deprovisioning_actions_performed{action}` (`<method>/delete`, `<method>/replace`).
     pub deprovisioning_actions: IntCounterVec,
+    /// `karpenter_nodes_drifted{type}`: nodes of ours drifted now (`ami`, `subnet`,
+    /// `securitygroup`, `static`, `requirements`), as the last deprovisioning pass found them.
+    pub nodes_drifted: GaugeVec,
     /// `karpenter_nodes_termination_time_seconds{provisioner}`: from the Node's deletion
     /// timestamp to its finalizer removed; a summary as Karpenter's.
     pub termination_time: SummaryVec,
@@ -270,6 +275,14 @@ impl Metrics {
                 "Deprovisioning actions performed, by action (<method>/delete, <method>/replace).",
             ),
             &["action"],
+        )
+        .expect("metric options are valid");
+        let nodes_drifted = GaugeVec::new(
+            Opts::new(
+                "karpenter_nodes_drifted",
+                "Nodes of ours drifted now, by type of drift (ami, subnet, securitygroup, static, requirements).",
+            ),
+            &["type"],
         )
         .expect("metric options are valid");
         let termination_time = SummaryVec::new(
@@ -448,6 +461,7 @@ impl Metrics {
             Box::new(pods_bound.clone()),
             Box::new(nodes_terminated.clone()),
             Box::new(deprovisioning_actions.clone()),
+            Box::new(nodes_drifted.clone()),
             Box::new(termination_time.clone()),
             Box::new(replacement_initialized.clone()),
             Box::new(eviction_queue_depth.clone()),
@@ -493,6 +507,7 @@ impl Metrics {
             pods_bound,
             nodes_terminated,
             deprovisioning_actions,
+            nodes_drifted,
             termination_time,
             replacement_initialized,
             eviction_queue_depth,

@@ -19,7 +19,7 @@ use crate::apis::v1alpha5::labels::LAUNCH_TEMPLATE_CLUSTER_TAG;
 /// Name of the ConfigMap, as Karpenter's chart creates it.
 pub const SETTINGS_CONFIGMAP: &str = "karpenter-global-settings";
 
-/// The keys karpenter-rs reads; any other (`featureGates.driftEnabled`, a typo) is ignored
+/// The keys karpenter-rs reads; any other (`aws.isolatedVPC`, a typo) is ignored
 /// with a warning naming it (`not_honoured`).
 pub mod keys {
     /// `aws.clusterName`.
@@ -47,6 +47,8 @@ pub mod keys {
     pub const BATCH_IDLE_DURATION: &str = "batchIdleDuration";
     /// `aws.clusterCABundle`: base64 of the API server's PEM CA, for the nodes' bootstrap.
     pub const CLUSTER_CA_BUNDLE: &str = "aws.clusterCABundle";
+    /// `featureGates.driftEnabled`: drifted nodes are replaced (karpenter-rs: on when unset).
+    pub const DRIFT_ENABLED: &str = "featureGates.driftEnabled";
 
     /// Every key karpenter-rs reads.
     pub const READ: &[&str] = &[
@@ -62,15 +64,12 @@ pub mod keys {
         BATCH_MAX_DURATION,
         BATCH_IDLE_DURATION,
         CLUSTER_CA_BUNDLE,
+        DRIFT_ENABLED,
     ];
 
     /// Keys of Karpenter v0.27–v0.31's ConfigMap that karpenter-rs does not honour, and why
     /// (karpenter-behavior.md §8.1).
     pub const NOT_HONOURED: &[(&str, &str)] = &[
-        (
-            "featureGates.driftEnabled",
-            "drift is not implemented yet: nodes are not replaced when their AMI, subnets, security groups or Provisioner change",
-        ),
         (
             "aws.isolatedVPC",
             "prices are read from the Pricing API when it answers and estimated when it does not, in an isolated VPC as elsewhere",
@@ -117,6 +116,8 @@ pub struct GlobalSettings {
     pub batch_idle_duration: Option<Duration>,
     /// `aws.clusterCABundle` (base64 PEM).
     pub cluster_ca_bundle: Option<String>,
+    /// `featureGates.driftEnabled`.
+    pub drift_enabled: Option<bool>,
 }
 
 /// A value of the ConfigMap that was refused.
@@ -168,6 +169,7 @@ pub fn parse(data: &BTreeMap<String, String>) -> (GlobalSettings, Vec<SettingErr
     let batch_max = value(keys::BATCH_MAX_DURATION, &|v| parse_batch_duration(v).map(drop));
     let batch_idle = value(keys::BATCH_IDLE_DURATION, &|v| parse_batch_duration(v).map(drop));
     let ca_bundle = value(keys::CLUSTER_CA_BUNDLE, &|v| parse_ca_bundle(v).map(drop));
+    let drift = value(keys::DRIFT_ENABLED, &|v| parse_bool(v).map(drop));
     let settings = GlobalSettings {
         cluster_name: cluster_name.map(str::to_string),
         cluster_endpoint: cluster_endpoint.map(str::to_string),
@@ -181,6 +183,7 @@ pub fn parse(data: &BTreeMap<String, String>) -> (GlobalSettings, Vec<SettingErr
         batch_max_duration: batch_max.and_then(|v| parse_batch_duration(v).ok()),
         batch_idle_duration: batch_idle.and_then(|v| parse_batch_duration(v).ok()),
         cluster_ca_bundle: ca_bundle.map(|v| v.trim().to_string()).filter(|v| !v.is_empty()),
+        drift_enabled: drift.and_then(|v| parse_bool(v).ok()),
     };
     (settings, errors)
 }
@@ -428,6 +431,7 @@ mod tests {
                 batch_max_duration: Some(Duration::from_secs(90)),
                 batch_idle_duration: Some(Duration::from_millis(500)),
                 cluster_ca_bundle: Some(CA.into()),
+                drift_enabled: Some(true),
             }
         );
         assert_eq!(parse(&BTreeMap::new()), (GlobalSettings::default(), vec![]));
@@ -440,13 +444,16 @@ mod tests {
     fn keys_not_honoured_are_named_with_why_and_unknown_ones_too() {
         let notes = not_honoured(&data(&[
             ("aws.clusterName", "c"),
-            ("featureGates.driftEnabled", "true"),
+            ("featureGates.driftEnabled", "false"),
             ("aws.isolatedVPC", "true"),
             ("aws.assumeRoleARN", "arn:aws:iam::1:role/x"),
             ("aws.clustername", "typo"),
         ]));
-        assert_eq!(notes.len(), 4, "{notes:?}");
-        assert!(notes.iter().any(|n| n.contains("featureGates.driftEnabled is not honoured") && n.contains("drift is not implemented")), "{notes:?}");
+        assert_eq!(notes.len(), 3, "{notes:?}");
+        assert!(
+            !notes.iter().any(|n| n.contains("featureGates.driftEnabled")),
+            "drift is honoured: {notes:?}"
+        );
         assert!(notes.iter().any(|n| n.contains("aws.isolatedVPC is not honoured")), "{notes:?}");
         assert!(notes.iter().any(|n| n.contains("aws.assumeRoleARN is not honoured")), "{notes:?}");
         assert!(notes.iter().any(|n| n.contains("aws.clustername is unknown")), "{notes:?}");

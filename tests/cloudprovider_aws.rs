@@ -718,7 +718,8 @@ async fn the_settings_configmap_tags_launches_and_sets_memory_overhead_unless_a_
             "aws.tags": r#"{"team": "payments", "cost-center": "4711"}"#,
             "aws.vmMemoryOverheadPercent": "0.1",
             "aws.reservedENIs": "two",
-            "featureGates.driftEnabled": "true",
+            "featureGates.driftEnabled": "false",
+            "aws.isolatedVPC": "true",
             "batchMaxDuration": "1m30s",
             "batchIdleDuration": "5s"
         }
@@ -757,7 +758,9 @@ async fn the_settings_configmap_tags_launches_and_sets_memory_overhead_unless_a_
         let out = String::from_utf8_lossy(&out.stdout).to_string();
         out.contains("IgnoredSetting").then_some(out)
     });
-    assert!(events.contains("featureGates.driftEnabled is not honoured"), "{events}");
+    assert!(events.contains("aws.isolatedVPC is not honoured"), "{events}");
+    assert!(!events.contains("featureGates.driftEnabled"), "drift is honoured: {events}");
+    assert!(!args.deprovisioning().drift_enabled, "featureGates.driftEnabled: false turns drift off");
     // One that cannot be read is an error for the caller to retry, not defaults.
     let forbidden = kube::Client::try_from({
         let mut c = kube::Config::new("https://127.0.0.1:1".parse().unwrap());

@@ -365,6 +365,28 @@ impl Scenario {
         Some(String::from_utf8_lossy(&out.stdout).to_string()).filter(|h| !h.is_empty())
     }
 
+    /// After a replacement cut short and finished by a normal run: nothing leaked, no node stuck
+    /// deleting, one node, not cordoned, and `launches` (counted by the caller) were two: the
+    /// first node and one replacement, nothing more. Returns the node.
+    fn converged_on_one_node(&self, setup: &Setup, launches: usize) -> Node {
+        let settled = settle(|| self.tally(setup), |t| t.leaked == 0 && t.stuck == 0 && t.nodes == 1);
+        let nodes = self.nodes();
+        let cordoned = nodes
+            .iter()
+            .filter(|n| n.spec.as_ref().and_then(|sp| sp.unschedulable) == Some(true))
+            .count();
+        eprintln!("{settled:?}, cordoned {cordoned}, launches {launches}");
+        assert_eq!((settled.leaked, settled.stuck, settled.nodes), (0, 0, 1), "{}", self.describe());
+        assert_eq!(cordoned, 0, "no node stays cordoned: {}", self.describe());
+        assert_eq!(
+            launches,
+            2,
+            "the first node and one replacement, nothing more (logs in {})",
+            setup.logs.display()
+        );
+        nodes.into_iter().next().expect("one node")
+    }
+
     fn running_pod_node(&self) -> Option<String> {
         self.pods()
             .into_iter()
@@ -672,26 +694,12 @@ fn consolidation_crashes_converge_without_leaks_cordoned_nodes_or_double_replace
                     (node != big && s.nodes().iter().all(|n| n.name_any() != big)).then_some(())
                 },
             );
-            let settled = settle(|| s.tally(&setup), |t| t.leaked == 0 && t.stuck == 0 && t.nodes == 1);
-            let nodes = s.nodes();
-            let cordoned = nodes
-                .iter()
-                .filter(|n| n.spec.as_ref().and_then(|sp| sp.unschedulable) == Some(true))
-                .count();
-            let launches = launched(&s) - before;
-            eprintln!("round {round}/{rounds}: {settled:?}, cordoned {cordoned}, launches {launches}");
-            assert_eq!((settled.leaked, settled.stuck, settled.nodes), (0, 0, 1), "{}", s.describe());
-            assert_eq!(cordoned, 0, "no node stays cordoned: {}", s.describe());
+            eprintln!("round {round}/{rounds}");
+            let node = s.converged_on_one_node(&setup, launched(&s) - before);
             assert_eq!(
-                nodes[0].labels()["node.kubernetes.io/instance-type"],
+                node.labels()["node.kubernetes.io/instance-type"],
                 "t3.large",
                 "the replacement is the cheaper type"
-            );
-            assert_eq!(
-                launches,
-                2,
-                "the first node and one replacement, nothing more (logs in {})",
-                setup.logs.display()
             );
             // Clean slate for the next round.
             s.scale_to_zero_and_settle(&setup);
@@ -754,6 +762,73 @@ fn a_cut_short_consolidation_is_released_when_consolidation_is_turned_off() {
         });
         assert_eq!(s.running_pod_node().as_deref(), Some(big.as_str()), "{}", s.describe());
         assert_eq!(s.nodes().len(), 1, "no replacement was launched: {}", s.describe());
+        s.scale_to_zero_and_settle(&setup);
+        drop(normal);
+    }));
+    s.tear_down(&setup);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// A drift replacement cut short twice: the binary exits right after cordoning the drifted node
+/// (a Provisioner label edited from `team: a` to `team: b`), and the next one right after its
+/// replacement is Ready, before the node is deleted. The run after that converges: the drifted
+/// node gone, the pod Running on the one node left, labelled `team: b`, nothing leaked, nothing
+/// left cordoned, and two launches in all (the first node and one replacement: the replacement
+/// the second run launched is found and used, not launched again).
+#[test]
+fn a_drift_replacement_cut_short_converges_without_leaks_cordoned_nodes_or_double_replacements() {
+    let setup = setup("drift-crash");
+    let cluster = setup.cluster;
+    let s = Scenario::create_with(cluster, |p| {
+        p["spec"]["labels"]["team"] = json!("a");
+    });
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        s.scale(1);
+        let mut normal = setup.start(None);
+        let first = normal.wait_for(&s, "the pod Running", Duration::from_secs(120), || s.running_pod_node());
+        drop(normal);
+        kubectl_ok(
+            cluster,
+            &[
+                "patch",
+                "provisioner",
+                &s.provisioner,
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"labels":{"team":"b"}}}"#,
+            ],
+            None,
+        );
+        setup
+            .start(Some("replacement-after-cordon"))
+            .expect_crash("replacement-after-cordon", Duration::from_secs(120));
+        let node = s.node(&first).expect("the drifted node is still there");
+        assert_eq!(
+            node.spec.as_ref().and_then(|sp| sp.unschedulable),
+            Some(true),
+            "the crash point comes after the cordon"
+        );
+        assert_eq!(
+            node.annotations().get("karpenter.sh/voluntary-disruption").map(String::as_str),
+            Some("drifted")
+        );
+        setup
+            .start(Some("replacement-before-delete"))
+            .expect_crash("replacement-before-delete", Duration::from_secs(180));
+        let mut normal = setup.start(None);
+        normal.wait_for(
+            &s,
+            "the drifted node gone and the pod Running on a node labelled team=b",
+            Duration::from_secs(180),
+            || {
+                let on = s.running_pod_node()?;
+                let labelled = s.node(&on)?.labels().get("team").map(String::as_str) == Some("b");
+                (on != first && labelled && s.nodes().iter().all(|n| n.name_any() != first)).then_some(())
+            },
+        );
+        s.converged_on_one_node(&setup, setup.launched(&s));
         s.scale_to_zero_and_settle(&setup);
         drop(normal);
     }));

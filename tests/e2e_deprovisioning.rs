@@ -26,7 +26,8 @@ use karpenter_rs::controllers::interruption::InterruptionConfig;
 use kube::ResourceExt;
 use serde_json::json;
 use support::{
-    cluster, ec2_event, fixture, items, kubectl, kubectl_ok, unique, wait_for, AdmissionWebhook, Cluster, Controller, Loops, CLUSTER_NAME,
+    cluster, ec2_event, fixture, items, kubectl, kubectl_ok, ready_on, unique, wait_for, AdmissionWebhook, Cluster, Controller, Loops,
+    CLUSTER_NAME,
 };
 
 const SUITE_KEY: &str = "e2e.karpenter-rs/suite";
@@ -59,9 +60,13 @@ fn setup() -> (&'static Cluster, &'static Controller) {
             cluster,
             Loops {
                 termination: Default::default(),
+                // Drift off: these tests edit Provisioners to see other methods act (a type no
+                // longer allowed is consolidated), and `drift_off_removes_the_marks_and_replaces_nothing`
+                // is the test of drift turned off. Drift itself is tested in e2e_drift.
                 deprovisioning: DeprovisioningConfig {
                     interval: Duration::from_secs(2),
                     node_selector: selector.clone(),
+                    drift_enabled: false,
                     ..Default::default()
                 },
                 garbage_collection: GarbageCollectionConfig {
@@ -218,48 +223,10 @@ impl Scenario {
         self.nodes().into_iter().find(|n| n.name_any() == name)
     }
 
-    /// Deletes everything the scenario created: the namespace, the nodes (through the
-    /// termination controller, or by dropping the finalizer if that does not finish), the
-    /// instances, the Provisioner and the template.
+    /// Deletes everything the scenario created (`support::tear_down_scenario`).
     fn clean_up(&self, controller: &Controller) {
-        kubectl(self.cluster, &["delete", "namespace", &self.namespace, "--wait=false"], None);
-        kubectl(self.cluster, &["delete", "provisioner", &self.provisioner, "--wait=false"], None);
-        let nodes = self.nodes();
-        for node in &nodes {
-            kubectl(self.cluster, &["delete", "node", &node.name_any(), "--wait=false"], None);
-        }
-        let deadline = Instant::now() + Duration::from_secs(90);
-        while !self.nodes().is_empty() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_secs(1));
-        }
-        for node in self.nodes() {
-            let patch = json!({"metadata": {"finalizers": null}}).to_string();
-            kubectl(
-                self.cluster,
-                &["patch", "node", &node.name_any(), "--type=merge", "-p", &patch],
-                None,
-            );
-        }
-        let cloud = cloud(controller, self.cluster);
-        for node in &nodes {
-            let _ = controller.block_on(cloud.delete(&instance_id(node)));
-        }
-        kubectl(self.cluster, &["delete", "awsnodetemplate", &self.template, "--wait=false"], None);
+        support::tear_down_scenario(self.cluster, controller, &self.namespace, &self.provisioner, &self.template);
     }
-}
-
-/// The nodes of the Ready pods among `pods` that are not being deleted, one entry per pod.
-fn ready_on(pods: &[Pod]) -> Vec<String> {
-    pods.iter()
-        .filter(|p| {
-            p.metadata.deletion_timestamp.is_none()
-                && p.status
-                    .as_ref()
-                    .and_then(|st| st.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        })
-        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
-        .collect()
 }
 
 /// Runs `body` beside the binary's other tests, then cleans up, and re-raises a failure of `body`.
@@ -1240,6 +1207,54 @@ fn consolidation_and_expiration_never_disrupt_nodes_at_the_same_time() {
             );
             m.wait_running(2);
         });
+    });
+}
+
+/// Drift turned off (`--drift-enabled=false`, as this binary's controllers run): a node whose
+/// Provisioner's label changed since launch, and which an earlier run with drift on had marked
+/// drifted, loses the mark and stays, neither cordoned nor replaced.
+#[test]
+fn drift_off_removes_the_marks_and_replaces_nothing() {
+    let (cluster, controller) = setup();
+    let scenario = Scenario::create_with(cluster, "driftoff", None, None, |p| {
+        p["spec"]["labels"]["team"] = json!("a");
+    });
+    with_scenario(scenario, controller, |s| {
+        s.deploy_nginx();
+        let first = s.wait_running(2);
+        let node = first.iter().next().unwrap().clone();
+        let patch = json!({"spec": {"labels": {"team": "b"}}}).to_string();
+        kubectl_ok(
+            cluster,
+            &["patch", "provisioner", &s.provisioner, "--type=merge", "-p", &patch],
+            None,
+        );
+        kubectl_ok(
+            cluster,
+            &[
+                "annotate",
+                "node",
+                &node,
+                "karpenter.sh/voluntary-disruption=drifted",
+                "--overwrite",
+            ],
+            None,
+        );
+        wait_for("the drift mark removed", Duration::from_secs(60), || {
+            let n = s.node(&node)?;
+            (!n.annotations().contains_key("karpenter.sh/voluntary-disruption")).then_some(())
+        });
+        controller.wait_passes("deprovisioning", 10, Duration::from_secs(120));
+        let nodes: Vec<String> = s.nodes().iter().map(|n| n.name_any()).collect();
+        assert_eq!(nodes, vec![node.clone()], "nothing replaced");
+        let now = s.node(&node).unwrap();
+        assert!(!now.annotations().contains_key("karpenter.sh/voluntary-disruption"));
+        assert_ne!(now.spec.as_ref().and_then(|sp| sp.unschedulable), Some(true));
+        assert_eq!(
+            now.labels().get("team").map(String::as_str),
+            Some("a"),
+            "still the node launched before the edit"
+        );
     });
 }
 

@@ -301,9 +301,11 @@ lane_2() { # deprovisioning, the soak, the viewer
   return "$s"
 }
 lane_3() { # the runaway test (alone: its bound on nodes at once rests on emptiness, which another
-  # test's consolidation or expiration command would hold up), then the scale benchmark
+  # test's consolidation or expiration command would hold up), drift, then the scale benchmark
   local s=0
   cargo_group e2e_deprovisioning-runaway 1 --test e2e_deprovisioning -- --exact "$RUNAWAY" || s=1
+  # Drift: its controllers run with drift on (e2e_deprovisioning's with it off).
+  cargo_group e2e_drift "$E2E_TEST_THREADS" --test e2e_drift || s=1
   # The scale benchmark at 30 pods (karpenter-rs, Karpenter and the floor, each from start to
   # every node gone); it restarts its lane's cluster with an audit log and stops it.
   if wait_recorded go-builds-in-background; then

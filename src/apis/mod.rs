@@ -4,6 +4,7 @@
 
 pub mod decode;
 pub mod field_error;
+pub mod hash;
 pub mod names;
 pub mod quantity;
 pub mod schema;

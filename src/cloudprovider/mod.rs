@@ -444,6 +444,10 @@ pub struct Instance {
     pub tags: BTreeMap<String, String>,
     /// AMI it runs.
     pub image_id: Option<String>,
+    /// Subnet it runs in.
+    pub subnet_id: Option<String>,
+    /// Security groups of its primary network interface, sorted.
+    pub security_group_ids: Vec<String>,
 }
 
 impl Instance {
@@ -557,6 +561,10 @@ pub trait CloudProvider: Send + Sync {
     /// Launches one instance for the request, the cheapest it can get, tagged with the cluster and
     /// provisioner.
     async fn create(&self, request: &LaunchRequest) -> Result<Instance, Error>;
+    /// The image a node of `instance_type` launched under `template` would boot now (the family's
+    /// SSM parameter for its architecture and accelerator, or the newest `amiSelector` match;
+    /// cached as launches cache it), or `None` when the template names its own launch template.
+    async fn image_for(&self, template: &NodeTemplate, instance_type: &str) -> Result<Option<String>, Error>;
     /// Terminates the instance. An instance that no longer exists is success.
     async fn delete(&self, instance_id: &str) -> Result<(), Error>;
     /// Deletes the launch templates this cluster's launches created and have not used for

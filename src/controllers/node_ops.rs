@@ -36,6 +36,8 @@ pub enum Cordon<'a> {
     Disrupting(&'a str),
     /// Uncordoned and the method's mark removed: a disruption that did not go ahead.
     Lift,
+    /// Uncordoned, the mark kept: a drifted node not being replaced now.
+    Uncordon,
 }
 
 impl Cordon<'_> {
@@ -54,6 +56,7 @@ impl Cordon<'_> {
                 "metadata": {"annotations": {VOLUNTARY_DISRUPTION_ANNOTATION: null}},
                 "spec": {"unschedulable": null},
             }),
+            Cordon::Uncordon => serde_json::json!({"spec": {"unschedulable": null}}),
         }
     }
 }
@@ -197,6 +200,11 @@ mod tests {
         assert_eq!(
             with_uid(Cordon::Lift.patch(), None),
             json!({"metadata": {"annotations": {VOLUNTARY_DISRUPTION_ANNOTATION: null}}, "spec": {"unschedulable": null}})
+        );
+        // Uncordoning keeps the mark (a drifted node not replaced now), and still names the UID.
+        assert_eq!(
+            with_uid(Cordon::Uncordon.patch(), Some("u1")),
+            json!({"metadata": {"uid": "u1"}, "spec": {"unschedulable": null}})
         );
     }
 }

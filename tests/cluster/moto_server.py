@@ -10,6 +10,14 @@ parameters, so this wrapper lets PutParameter write names under /aws/service/
 (fixtures.py then writes the EKS / Bottlerocket ones with plain boto3). Every
 other name, and every other API, behaves as in stock moto.
 
+It also gives the instances CreateFleet launches the security groups of their
+launch template, as EC2 does: moto's fleets read the groups from a "GroupSet"
+key that launch templates never have (CreateLaunchTemplate stores
+"SecurityGroupId"), so every instance landed in the VPC's default group and
+nothing could tell which groups a node was launched into (drift by security
+group compares exactly that). Each launch template version gets "GroupSet" set
+to its security group ids; nothing else changes.
+
 It also keeps the answer to each distinct request (its region and parameters)
 of the three EC2 calls whose answers are moto's fixed data, which moto
 otherwise serialises anew every time: DescribeInstanceTypes (5.8 s of CPU for
@@ -25,6 +33,7 @@ import inspect
 import sys
 
 from moto.core.utils import utcnow
+from moto.ec2.models import launch_templates as launch_template_models
 from moto.ec2.responses import EC2Response
 from moto.server import main as moto_main
 from moto.ssm import models as ssm_models
@@ -67,6 +76,20 @@ def _put_parameter(self, *args, **kwargs):
 
 
 ssm_models.SimpleSystemManagerBackend.put_parameter = _put_parameter
+
+_original_version_init = launch_template_models.LaunchTemplateVersion.__init__
+
+
+def _version_init(self, template, number, data, description):
+    _original_version_init(self, template, number, data, description)
+    groups = data.get("SecurityGroupIds") or data.get("SecurityGroupId")
+    if isinstance(groups, str):
+        groups = [groups]
+    if groups and not data.get("GroupSet"):
+        self.data = dict(data, GroupSet=list(groups))
+
+
+launch_template_models.LaunchTemplateVersion.__init__ = _version_init
 
 _original_call_action = EC2Response.call_action
 FIXED_DATA_ACTIONS = frozenset(

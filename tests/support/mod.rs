@@ -601,3 +601,54 @@ impl FirstWriteUp {
         }
     }
 }
+
+/// The nodes of the Ready pods among `pods` that are not being deleted, one entry per pod.
+pub fn ready_on(pods: &[k8s_openapi::api::core::v1::Pod]) -> Vec<String> {
+    pods.iter()
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.status
+                    .as_ref()
+                    .and_then(|st| st.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect()
+}
+
+/// Deletes everything a test scenario created: the namespace, the Provisioner's nodes (through
+/// the termination controller, or by dropping the finalizer if that does not finish within 90 s),
+/// their instances, the Provisioner and the template.
+pub fn tear_down_scenario(cluster: &Cluster, controller: &Controller, namespace: &str, provisioner: &str, template: &str) {
+    use k8s_openapi::api::core::v1::Node;
+    use kube::ResourceExt;
+    let nodes = || -> Vec<Node> {
+        let selector = format!("karpenter.sh/provisioner-name={provisioner}");
+        items(&kubectl_ok(cluster, &["get", "nodes", "-l", &selector, "-o", "json"], None))
+    };
+    kubectl(cluster, &["delete", "namespace", namespace, "--wait=false"], None);
+    kubectl(cluster, &["delete", "provisioner", provisioner, "--wait=false"], None);
+    let launched = nodes();
+    for node in &launched {
+        kubectl(cluster, &["delete", "node", &node.name_any(), "--wait=false"], None);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while !nodes().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    for node in nodes() {
+        let patch = serde_json::json!({"metadata": {"finalizers": null}}).to_string();
+        kubectl(cluster, &["patch", "node", &node.name_any(), "--type=merge", "-p", &patch], None);
+    }
+    use karpenter_rs::cloudprovider::CloudProvider;
+    let cloud = controller
+        .block_on(karpenter_rs::cloudprovider::aws::AwsCloudProvider::new(cloud_config(cluster)))
+        .expect("a cloud provider for moto");
+    for node in &launched {
+        let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.clone()).unwrap_or_default();
+        if let Some(id) = karpenter_rs::cloudprovider::instance_id_from_provider_id(&provider_id) {
+            let _ = controller.block_on(cloud.delete(id));
+        }
+    }
+    kubectl(cluster, &["delete", "awsnodetemplate", template, "--wait=false"], None);
+}

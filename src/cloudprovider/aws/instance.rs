@@ -351,6 +351,17 @@ pub fn from_sdk(i: &aws_sdk_ec2::types::Instance) -> Instance {
             .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
             .collect(),
         image_id: i.image_id().map(str::to_string),
+        subnet_id: i.subnet_id().map(str::to_string),
+        security_group_ids: {
+            let mut ids: Vec<String> = i
+                .security_groups()
+                .iter()
+                .filter_map(|g| g.group_id().map(str::to_string))
+                .collect();
+            ids.sort();
+            ids.dedup();
+            ids
+        },
     }
 }
 

@@ -106,6 +106,7 @@ pub struct AwsCloudProvider {
     subnets: TtlCache<BTreeMap<String, String>, Vec<Subnet>>,
     security_groups: TtlCache<BTreeMap<String, String>, Vec<SecurityGroup>>,
     amis: TtlCache<String, Ami>,
+    selected_images: TtlCache<BTreeMap<String, String>, Vec<Ami>>,
     launch_templates: Mutex<launch_template::Usage>,
     warned_estimate: AtomicBool,
 }
@@ -160,6 +161,7 @@ impl AwsCloudProvider {
             subnets: TtlCache::new(config.resolve_ttl),
             security_groups: TtlCache::new(config.resolve_ttl),
             amis: TtlCache::new(config.resolve_ttl),
+            selected_images: TtlCache::new(config.resolve_ttl),
             launch_templates: Mutex::new(launch_template::Usage::default()),
             warned_estimate: AtomicBool::new(false),
             config,
@@ -204,6 +206,11 @@ impl AwsCloudProvider {
     /// The SQS client (tests send interruption events through it).
     pub fn sqs(&self) -> &aws_sdk_sqs::Client {
         &self.sqs
+    }
+
+    /// The SSM client (tests move an AMI parameter to a new image through it).
+    pub fn ssm(&self) -> &aws_sdk_ssm::Client {
+        &self.ssm
     }
 
     /// The interruption queue's API (SQS), with the same endpoint, region and credentials.
@@ -357,7 +364,7 @@ impl AwsCloudProvider {
     /// else the family's SSM parameter.
     async fn ami(&self, template: &NodeTemplate, need: AmiNeed) -> Result<Ami, Error> {
         if let Some(selector) = &template.ami_selector {
-            let images = ami::resolve_from_selector(&self.ec2, selector).await?;
+            let images = self.selected_images(selector).await?;
             return images.into_iter().find(|a| a.architecture == need.architecture).ok_or_else(|| {
                 Error::InvalidConfiguration(format!(
                     "no {} image matches amiSelector {}",
@@ -375,6 +382,17 @@ impl AwsCloudProvider {
         }
         let found = ami::resolve_from_ssm(&self.ssm, template.ami_family, template.kubernetes_version, need).await?;
         self.amis.put(key, found.clone());
+        Ok(found)
+    }
+
+    /// The images an `amiSelector` matches, newest first, cached like the other selectors (launches
+    /// and drift ask for them every pass).
+    async fn selected_images(&self, selector: &BTreeMap<String, String>) -> Result<Vec<Ami>, Error> {
+        if let Some(hit) = self.selected_images.get(selector) {
+            return Ok(hit);
+        }
+        let found = ami::resolve_from_selector(&self.ec2, selector).await?;
+        self.selected_images.put(selector.clone(), found.clone());
         Ok(found)
     }
 
@@ -417,15 +435,7 @@ impl AwsCloudProvider {
             let info = by_name
                 .get(t.as_str())
                 .ok_or_else(|| Error::InvalidConfiguration(format!("instance type {t} is not offered in this region")))?;
-            let nvidia = info.facts.gpus.iter().any(|g| g.manufacturer.eq_ignore_ascii_case("nvidia"));
-            let need = AmiNeed {
-                architecture: if info.facts.architecture == "arm64" { "arm64" } else { "amd64" },
-                accelerator: match (nvidia, info.needs_accelerated_ami()) {
-                    (true, _) => Accelerator::Nvidia,
-                    (false, true) => Accelerator::Neuron,
-                    (false, false) => Accelerator::None,
-                },
-            };
+            let need = ami_need(info);
             let max_pods = request.max_pods.get(t).copied().or(request.kubelet.max_pods.map(i64::from));
             needs.entry((need, max_pods)).or_default().push(t.clone());
         }
@@ -552,6 +562,20 @@ fn arch_requirement(arch: &str) -> NodeSelectorRequirement {
     }
 }
 
+/// What a node of this instance type needs from its AMI: its architecture, and the NVIDIA or
+/// Neuron variant for an accelerated type.
+fn ami_need(info: &InstanceTypeInfo) -> AmiNeed {
+    let nvidia = info.facts.gpus.iter().any(|g| g.manufacturer.eq_ignore_ascii_case("nvidia"));
+    AmiNeed {
+        architecture: if info.facts.architecture == "arm64" { "arm64" } else { "amd64" },
+        accelerator: match (nvidia, info.needs_accelerated_ami()) {
+            (true, _) => Accelerator::Nvidia,
+            (false, true) => Accelerator::Neuron,
+            (false, false) => Accelerator::None,
+        },
+    }
+}
+
 #[async_trait]
 impl CloudProvider for AwsCloudProvider {
     async fn instance_types(&self) -> Result<Vec<InstanceTypeInfo>, Error> {
@@ -574,7 +598,7 @@ impl CloudProvider for AwsCloudProvider {
         let subnets = self.resolve_subnets(&template.subnet_selector).await?;
         let groups = self.resolve_security_groups(template).await?;
         let amis = match &template.ami_selector {
-            Some(selector) => ami::resolve_from_selector(&self.ec2, selector).await?,
+            Some(selector) => self.selected_images(selector).await?,
             None if template.launch_template.is_some() => Vec::new(),
             None => {
                 let mut found = Vec::new();
@@ -623,6 +647,18 @@ impl CloudProvider for AwsCloudProvider {
                     .collect(),
             ),
         })
+    }
+
+    async fn image_for(&self, template: &NodeTemplate, instance_type: &str) -> Result<Option<String>, Error> {
+        if template.launch_template.is_some() {
+            return Ok(None);
+        }
+        let catalogue = self.catalogue().await?;
+        let info = catalogue
+            .iter()
+            .find(|t| t.facts.name == instance_type)
+            .ok_or_else(|| Error::NotFound(format!("instance type {instance_type} in this region's catalogue")))?;
+        Ok(Some(self.ami(template, ami_need(info)).await?.id))
     }
 
     async fn create(&self, request: &LaunchRequest) -> Result<Instance, Error> {

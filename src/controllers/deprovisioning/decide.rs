@@ -292,7 +292,6 @@ pub fn expiration(candidates: &[Candidate<'_>], pdbs: &[PodDisruptionBudget], no
             .as_ref()
             .is_some_and(|l| l.contains_key(PROVISIONER_NAME_LABEL))
     };
-    let mut outcome = Expiration::default();
     let mut expired: Vec<(DateTime<Utc>, &Candidate<'_>)> = candidates
         .iter()
         .filter(ours)
@@ -304,7 +303,15 @@ pub fn expiration(candidates: &[Candidate<'_>], pdbs: &[PodDisruptionBudget], no
         })
         .collect();
     expired.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.node.metadata.name.cmp(&b.1.node.metadata.name)));
-    for (_, candidate) in expired {
+    first_unblocked(expired.into_iter().map(|(_, c)| c), pdbs)
+}
+
+/// The first of `candidates` (in the order given) that nothing blocks, and the ones before it
+/// that something did: a do-not-evict pod, or a PodDisruptionBudget allowing no disruption of one
+/// of its pods now. Expiration and drift choose their one node a command this way (§5.4, §5.5).
+pub fn first_unblocked<'a, 'b: 'a>(candidates: impl IntoIterator<Item = &'a Candidate<'b>>, pdbs: &[PodDisruptionBudget]) -> Expiration {
+    let mut outcome = Expiration::default();
+    for candidate in candidates {
         let name = candidate.node.metadata.name.clone().unwrap_or_default();
         if let Some(pod) = do_not_evict(candidate.pods) {
             let pod_name = format!(

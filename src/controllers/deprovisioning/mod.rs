@@ -18,6 +18,8 @@
 mod consolidate;
 pub mod consolidation;
 pub mod decide;
+pub mod drift;
+mod drift_marks;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -62,6 +64,8 @@ pub struct DeprovisioningConfig {
     pub deletion_timeout: Duration,
     /// How long a consolidation command waits before it is validated again (15 s, §5.6).
     pub consolidation_ttl: Duration,
+    /// Whether drifted nodes are marked and replaced (`--drift-enabled`); off removes the marks.
+    pub drift_enabled: bool,
 }
 
 impl Default for DeprovisioningConfig {
@@ -73,6 +77,7 @@ impl Default for DeprovisioningConfig {
             replacement_timeout: Duration::from_secs(10 * 60),
             deletion_timeout: Duration::from_secs(10 * 60),
             consolidation_ttl: consolidation::CONSOLIDATION_TTL,
+            drift_enabled: true,
         }
     }
 }
@@ -99,6 +104,8 @@ pub struct Context {
     consolidated: StdMutex<Option<(u64, Instant)>>,
     /// (node, reason) → when an `Unconsolidatable` event last said so.
     unconsolidatable: StdMutex<HashMap<(String, String), Instant>>,
+    /// What EC2 said about the instances, for drift.
+    instances: StdMutex<drift_marks::InstanceCache>,
 }
 
 impl Context {
@@ -119,6 +126,7 @@ impl Context {
             state,
             consolidated: StdMutex::new(None),
             unconsolidatable: StdMutex::new(HashMap::new()),
+            instances: StdMutex::new(drift_marks::InstanceCache::default()),
         })
     }
 }
@@ -208,28 +216,17 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
             now,
         )
     };
-    for (node_name, why) in &expiration.blocked {
-        debug!(node = %node_name, reason = %why, "expired node kept for now");
-        if let Some(node) = nodes.iter().find(|n| n.name_any() == *node_name) {
-            let note = format!("Cannot deprovision node due to {why}");
-            publish(
-                &ctx.recorder,
-                node.as_ref(),
-                EventType::Normal,
-                "BlockedDeprovisioning",
-                "Deprovisioning",
-                &note,
-            )
-            .await;
-        }
-    }
+    publish_blocked(ctx, &nodes, &expiration.blocked, "expired").await;
     // A node marked for replacement by an earlier pass that is not being replaced now (it is no
     // longer expired, or is blocked) goes back into service. (Nodes a consolidation command
     // marked are resumed or released by consolidation, `consolidate::resume`.)
     for node in nodes
         .iter()
         .filter(|n| is_marked_for_replacement(n) && n.metadata.deletion_timestamp.is_none())
-        .filter(|n| n.annotations().get(VOLUNTARY_DISRUPTION_ANNOTATION).map(String::as_str) != Some(metrics::reason::CONSOLIDATION))
+        .filter(|n| {
+            let method = n.annotations().get(VOLUNTARY_DISRUPTION_ANNOTATION).map(String::as_str);
+            method != Some(metrics::reason::CONSOLIDATION) && method != Some(drift_marks::DRIFTED)
+        })
     {
         if expiration.expire.as_deref() != Some(node.name_any().as_str()) {
             cordon(ctx, node, None).await?;
@@ -243,9 +240,52 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
         let ttl = provisioner_of(node)
             .and_then(|p| p.spec.ttl_seconds_until_expired)
             .unwrap_or_default();
-        return expire(ctx, stores, node, ttl).await;
+        return replace(ctx, stores, node, Disruption::Expired { ttl }).await;
     }
     drop(expiration_timer);
+
+    // Drift second (§5.1 order): mark and unmark every node, replace at most one, oldest first.
+    let drift_timer = ctx
+        .metrics
+        .deprovisioning_evaluation
+        .with_label_values(&[metrics::reason::DRIFT])
+        .start_timer();
+    let drifted = drift_marks::detect(ctx, &nodes, &provisioners).await?;
+    if !waiting {
+        let mut eligible: Vec<&Candidate<'_>> = candidates
+            .iter()
+            .filter(|c| drifted.contains_key(&c.node.name_any()) && c.node.metadata.deletion_timestamp.is_none())
+            .collect();
+        eligible.sort_by_key(|c| (c.node.metadata.creation_timestamp.clone(), c.node.name_any()));
+        let outcome = decide::first_unblocked(eligible, &stores.pdbs.state().iter().map(|b| (**b).clone()).collect::<Vec<_>>());
+        publish_blocked(ctx, &nodes, &outcome.blocked, "drifted").await;
+        // A drifted node a replacement cordoned that did not finish (a restart, a blocker since)
+        // and that is not the one replaced now goes back into service; it keeps its mark.
+        for node in nodes.iter().filter(|n| {
+            n.annotations().get(VOLUNTARY_DISRUPTION_ANNOTATION).map(String::as_str) == Some(drift_marks::DRIFTED)
+                && n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+                && n.metadata.deletion_timestamp.is_none()
+                && outcome.expire.as_deref() != Some(n.name_any().as_str())
+        }) {
+            match node_ops::cordon(&ctx.client, node, Cordon::Uncordon).await {
+                Ok(_) => info!(node = %node.name_any(), "uncordoned drifted node: not being replaced now"),
+                Err(source) => {
+                    return Err(DeprovisioningError::Cordon {
+                        node: node.name_any(),
+                        source,
+                    })
+                }
+            }
+        }
+        if let Some(name) = &outcome.expire {
+            let node = nodes
+                .iter()
+                .find(|n| n.name_any() == *name)
+                .expect("the drifted node comes from this list");
+            return replace(ctx, stores, node, Disruption::Drifted(&drifted[name])).await;
+        }
+    }
+    drop(drift_timer);
 
     // Emptiness: mark, unmark, and delete every node empty for its TTL. While a node our own
     // command deleted is draining (up to the deletion timeout), nodes are neither marked nor
@@ -307,17 +347,54 @@ fn is_marked_for_replacement(node: &Node) -> bool {
     node.annotations().contains_key(VOLUNTARY_DISRUPTION_ANNOTATION)
 }
 
-/// Replaces an expired node: cordons and marks it, has the provisioning controller launch room
-/// for its pods, waits for the new nodes to be Ready, then deletes it (the termination controller
-/// drains it). A failed or timed-out replacement puts the node back into service.
-#[instrument(skip_all, fields(node = %node.name_any()))]
-async fn expire(ctx: &Context, stores: &Cluster, node: &Node, ttl: i64) -> Result<(), DeprovisioningError> {
-    let name = node.name_any();
-    if !is_marked_for_replacement(node) {
-        let note = format!("Node expired: older than ttlSecondsUntilExpired={ttl}s; replacing it");
-        publish(&ctx.recorder, node, EventType::Normal, "Expired", "Deprovisioning", &note).await;
+/// Why a node is replaced one at a time.
+#[derive(Clone, Copy, Debug)]
+enum Disruption<'a> {
+    /// Older than its Provisioner's `ttlSecondsUntilExpired`.
+    Expired {
+        /// The TTL, for the event.
+        ttl: i64,
+    },
+    /// No longer matches its Provisioner or AWSNodeTemplate.
+    Drifted(&'a drift::Drift),
+}
+
+impl Disruption<'_> {
+    /// The `karpenter.sh/voluntary-disruption` mark.
+    fn mark(&self) -> &'static str {
+        match self {
+            Disruption::Expired { .. } => EXPIRED,
+            Disruption::Drifted(_) => drift_marks::DRIFTED,
+        }
     }
-    cordon(ctx, node, Some(EXPIRED)).await?;
+
+    /// The method, as metrics name it.
+    fn method(&self) -> &'static str {
+        match self {
+            Disruption::Expired { .. } => metrics::reason::EXPIRATION,
+            Disruption::Drifted(_) => metrics::reason::DRIFT,
+        }
+    }
+}
+
+/// Replaces an expired or drifted node: cordons and marks it, has the provisioning controller
+/// launch room for its pods, waits for the new nodes to be Ready, then deletes it (the
+/// termination controller drains it). A node whose pods all fit elsewhere is deleted without a
+/// replacement. A failed or timed-out replacement puts the node back into service.
+#[instrument(skip_all, fields(node = %node.name_any()))]
+async fn replace(ctx: &Context, stores: &Cluster, node: &Node, why: Disruption<'_>) -> Result<(), DeprovisioningError> {
+    let name = node.name_any();
+    match why {
+        Disruption::Expired { ttl } if !is_marked_for_replacement(node) => {
+            let note = format!("Node expired: older than ttlSecondsUntilExpired={ttl}s; replacing it");
+            publish(&ctx.recorder, node, EventType::Normal, "Expired", "Deprovisioning", &note).await;
+        }
+        Disruption::Expired { .. } => {}
+        Disruption::Drifted(drift) => info!(node = %name, drift = drift.kind.as_str(), detail = %drift.detail, "replacing drifted node"),
+    }
+    let method = why.method();
+    cordon(ctx, node, Some(why.mark())).await?;
+    crate::failpoint::hit("replacement-after-cordon");
     let started = Instant::now();
     let launched = match ctx.provisioning.replace(&name).await {
         Ok(launched) => launched,
@@ -331,7 +408,7 @@ async fn expire(ctx: &Context, stores: &Cluster, node: &Node, ttl: i64) -> Resul
     };
     if !launched.is_empty() {
         let note = format!("Launching replacement node(s) {}", launched.join(", "));
-        info!(node = %name, replacements = ?launched, "launched replacements for expired node");
+        info!(node = %name, replacements = ?launched, method, "launched replacements for node");
         publish(
             &ctx.recorder,
             node,
@@ -367,8 +444,41 @@ async fn expire(ctx: &Context, stores: &Cluster, node: &Node, ttl: i64) -> Resul
         }
         ctx.metrics.replacement_initialized.observe(started.elapsed().as_secs_f64());
     }
+    crate::failpoint::hit("replacement-before-delete");
     let action = if launched.is_empty() { "delete" } else { "replace" };
-    delete_node(ctx, node, metrics::reason::EXPIRATION, action).await
+    let note = match &launched[..] {
+        [] => "Deleting node: its pods fit on other nodes".to_string(),
+        replacements => format!("Deleting node: replacement(s) {} ready", replacements.join(", ")),
+    };
+    publish(
+        &ctx.recorder,
+        node,
+        EventType::Normal,
+        "DeprovisioningTerminatingNode",
+        "Deprovisioning",
+        &note,
+    )
+    .await;
+    delete_node(ctx, node, method, action).await
+}
+
+/// A `BlockedDeprovisioning` event on each of `blocked` (node, why) of the `what` nodes.
+async fn publish_blocked(ctx: &Context, nodes: &[Arc<Node>], blocked: &[(String, String)], what: &str) {
+    for (node_name, why) in blocked {
+        debug!(node = %node_name, reason = %why, "{what} node kept for now");
+        if let Some(node) = nodes.iter().find(|n| n.name_any() == *node_name) {
+            let note = format!("Cannot deprovision node due to {why}");
+            publish(
+                &ctx.recorder,
+                node.as_ref(),
+                EventType::Normal,
+                "BlockedDeprovisioning",
+                "Deprovisioning",
+                &note,
+            )
+            .await;
+        }
+    }
 }
 
 /// The `karpenter.sh/voluntary-disruption` value of an expired node being replaced.

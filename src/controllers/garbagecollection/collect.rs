@@ -100,6 +100,8 @@ mod tests {
             state: "running".into(),
             tags: Default::default(),
             image_id: None,
+            subnet_id: None,
+            security_group_ids: Vec::new(),
         }
     }
 

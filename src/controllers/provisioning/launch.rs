@@ -76,7 +76,12 @@ pub(super) async fn launch(
         .find(|o| o.instance_type == instance.instance_type && o.zone == instance.zone && o.capacity_type == instance.capacity_type)
         .map(|o| o.price);
     let launched = node::launched(&instance, instance_type.map(|t| t.as_ref()), &ctx.config.region, price);
-    let mut node = node::node_for(provisioner, &launched, &request.labels);
+    let template_spec = provisioner
+        .spec
+        .provider_ref
+        .as_ref()
+        .and_then(|reference| ctx.state.templates.state().into_iter().find(|t| t.name_any() == reference.name));
+    let mut node = node::node_for(provisioner, template_spec.as_ref().map(|t| &t.spec), &launched, &request.labels);
     node.metadata.annotations.get_or_insert_with(Default::default).insert(
         REQUESTED_RESOURCES_ANNOTATION.to_string(),
         lifecycle::requested_annotation(&catalogue::requested(&request.requests)),
@@ -223,6 +228,9 @@ mod tests {
         async fn resolve(&self, _: &NodeTemplate) -> Result<AwsNodeTemplateStatus, Error> {
             unreachable!("not used by create_instance")
         }
+        async fn image_for(&self, _: &NodeTemplate, _: &str) -> Result<Option<String>, Error> {
+            unreachable!("not used by create_instance")
+        }
         async fn create(&self, _: &LaunchRequest) -> Result<Instance, Error> {
             *self.calls.lock().unwrap() += 1;
             self.answers.lock().unwrap().pop_front().expect("a scripted answer")
@@ -266,6 +274,8 @@ mod tests {
             state: "pending".into(),
             tags: BTreeMap::new(),
             image_id: None,
+            subnet_id: None,
+            security_group_ids: Vec::new(),
         }
     }
 

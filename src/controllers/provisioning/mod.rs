@@ -486,6 +486,13 @@ impl Context {
         snapshot(self, stores, pending, &nodes, &all_pods, false).await
     }
 
+    /// The AWS settings nodes of `provisioner` are launched with now (its AWSNodeTemplate or its
+    /// inline provider), for drift to compare a node with.
+    pub async fn node_template_of(&self, provisioner: &Provisioner) -> Result<NodeTemplate, PassError> {
+        let version = self.kubernetes_version().await?;
+        Ok(launch::node_template(self, &self.state, provisioner, version)?.0)
+    }
+
     /// Launches `request` (a consolidation's replacement) through the normal launch path, between
     /// passes; returns the name of the Node created.
     pub async fn launch_replacement(&self, request: &scheduling::NodeRequest) -> Result<String, PassError> {

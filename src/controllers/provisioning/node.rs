@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
+use crate::apis::hash::{node_template_hash, provisioner_hash, NODE_TEMPLATE_HASH_ANNOTATION, PROVISIONER_HASH_ANNOTATION};
+use crate::apis::v1alpha1::AwsNodeTemplateSpec;
 use crate::apis::v1alpha5::labels::{
     CAPACITY_TYPE_LABEL, PRICE_ANNOTATION, PRICE_CAPACITY_TYPE_ANNOTATION, PRICE_ZONE_ANNOTATION, PROVISIONER_NAME_LABEL, REGION_LABEL,
     TERMINATION_FINALIZER, ZONE_LABEL,
@@ -68,9 +70,16 @@ pub fn launched(instance: &Instance, instance_type: Option<&InstanceType>, regio
     }
 }
 
-/// The Node for `instance`, launched for `provisioner`. `requirement_labels` are the labels the
-/// planned node takes from custom requirement keys (one value each).
-pub fn node_for(provisioner: &Provisioner, instance: &LaunchedInstance, requirement_labels: &BTreeMap<String, String>) -> Node {
+/// The Node for `instance`, launched for `provisioner` with the AWSNodeTemplate `template` (its
+/// `spec.providerRef`, if it has one). `requirement_labels` are the labels the planned node takes
+/// from custom requirement keys (one value each). It carries the static-drift hashes of both
+/// (`apis::hash`).
+pub fn node_for(
+    provisioner: &Provisioner,
+    template: Option<&AwsNodeTemplateSpec>,
+    instance: &LaunchedInstance,
+    requirement_labels: &BTreeMap<String, String>,
+) -> Node {
     let provisioner_name = provisioner.metadata.name.clone().unwrap_or_default();
     let spec = &provisioner.spec;
     // Later entries win: requirement-derived labels, then the Provisioner's labels, then what
@@ -107,6 +116,10 @@ pub fn node_for(provisioner: &Provisioner, instance: &LaunchedInstance, requirem
         annotations.insert(PRICE_ANNOTATION.into(), format!("{price}"));
         annotations.insert(PRICE_CAPACITY_TYPE_ANNOTATION.into(), instance.capacity_type.clone());
         annotations.insert(PRICE_ZONE_ANNOTATION.into(), instance.zone.clone());
+    }
+    annotations.insert(PROVISIONER_HASH_ANNOTATION.into(), provisioner_hash(spec));
+    if let Some(template) = template {
+        annotations.insert(NODE_TEMPLATE_HASH_ANNOTATION.into(), node_template_hash(template));
     }
     Node {
         metadata: ObjectMeta {
@@ -160,7 +173,7 @@ mod tests {
 
     #[test]
     fn node_carries_identity_labels_taints_and_finalizer() {
-        let node = node_for(&service(), &instance(), &BTreeMap::new());
+        let node = node_for(&service(), None, &instance(), &BTreeMap::new());
         let v = serde_json::to_value(&node).unwrap();
         assert_eq!(v["metadata"]["name"], "ip-10-0-1-23.ap-northeast-2.compute.internal");
         assert_eq!(v["spec"]["providerID"], "aws:///ap-northeast-2a/i-0abc");
@@ -183,7 +196,7 @@ mod tests {
     fn the_node_carries_its_launch_price_beside_the_provisioners_annotations() {
         let mut p = service();
         p.spec.annotations = Some(BTreeMap::from([("team".to_string(), "a".to_string())]));
-        let node = node_for(&p, &instance(), &BTreeMap::new());
+        let node = node_for(&p, None, &instance(), &BTreeMap::new());
         let annotations = node.metadata.annotations.clone().unwrap();
         assert_eq!(annotations["team"], "a");
         assert_eq!(annotations[PRICE_ANNOTATION], "0.104");
@@ -194,14 +207,33 @@ mod tests {
 
         let mut unpriced = instance();
         unpriced.price = None;
-        assert_eq!(node_for(&service(), &unpriced, &BTreeMap::new()).metadata.annotations, None);
+        let annotations = node_for(&service(), None, &unpriced, &BTreeMap::new())
+            .metadata
+            .annotations
+            .unwrap();
+        assert!(!annotations.contains_key(PRICE_ANNOTATION), "{annotations:?}");
+    }
+
+    #[test]
+    fn the_node_carries_the_static_drift_hashes_of_its_provisioner_and_template() {
+        let template: AwsNodeTemplateSpec = serde_json::from_value(json!({"subnetSelector": {"a": "b"}, "tags": {"x": "y"}})).unwrap();
+        let node = node_for(&service(), Some(&template), &instance(), &BTreeMap::new());
+        let annotations = node.metadata.annotations.unwrap();
+        assert_eq!(annotations[PROVISIONER_HASH_ANNOTATION], provisioner_hash(&service().spec));
+        assert_eq!(annotations[NODE_TEMPLATE_HASH_ANNOTATION], node_template_hash(&template));
+        // An inline provider has no template hash.
+        let inline = node_for(&service(), None, &instance(), &BTreeMap::new());
+        assert!(!inline.metadata.annotations.unwrap().contains_key(NODE_TEMPLATE_HASH_ANNOTATION));
     }
 
     #[test]
     fn falls_back_to_the_instance_id_for_the_name() {
         let mut i = instance();
         i.private_dns_name.clear();
-        assert_eq!(node_for(&service(), &i, &BTreeMap::new()).metadata.name.as_deref(), Some("i-0abc"));
+        assert_eq!(
+            node_for(&service(), None, &i, &BTreeMap::new()).metadata.name.as_deref(),
+            Some("i-0abc")
+        );
     }
 
     #[test]
@@ -211,7 +243,7 @@ mod tests {
             .labels
             .get_or_insert_with(Default::default)
             .insert("topology.kubernetes.io/zone".into(), "elsewhere".into());
-        let node = node_for(&p, &instance(), &BTreeMap::from([("team".to_string(), "a".to_string())]));
+        let node = node_for(&p, None, &instance(), &BTreeMap::from([("team".to_string(), "a".to_string())]));
         let labels = node.metadata.labels.unwrap();
         assert_eq!(labels["topology.kubernetes.io/zone"], "ap-northeast-2a");
         assert_eq!(labels["team"], "a");
