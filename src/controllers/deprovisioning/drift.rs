@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use crate::apis::hash::{NODE_TEMPLATE_HASH_ANNOTATION, PROVISIONER_HASH_ANNOTATION};
+use crate::apis::v1alpha5::labels::{restriction, HOSTNAME_LABEL};
 use crate::scheduling::Requirements;
 
 /// The kind of drift, as the `type` label of `karpenter_nodes_drifted` names it.
@@ -194,6 +195,21 @@ pub fn check(
     out
 }
 
+/// `requirements` without the keys a node never carries as a label (restricted keys, the
+/// hostname): a node launched for them lacks them from the start, so comparing them would call
+/// every such node drifted and replace it in a loop.
+pub fn comparable(mut requirements: Requirements) -> Requirements {
+    let never_labelled: Vec<String> = requirements
+        .iter()
+        .map(|(k, _)| k.to_string())
+        .filter(|k| k == HOSTNAME_LABEL || restriction(k).is_some())
+        .collect();
+    for key in never_labelled {
+        requirements.remove(&key);
+    }
+    requirements
+}
+
 fn list(set: &BTreeSet<String>) -> String {
     if set.is_empty() {
         "none".to_string()
@@ -350,6 +366,23 @@ mod tests {
             ..instance()
         };
         assert_eq!(check(&hashed(), &labels(), Some(&old), &own).drift, None);
+    }
+
+    #[test]
+    fn keys_a_node_never_carries_are_not_compared_so_a_new_node_never_drifts_at_once() {
+        let requirements = Requirements::new()
+            .with("team", Requirement::in_values(["a"]))
+            .with("kubernetes.io/hostname", Requirement::in_values(["h"]))
+            .with("kubernetes.io/custom", Requirement::in_values(["x"]));
+        // What a launch labels a node with for these requirements.
+        let launched = requirements.node_labels();
+        let only = Current {
+            requirements: comparable(requirements),
+            template: None,
+            ..current()
+        };
+        let labels = launched.clone();
+        assert_eq!(check(&hashed(), &labels, None, &only).drift, None, "{launched:?}");
     }
 
     #[test]

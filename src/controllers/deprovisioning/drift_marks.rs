@@ -184,7 +184,7 @@ async fn resolve(ctx: &Context, provisioner: &Provisioner) -> Option<(Current, N
         provisioner: provisioner.name_any(),
         provisioner_hash: provisioner_hash(&provisioner.spec),
         template: template_spec,
-        requirements: provisioner_requirements(provisioner),
+        requirements: drift::comparable(provisioner_requirements(provisioner)),
         image: None,
         subnets,
         security_groups,
