@@ -16,6 +16,7 @@ mod hostile_values;
 pub mod metrics;
 pub mod probes;
 pub mod ratelimit;
+pub mod retry;
 pub mod scheduling;
 pub mod settings;
 pub mod simulate;

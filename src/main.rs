@@ -142,27 +142,27 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// What karpenter-rs sends as its HTTP user agent to the API server.
 const USER_AGENT: &str = concat!("karpenter-rs/", env!("CARGO_PKG_VERSION"));
 
-/// Retries `attempt` with a back-off of 1 s doubling to 60 s, logging each failure as `what`,
+/// Retries `attempt` with a back-off of 1 s doubling to 60 s, jittered (`retry::Backoff`), logging each failure as `what`,
 /// until it succeeds (Some) or `shutdown` (None).
 async fn retrying<T, F, Fut>(shutdown: &CancellationToken, what: &str, mut attempt: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<T>>,
 {
-    let mut backoff = std::time::Duration::from_secs(1);
+    let mut backoff = karpenter_rs::retry::Backoff::new(std::time::Duration::from_secs(1), std::time::Duration::from_secs(60));
     loop {
+        let wait = backoff.next_wait();
         tokio::select! {
             _ = shutdown.cancelled() => return None,
             result = attempt() => match result {
                 Ok(value) => return Some(value),
-                Err(e) => error!(error = format!("{e:#}"), retry_in = ?backoff, "{what}"),
+                Err(e) => error!(error = format!("{e:#}"), retry_in = ?wait, "{what}"),
             }
         }
         tokio::select! {
             _ = shutdown.cancelled() => return None,
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
-        backoff = (backoff * 2).min(std::time::Duration::from_secs(60));
     }
 }
 

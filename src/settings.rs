@@ -1,10 +1,11 @@
-//! The `karpenter-global-settings` ConfigMap of Karpenter (karpenter-behavior.md §8.1), read at
-//! start from the system namespace, so a cluster moving from Karpenter keeps its settings, and again
-//! every `RECHECK_INTERVAL` ([`changed`]): a change starts the controllers again with it. Parsing
-//! its data is pure ([`parse`]); a bad value is an error naming the key and the value, and that key
-//! is ignored. A flag given on the command line, or its environment variable, wins over the
-//! ConfigMap (`config::RunArgs::apply_settings`); the ConfigMap wins over the flag's default.
-//! [`read`] is the one edge: a GET of the ConfigMap.
+//! The `karpenter-global-settings` ConfigMap of Karpenter (`core@v0.27.0:pkg/apis/settings/settings.go`,
+//! `aws@v0.27.0:pkg/apis/settings/settings.go`), read at start from the system namespace, so a
+//! cluster moving from Karpenter keeps its settings, and again every `RECHECK_INTERVAL`
+//! ([`changed`]): a change starts the controllers again with it. Parsing its data is pure
+//! ([`parse`]); a bad value is an error naming the key and the value, and that key is ignored. A
+//! flag given on the command line, or its environment variable, wins over the ConfigMap
+//! (`config::RunArgs::apply_settings`); the ConfigMap wins over the flag's default. [`read`] is
+//! the one edge: a GET of the ConfigMap.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -68,7 +69,7 @@ pub mod keys {
     ];
 
     /// Keys of Karpenter v0.27–v0.31's ConfigMap that karpenter-rs does not honour, and why
-    /// (karpenter-behavior.md §8.1).
+    /// (`aws@v0.27.0:pkg/apis/settings/settings.go`, `aws@v0.31.0:pkg/apis/settings/settings.go`).
     pub const NOT_HONOURED: &[(&str, &str)] = &[
         (
             "aws.isolatedVPC",

@@ -110,7 +110,7 @@ fn crds_subcommand_prints_both_crds() {
     let out = Command::new(BIN).arg("crds").output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+    let docs: Vec<serde_yaml_ng::Value> = serde_yaml_ng::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .collect();
     let names: Vec<&str> = docs.iter().map(|d| d["metadata"]["name"].as_str().unwrap()).collect();
@@ -193,7 +193,7 @@ fn convert_subcommand_writes_v1_objects_from_files_and_stdin() {
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("skipped apps/v1 Deployment \"nginx-karpenter\""), "{stderr}");
     let text = String::from_utf8(out.stdout).unwrap();
-    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+    let docs: Vec<serde_yaml_ng::Value> = serde_yaml_ng::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .collect();
     let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();

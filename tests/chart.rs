@@ -66,7 +66,7 @@ fn chart_refuses_to_render_without_a_cluster_name() {
 #[test]
 fn chart_app_version_is_the_crate_version() {
     let text = std::fs::read_to_string(helm::chart_dir().join("Chart.yaml")).unwrap();
-    let chart: Value = serde_yaml::from_str(&text).unwrap();
+    let chart: Value = serde_yaml_ng::from_str(&text).unwrap();
     assert_eq!(
         chart["appVersion"],
         env!("CARGO_PKG_VERSION"),
@@ -226,7 +226,7 @@ fn values_reach_the_container() {
         .find(|m| m["name"] == "price-overrides")
         .unwrap();
     let file = path.strip_prefix(&format!("{}/", mount["mountPath"].as_str().unwrap())).unwrap();
-    let prices: Value = serde_yaml::from_str(
+    let prices: Value = serde_yaml_ng::from_str(
         find(&docs, "ConfigMap", "autoscaler-price-overrides")["data"][file]
             .as_str()
             .unwrap(),
@@ -362,7 +362,7 @@ fn documented_values() -> Vec<(String, String)> {
 /// The README table of Helm values, generated from values.yaml.
 fn values_table() -> String {
     let text = std::fs::read_to_string(helm::chart_dir().join("values.yaml")).unwrap();
-    let values: Value = serde_yaml::from_str(&text).unwrap();
+    let values: Value = serde_yaml_ng::from_str(&text).unwrap();
     let mut table = String::from("| value | default | meaning |\n|---|---|---|\n");
     for (key, doc) in documented_values() {
         let default = key.split('.').fold(&values, |v, k| &v[k]);
@@ -386,7 +386,7 @@ fn values_table() -> String {
 #[test]
 fn every_value_is_documented_and_in_the_readme_table() {
     let text = std::fs::read_to_string(helm::chart_dir().join("values.yaml")).unwrap();
-    let values: Value = serde_yaml::from_str(&text).unwrap();
+    let values: Value = serde_yaml_ng::from_str(&text).unwrap();
     let documented: Vec<String> = documented_values().into_iter().map(|(k, _)| k).collect();
     // Every leaf (or opaque map/list) is documented itself or through an ancestor.
     fn leaves(prefix: &str, v: &Value, out: &mut Vec<String>) {

@@ -238,7 +238,7 @@ spec:
 /// suffix of this run first (nodeClassRefs too): an object of the same name left on the cluster
 /// (the benchmarks' NodePool `default`) would turn a create into an update of that object.
 fn accepted(cluster: &Cluster, yaml: &str, objects: usize) {
-    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(yaml)
+    let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_str(yaml)
         .map(|d| Value::deserialize(d).expect("the output is YAML"))
         .collect();
     // kubectl reads YAML 1.1 (where `yes` and `2001-12-14` are no strings): it must read the

@@ -33,7 +33,7 @@ fn committed_crds_are_up_to_date() {
 #[test]
 fn crds_carry_the_schema_constraints_users_rely_on() {
     let rendered = crds::render();
-    let provisioners: serde_yaml::Value = serde_yaml::from_str(&rendered[0].1).unwrap();
+    let provisioners: serde_yaml_ng::Value = serde_yaml_ng::from_str(&rendered[0].1).unwrap();
     let version = &provisioners["spec"]["versions"][0];
     let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
     assert_eq!(provisioners["spec"]["scope"], "Cluster");
@@ -43,7 +43,7 @@ fn crds_carry_the_schema_constraints_users_rely_on() {
     assert_eq!(spec["kubeletConfiguration"]["properties"]["maxPods"]["minimum"].as_f64(), Some(0.0));
     assert_eq!(spec["providerRef"]["required"][0], "name");
     assert!(spec["ttlSecondsAfterEmpty"]["description"].as_str().unwrap().contains("empty"));
-    assert_eq!(version["subresources"]["status"], serde_yaml::Value::Mapping(Default::default()));
+    assert_eq!(version["subresources"]["status"], serde_yaml_ng::Value::Mapping(Default::default()));
     let columns: Vec<&str> = version["additionalPrinterColumns"]
         .as_sequence()
         .unwrap()
@@ -54,7 +54,7 @@ fn crds_carry_the_schema_constraints_users_rely_on() {
     // A structural schema may not combine properties with additionalProperties: false.
     assert!(!rendered.iter().any(|(_, yaml)| yaml.contains("additionalProperties: false")));
 
-    let templates: serde_yaml::Value = serde_yaml::from_str(&rendered[1].1).unwrap();
+    let templates: serde_yaml_ng::Value = serde_yaml_ng::from_str(&rendered[1].1).unwrap();
     assert_eq!(templates["spec"]["scope"], "Cluster");
     assert_eq!(templates["spec"]["names"]["kind"], "AWSNodeTemplate");
 }

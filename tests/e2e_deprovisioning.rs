@@ -611,7 +611,7 @@ fn an_instance_without_a_node_is_terminated_after_the_grace_period() {
     let (cluster, controller) = setup();
     let cloud = cloud(controller, cluster);
     let text = std::fs::read_to_string(support::repo_root().join("tests/fixtures/first-writeup/awsnodetemplate.yaml")).unwrap();
-    let template: AwsNodeTemplate = serde_yaml::from_str(&text).unwrap();
+    let template: AwsNodeTemplate = serde_yaml_ng::from_str(&text).unwrap();
     let mut node_template = NodeTemplate::from_node_template(&template.spec, CLUSTER_NAME, support::KUBERNETES_VERSION).unwrap();
     node_template.tags.insert(SUITE_KEY.into(), SUITE.into());
     let provisioner = unique("leak");
@@ -753,7 +753,7 @@ fn a_pod_every_new_node_evicts_does_not_launch_nodes_in_a_loop() {
         requirements.push(json!({"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}));
     });
     // Alone: its bound on nodes at once rests on emptiness deleting each node 30 s after its pod
-    // left, which another test's consolidation or expiration command holds up (one at a time, §5.8).
+    // left, which another test's consolidation or expiration command holds up (one at a time).
     with_scenario_alone(scenario, controller, |s| {
         let mut deployment = fixture("first-writeup/nginx-deployment.yaml");
         deployment["metadata"]["namespace"] = json!(s.namespace);
@@ -1111,7 +1111,7 @@ fn every_opt_out_blocks_consolidation_with_its_event() {
         assert!(node_events(cluster, &pinned, "Unconsolidatable")
             .iter()
             .any(|e| e["message"].as_str().is_some_and(|m| m.ends_with("has do not evict annotation"))));
-        // Still there a validation period later: 10 passes of 2 s each, against 15 s (§5.6).
+        // Still there a validation period later: 10 passes of 2 s each, against 15 s.
         controller.wait_passes("deprovisioning", 10, Duration::from_secs(180));
         assert_eq!(s.node_names(), nodes);
 
@@ -1140,7 +1140,7 @@ fn every_opt_out_blocks_consolidation_with_its_event() {
     });
 }
 
-/// Consolidation and expiration share one command at a time (§5.1, §5.8). Two Provisioners, so
+/// Consolidation and expiration share one command at a time (as in Karpenter). Two Provisioners, so
 /// that each kind of command is certain to come and neither can do the other's work: `expire`'s
 /// one node expires every minute and is replaced (its pod has nowhere else to go), while
 /// `merge`'s two nodes are left with one pod each and consolidation merges them. Watched

@@ -1,10 +1,11 @@
-//! Drift end to end on the local cluster and the EC2 emulator (karpenter-behavior.md §5.5, on by
-//! default): a node launched before an edit of its Provisioner or AWSNodeTemplate, or before its
-//! AMI's SSM parameter moved to a new image, is replaced by a node launched from what they say
-//! now, one node at a time through the expiration path (the replacement first, then the drain),
-//! with the workload's PodDisruptionBudget (`minAvailable: 1`) kept throughout. An edit that does
-//! not change what is launched (`weight`) replaces nothing. (Drift turned off is tested in
-//! e2e_deprovisioning, whose controllers run with it off.)
+//! Drift end to end on the local cluster and the EC2 emulator
+//! (`aws@v0.31.0:pkg/cloudprovider/drift.go`, on by default): a node launched before an edit of its
+//! Provisioner or AWSNodeTemplate, or before its AMI's SSM parameter moved to a new image, is
+//! replaced by a node launched from what they say now, one node at a time through the expiration
+//! path (the replacement first, then the drain), with the workload's PodDisruptionBudget
+//! (`minAvailable: 1`) kept throughout. An edit that does not change what is launched (`weight`)
+//! replaces nothing. (Drift turned off is tested in e2e_deprovisioning, whose controllers run with
+//! it off.)
 //!
 //! The in-process controllers act only on what these tests create: nodes labelled
 //! `e2e.karpenter-rs/suite=drift` and instances tagged the same.

@@ -478,7 +478,7 @@ fn seeds() -> Vec<Value> {
         let docs: Vec<Value> = if file.extension().is_some_and(|e| e == "json") {
             vec![serde_json::from_str(&text).unwrap()]
         } else {
-            serde_yaml::Deserializer::from_str(&text)
+            serde_yaml_ng::Deserializer::from_str(&text)
                 .map(|d| serde::Deserialize::deserialize(d).unwrap())
                 .collect()
         };

@@ -100,7 +100,8 @@ async fn kwok_table_holds_what_karpenter_rs_computes_for_every_catalogue_type() 
         differences.len(),
         differences.join("\n")
     );
-    // The worked example of karpenter-behavior.md §2.12, so table and code cannot drift together.
+    // A t3.large worked by hand from the formulas of `aws@v0.27.0:pkg/providers/instancetype/types.go`,
+    // so table and code cannot drift together.
     let t3 = &table.instance_types["t3.large"];
     assert_eq!(
         resources(&t3.allocatable).to_string(),

@@ -81,7 +81,7 @@ fn simulate_reads_stdin_and_lists_every_yaml_document() {
     all.push_str("---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\n");
     let out = simulate(&["-f", "-", "-o", "yaml"], &all);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let report: serde_json::Value = serde_yaml::from_slice(&out.stdout).unwrap();
+    let report: serde_json::Value = serde_yaml_ng::from_slice(&out.stdout).unwrap();
     assert_eq!(report["nodes"][0]["instanceTypes"][0], "t3.large");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("ConfigMap \"settings\"") && stderr.contains("ignored"), "{stderr}");

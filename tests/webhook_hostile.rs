@@ -53,7 +53,7 @@ fn review() -> Vec<u8> {
         "/tests/fixtures/first-writeup/provisioner.yaml"
     ))
     .unwrap();
-    let object: Value = serde_yaml::from_str(&text).unwrap();
+    let object: Value = serde_yaml_ng::from_str(&text).unwrap();
     serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "u-1", "kind": {"group": "karpenter.sh", "version": "v1alpha5", "kind": "Provisioner"},
         "operation": "CREATE", "name": "service", "object": object}}))

@@ -1,8 +1,8 @@
 //! The static-drift hashes written on every node at launch (`karpenter.sh/provisioner-hash`,
-//! `karpenter.k8s.aws/nodetemplate-hash`, karpenter-behavior.md §5.5): a digest of the fields of a
-//! Provisioner and of an AWSNodeTemplate that change what is launched and that no other drift
-//! check sees. A node whose annotation differs from the hash of the objects now was launched from
-//! settings that have changed since.
+//! `karpenter.k8s.aws/nodetemplate-hash`; `aws@v0.31.0:pkg/cloudprovider/drift.go`): a digest of
+//! the fields of a Provisioner and of an AWSNodeTemplate that change what is launched and that no
+//! other drift check sees. A node whose annotation differs from the hash of the objects now was
+//! launched from settings that have changed since.
 //!
 //! Left out, because they do not change a launched node: `weight`, `limits`, the TTLs and
 //! `consolidation`. Left out, because another check compares what they resolve to rather than

@@ -232,8 +232,8 @@ pub fn is_exotic(it: &InstanceType) -> bool {
 }
 
 /// The AWS provider's launch filters over each instance type's allowed, available options
-/// (`aws@v0.27.0:pkg/providers/instance/instance.go` `Create`, karpenter-behavior.md §2.11
-/// steps 2–4); every type given already holds the node's pods:
+/// (`aws@v0.27.0:pkg/providers/instance/instance.go` `Create`, `filterInstanceTypes`,
+/// `orderInstanceTypesByPrice`); every type given already holds the node's pods:
 /// 1. types without an option are dropped;
 /// 2. exotic types (`is_exotic`) are dropped unless that would leave none;
 /// 3. when both spot and on-demand options are left, types whose cheapest option costs more

@@ -36,7 +36,7 @@ pub struct KubernetesVersion {
 
 impl KubernetesVersion {
     /// The first version whose nodes default to AL2023: EKS publishes no AL2 AMIs from 1.33 on
-    /// (differences.md item 13).
+    /// (Karpenter v0.31 always defaulted to AL2; README's table of differences).
     pub const FIRST_AL2023_DEFAULT: KubernetesVersion = KubernetesVersion { major: 1, minor: 33 };
 
     /// From `major.minor` (`1.33`); a leading `v` and a patch (`v1.33.2`) are accepted.
@@ -81,7 +81,7 @@ impl std::str::FromStr for KubernetesVersion {
 }
 
 /// The AMI family of a template that names none: AL2 up to Kubernetes 1.32, AL2023 from 1.33
-/// on (differences.md item 13; Karpenter v0.31 always took AL2).
+/// on (a deliberate difference, in README's table; Karpenter v0.31 always took AL2).
 pub fn default_ami_family(version: KubernetesVersion) -> AmiFamily {
     if version >= KubernetesVersion::FIRST_AL2023_DEFAULT {
         AmiFamily::Al2023
@@ -340,9 +340,8 @@ impl NodeTemplate {
 impl NodeTemplate {
     /// Bytes of the volume holding the kubelet's ephemeral storage: the block-device mapping
     /// of the family's ephemeral device (Custom: the last mapping), else the family's default
-    /// root size, 20Gi (`aws@v0.27.0:pkg/providers/instancetype/types.go` `ephemeralStorage`,
-    /// karpenter-behavior.md §2.12). A mapping without a readable `volumeSize` counts as absent
-    /// (admission rejects unreadable sizes).
+    /// root size, 20Gi (`aws@v0.27.0:pkg/providers/instancetype/types.go` `ephemeralStorage`). A
+    /// mapping without a readable `volumeSize` counts as absent (admission rejects unreadable sizes).
     pub fn ephemeral_storage_bytes(&self) -> i64 {
         let mappings = self.block_device_mappings.as_deref().unwrap_or_default();
         let root = match self.ami_family.ephemeral_device() {
@@ -575,8 +574,9 @@ pub trait CloudProvider: Send + Sync {
     async fn list(&self) -> Result<Vec<Instance>, Error>;
     /// One instance; `Error::NotFound` when it does not exist or is terminated.
     async fn get(&self, instance_id: &str) -> Result<Instance, Error>;
-    /// Marks offerings unavailable for a while (the insufficient-capacity cache, §3.7), e.g. the
-    /// spot offering of an instance EC2 is interrupting: launches go elsewhere meanwhile.
+    /// Marks offerings unavailable for a while (the insufficient-capacity cache,
+    /// `aws@v0.27.0:pkg/cache/unavailableofferings.go`), e.g. the spot offering of an instance EC2
+    /// is interrupting: launches go elsewhere meanwhile.
     fn mark_unavailable(&self, offerings: &[Offering]);
 }
 

@@ -235,7 +235,8 @@ where
         };
         // A controller that ran a while before this panic starts again at once-ish.
         in_a_row = if started.elapsed() > RESTART_MAX { 1 } else { in_a_row.saturating_add(1) };
-        let delay = restart_delay(in_a_row);
+        // Jittered within it: controllers that panic on the same bad value do not restart together.
+        let delay = crate::retry::jittered(restart_delay(in_a_row));
         metrics.controller_panics.with_label_values(&[controller]).inc();
         metrics.liveness.panicked(controller);
         error!(

@@ -206,7 +206,7 @@ struct Reader<'s> {
 
 impl Reader<'_> {
     fn source(&mut self, source: &Source) {
-        for (i, document) in serde_yaml::Deserializer::from_str(&source.text).enumerate() {
+        for (i, document) in serde_yaml_ng::Deserializer::from_str(&source.text).enumerate() {
             let at = format!("{}: document {}", source.name, i + 1);
             match Value::deserialize(document) {
                 Ok(value) => self.object(value, &at),

@@ -29,7 +29,7 @@ fn settings(cluster: &str) -> Settings {
 
 /// The output's documents, parsed, by kind and name.
 fn documents(yaml: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(yaml)
+    serde_yaml_ng::Deserializer::from_str(yaml)
         .map(|d| Value::deserialize(d).expect("the output is YAML"))
         .collect()
 }
@@ -260,7 +260,7 @@ fn reads_lists_and_skips_other_kinds() {
     let list = json!({
         "apiVersion": "v1", "kind": "List",
         "items": [
-            serde_yaml::from_str::<Value>(&fixture("first-writeup/provisioner.yaml").text).unwrap(),
+            serde_yaml_ng::from_str::<Value>(&fixture("first-writeup/provisioner.yaml").text).unwrap(),
             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}}
         ]
     });
@@ -463,7 +463,7 @@ fn converting_the_output_of_defaulting_again_gives_the_same_documents() {
     // A Provisioner read back from a cluster already carries karpenter-rs's defaults.
     let s = settings("ssungz-cluster");
     let typed = fixture("first-writeup/provisioner.yaml");
-    let value: Value = serde_yaml::from_str(&typed.text).unwrap();
+    let value: Value = serde_yaml_ng::from_str(&typed.text).unwrap();
     let mut p: Provisioner = serde_json::from_value(value).unwrap();
     v1alpha5::defaults::set_defaults(&mut p.spec, &s.api);
     let stored = text("stored.json", &serde_json::to_string(&p).unwrap());

@@ -1,6 +1,6 @@
 //! A small YAML writer for the documents `convert` produces: block mappings and sequences whose
 //! fields and items can carry comment lines, so that notes land next to the field they are about.
-//! Scalars are quoted the way serde_yaml quotes them; multi-line strings become literal blocks.
+//! Scalars are quoted the way serde_yaml_ng quotes them; multi-line strings become literal blocks.
 //! Pure: text in, text out.
 
 /// A YAML value with the comments that go above its parts.
@@ -236,13 +236,13 @@ fn inline(node: &Node) -> String {
     }
 }
 
-/// A single-line string as serde_yaml would write it (plain where unambiguous, else quoted),
+/// A single-line string as serde_yaml_ng would write it (plain where unambiguous, else quoted),
 /// also quoted where a YAML 1.1 reader such as kubectl's would take the plain scalar for a
-/// boolean, number or timestamp (`yes`, `off`, `1_000`, `2001-12-14`); anything serde_yaml would
+/// boolean, number or timestamp (`yes`, `off`, `1_000`, `2001-12-14`); anything serde_yaml_ng would
 /// not keep on one line is written as a JSON string, which YAML reads as a double-quoted scalar.
 fn scalar(s: &str) -> String {
     let json = || serde_json::to_string(s).expect("a string always serializes");
-    match serde_yaml::to_string(s) {
+    match serde_yaml_ng::to_string(s) {
         Ok(text) => {
             let text = text.strip_suffix('\n').unwrap_or(&text);
             if text.contains('\n') {
@@ -303,7 +303,7 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> serde_json::Value {
-        serde_yaml::from_str(text).expect("valid YAML")
+        serde_yaml_ng::from_str(text).expect("valid YAML")
     }
 
     #[test]

@@ -158,10 +158,10 @@ impl Requirement {
     }
 
     /// A value that satisfies this requirement, for a node label (Karpenter's `Any()`,
-    /// karpenter-behavior.md §2.3): the smallest admitted value of an `In` set; for `Exists`,
-    /// `NotIn`, `Gt` and `Lt`, the smallest non-negative integer that is within the bounds and
-    /// not excluded (Karpenter picks a random one; the smallest keeps node labels stable).
-    /// `None` when nothing is admitted.
+    /// `core@v0.27.0:pkg/scheduling/requirement.go`): the smallest admitted value of an `In` set;
+    /// for `Exists`, `NotIn`, `Gt` and `Lt`, the smallest non-negative integer that is within the
+    /// bounds and not excluded (Karpenter picks a random one; the smallest keeps node labels
+    /// stable). `None` when nothing is admitted.
     pub fn sample(&self) -> Option<String> {
         if !self.complement {
             return self.values.iter().find(|v| self.within_bounds(v)).cloned();
@@ -540,8 +540,9 @@ impl Requirements {
     }
 
     /// The labels of a node launched for these requirements (the Provisioner's, the instance
-    /// type's and the pods'; Karpenter's `Requirements.Labels()`, karpenter-behavior.md §2.3,
-    /// §4.1): every key users may set on nodes gets a value that satisfies it (`sample`), so
+    /// type's and the pods'; Karpenter's `Requirements.Labels()` in
+    /// `core@v0.27.0:pkg/scheduling/requirements.go`, as `core@v0.27.0:.../provisioner.go` `Launch`
+    /// uses them): every key users may set on nodes gets a value that satisfies it (`sample`), so
     /// the pods it was launched for, whose node affinity demands the key, can run there. The
     /// cloud's labels (zone, instance type, capacity type...) are laid over these at launch.
     pub fn node_labels(&self) -> BTreeMap<String, String> {

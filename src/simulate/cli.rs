@@ -70,7 +70,7 @@ pub fn render(report: &Report, output: Output) -> Result<String, String> {
     match output {
         Output::Table => Ok(report.table()),
         Output::Json => serde_json::to_string_pretty(report).map(|s| s + "\n").map_err(|e| e.to_string()),
-        Output::Yaml => serde_yaml::to_string(report).map_err(|e| e.to_string()),
+        Output::Yaml => serde_yaml_ng::to_string(report).map_err(|e| e.to_string()),
     }
 }
 

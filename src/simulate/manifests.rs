@@ -216,7 +216,7 @@ impl std::fmt::Display for Location<'_> {
 /// The documents of a YAML (or JSON) stream; empty documents are skipped.
 fn documents(source: &Source) -> Result<Vec<Value>, Error> {
     let mut out = Vec::new();
-    for (index, document) in serde_yaml::Deserializer::from_str(&source.text).enumerate() {
+    for (index, document) in serde_yaml_ng::Deserializer::from_str(&source.text).enumerate() {
         let value = Value::deserialize(document).map_err(|e| Error::Invalid {
             file: source.name.clone(),
             document: index + 1,

@@ -82,7 +82,7 @@ spec:
         .unwrap_err()
         .to_string();
     // The webhook validates what its defaults made of the object.
-    let value: serde_json::Value = serde_yaml::from_str(provisioner).unwrap();
+    let value: serde_json::Value = serde_yaml_ng::from_str(provisioner).unwrap();
     let mut defaulted: crate::apis::v1alpha5::Provisioner = serde_json::from_value(value).unwrap();
     crate::apis::v1alpha5::defaults::set_defaults(&mut defaulted.spec, &settings());
     let body = serde_json::json!({
@@ -122,7 +122,7 @@ fn an_unreadable_field_and_an_invalid_template_get_the_webhooks_denials() {
     let err = Manifests::read(&[source("a.yaml", provisioner)], &settings())
         .unwrap_err()
         .to_string();
-    let value: serde_json::Value = serde_yaml::from_str(provisioner).unwrap();
+    let value: serde_json::Value = serde_yaml_ng::from_str(provisioner).unwrap();
     let denial = webhook_denial(Endpoint::Mutate, "karpenter.sh", "v1alpha5", "Provisioner", value);
     assert_eq!(err, format!("a.yaml (document 1): {denial}"));
     assert!(err.contains("spec.ttlSecondsAfterEmpty") && err.contains("soon"), "{err}");
@@ -133,7 +133,7 @@ fn an_unreadable_field_and_an_invalid_template_get_the_webhooks_denials() {
         provisioner_ok = "apiVersion: karpenter.sh/v1alpha5\nkind: Provisioner\nmetadata: {name: ok}\nspec: {providerRef: {name: t}}\n"
     );
     let err = Manifests::read(&[source("b.yaml", &text)], &settings()).unwrap_err().to_string();
-    let value: serde_json::Value = serde_yaml::from_str(template).unwrap();
+    let value: serde_json::Value = serde_yaml_ng::from_str(template).unwrap();
     let denial = webhook_denial(Endpoint::Validate, "karpenter.k8s.aws", "v1alpha1", "AWSNodeTemplate", value);
     assert_eq!(err, format!("b.yaml (document 2): {denial}"));
     assert!(err.contains("amiFamily") && err.contains("Windows"), "{err}");

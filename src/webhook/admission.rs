@@ -578,7 +578,7 @@ mod tests {
 
     fn first_writeup_provisioner() -> Value {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/first-writeup/provisioner.yaml");
-        serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+        serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     }
 
     #[test]
@@ -650,7 +650,7 @@ mod tests {
         for writeup in ["first-writeup", "second-writeup"] {
             for entry in std::fs::read_dir(dir.join(writeup)).unwrap() {
                 let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-                let object: Value = serde_yaml::from_str(&text).unwrap();
+                let object: Value = serde_yaml_ng::from_str(&text).unwrap();
                 let expected = match object["kind"].as_str() {
                     Some("Provisioner") => {
                         let mut p: Provisioner = serde_json::from_value(object.clone()).unwrap();

@@ -131,20 +131,20 @@ pub enum CertReconcileError {
 /// Connects to the Kubernetes API (retrying until the configuration can be read) and runs
 /// [`run`] until `shutdown`.
 pub async fn connect_and_run(config: SelfManagedCerts, store: Arc<CertStore>, metrics: Metrics, shutdown: CancellationToken) {
-    let mut backoff = Duration::from_secs(1);
+    let mut backoff = crate::retry::Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
     let client = loop {
+        let wait = backoff.next_wait();
         tokio::select! {
             _ = shutdown.cancelled() => return,
             client = Client::try_default() => match client {
                 Ok(c) => break c,
-                Err(e) => warn!(error = %telemetry::chain(&e), retry_in = ?backoff, "webhook certificate: cannot reach the Kubernetes API"),
+                Err(e) => warn!(error = %telemetry::chain(&e), retry_in = ?wait, "webhook certificate: cannot reach the Kubernetes API"),
             }
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
-        backoff = (backoff * 2).min(Duration::from_secs(30));
     };
     run(client, config, store, metrics, shutdown).await
 }
@@ -181,7 +181,8 @@ pub async fn run(client: Client, config: SelfManagedCerts, store: Arc<CertStore>
     };
     let mut ticker = tokio::time::interval(self_signed::check_interval(ctx.config.renew_before));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut retry: Option<(tokio::time::Instant, Duration)> = None;
+    let mut retry: Option<tokio::time::Instant> = None;
+    let mut backoff = crate::retry::Backoff::new(Duration::from_secs(1), self_signed::MAX_CHECK_INTERVAL);
     let mut missing = BundleWarnings::default();
     let mut watch_failing = false;
     info!(
@@ -192,7 +193,7 @@ pub async fn run(client: Client, config: SelfManagedCerts, store: Arc<CertStore>
         "managing the webhook certificate"
     );
     loop {
-        let retry_at = retry.map(|(at, _)| at);
+        let retry_at = retry;
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = ticker.tick() => {}
@@ -214,11 +215,14 @@ pub async fn run(client: Client, config: SelfManagedCerts, store: Arc<CertStore>
         // A burst of events (start-up lists, our own writes) makes one pass.
         while let Some(Some(_)) = changes.next().now_or_never() {}
         match ctx.reconcile(&mut missing).await {
-            Ok(()) => retry = None,
+            Ok(()) => {
+                retry = None;
+                backoff.reset();
+            }
             Err(err) => {
-                let backoff = retry.map_or(Duration::from_secs(1), |(_, b)| (b * 2).min(self_signed::MAX_CHECK_INTERVAL));
-                warn!(error = %telemetry::chain(&err), retry_in = ?backoff, "reconciling the webhook certificate");
-                retry = Some((tokio::time::Instant::now() + backoff, backoff));
+                let wait = backoff.next_wait();
+                warn!(error = %telemetry::chain(&err), retry_in = ?wait, "reconciling the webhook certificate");
+                retry = Some(tokio::time::Instant::now() + wait);
             }
         }
     }

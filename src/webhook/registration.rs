@@ -84,7 +84,7 @@ pub fn to_yaml(target: &Target, ca_bundle_pem: &[u8]) -> String {
         object.insert("apiVersion".into(), "admissionregistration.k8s.io/v1".into());
         object.insert("kind".into(), kind.into());
         object.extend(value.as_object().expect("a configuration is an object").clone());
-        serde_yaml::to_string(&object).expect("a configuration serializes to YAML")
+        serde_yaml_ng::to_string(&object).expect("a configuration serializes to YAML")
     };
     let m = with_type("MutatingWebhookConfiguration", serde_json::to_value(&mutating).expect("serializes"));
     let v = with_type(

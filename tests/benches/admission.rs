@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 fn fixture(path: &str) -> Value {
     let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(path);
-    serde_yaml::from_str(&std::fs::read_to_string(full).expect("fixture exists")).expect("fixture parses")
+    serde_yaml_ng::from_str(&std::fs::read_to_string(full).expect("fixture exists")).expect("fixture parses")
 }
 
 fn provisioner() -> Value {

@@ -68,7 +68,7 @@ const REGION: &str = "ap-northeast-2";
 
 /// A Provisioner from YAML, defaulted as the webhook defaults it.
 fn provisioner(yaml: &str) -> Provisioner {
-    let mut p: Provisioner = serde_yaml::from_str(yaml).expect("a Provisioner");
+    let mut p: Provisioner = serde_yaml_ng::from_str(yaml).expect("a Provisioner");
     defaults::set_defaults(&mut p.spec, &ApiSettings::new("c"));
     p
 }

@@ -67,7 +67,7 @@ fn main() {
 /// The AdmissionReview the load sends.
 fn request_body() -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/first-writeup/provisioner.yaml");
-    let object: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(path).expect("fixture exists")).expect("fixture parses");
+    let object: serde_json::Value = serde_yaml_ng::from_str(&std::fs::read_to_string(path).expect("fixture exists")).expect("fixture parses");
     serde_json::json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {

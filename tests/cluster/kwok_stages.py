@@ -23,9 +23,10 @@ allocatable with karpenter-rs's default node settings, and writes:
   * --table: the same table as JSON, for the test that checks it against
     karpenter-rs (tests/kwok_capacity.rs).
 
-The formulas are karpenter-rs's (src/scheduling/capacity.rs, karpenter-behavior.md
-§2.12) with default settings: AL2, vmMemoryOverheadPercent 0.075, ENI-limited
-pods, no kubelet overrides, 20Gi root volume:
+The formulas are karpenter-rs's (src/scheduling/capacity.rs, after
+aws@v0.27.0:pkg/providers/instancetype/types.go) with default settings: AL2,
+vmMemoryOverheadPercent 0.075, ENI-limited pods, no kubelet overrides, 20Gi
+root volume:
 
   capacity    cpu = vCPUs; memory = M - ceil(M * 0.075) Mi, M = MiB (less 64 on arm64);
               pods = ENIs * (IPv4 per ENI - 1) + 2; ephemeral-storage = 20Gi;

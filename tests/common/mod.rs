@@ -157,7 +157,7 @@ fn rand_suffix() -> u64 {
 pub fn fixture(path: &str) -> Value {
     let full = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(path);
     let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("reading {}: {e}", full.display()));
-    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", full.display()))
+    serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", full.display()))
 }
 
 /// Applies the base64 JSON patch of a mutating response to `object`.

@@ -72,7 +72,7 @@ pub fn template(release: &str, namespace: &str, args: &[&str]) -> String {
 /// The documents of a YAML stream, as JSON (empty documents dropped).
 pub fn documents(yaml: &str) -> Vec<serde_json::Value> {
     use serde::Deserialize;
-    serde_yaml::Deserializer::from_str(yaml)
+    serde_yaml_ng::Deserializer::from_str(yaml)
         .map(|doc| serde_json::Value::deserialize(doc).expect("helm renders valid YAML"))
         .filter(|doc| !doc.is_null())
         .collect()

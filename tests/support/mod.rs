@@ -317,7 +317,7 @@ pub fn unique(base: &str) -> String {
 pub fn fixture(path: &str) -> serde_json::Value {
     let full = repo_root().join("tests/fixtures").join(path);
     let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("reading {}: {e}", full.display()));
-    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", full.display()))
+    serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", full.display()))
 }
 
 /// The cloud provider settings for the local cluster's moto emulator.

@@ -18,7 +18,8 @@ pub const ID_FILTER_KEYS: &[&str] = &["aws-ids", "aws::ids"];
 /// Tag naming the cluster whose karpenter-rs manages an instance. Not Karpenter's
 /// `karpenter.sh/managed-by`: Karpenter v0.28–v0.31's garbage collector terminates every
 /// instance carrying that tag that none of its Machines names, so a Karpenter still installed
-/// during a migration would delete ours 30 s after launch (karpenter-behavior.md §6.2).
+/// during a migration would delete ours 30 s after launch
+/// (`aws@v0.29.0:pkg/controllers/machine/garbagecollection/controller.go`).
 pub const MANAGED_BY_TAG: &str = "karpenter-rs.sh/managed-by";
 /// The tag Karpenter v0.28+ keys its garbage collection on; refused as a user tag, since it
 /// would invite that collector to delete our instances.

@@ -11,8 +11,8 @@ pub const EMPTINESS_TIMESTAMP_ANNOTATION: &str = "karpenter.sh/emptiness-timesta
 pub const DO_NOT_EVICT_ANNOTATION: &str = "karpenter.sh/do-not-evict";
 /// Annotation on nodes that consolidation must leave alone.
 pub const DO_NOT_CONSOLIDATE_ANNOTATION: &str = "karpenter.sh/do-not-consolidate";
-/// Karpenter v0.31's alias of both (the v1beta1 name, karpenter-behavior.md §4.4): on a pod it
-/// is `do-not-evict`, on a node `do-not-consolidate`.
+/// Karpenter v0.31's alias of both (the v1beta1 name, `core@v0.31.0:pkg/apis/v1beta1/labels.go`):
+/// on a pod it is `do-not-evict`, on a node `do-not-consolidate`.
 pub const DO_NOT_DISRUPT_ANNOTATION: &str = "karpenter.sh/do-not-disrupt";
 
 /// The opt-out annotation among `keys` that `annotations` sets to `"true"`, if any.

@@ -431,7 +431,7 @@ mod tests {
     /// The first write-up's Provisioner spec, as intended (indent glyphs removed).
     fn service() -> serde_json::Value {
         let manifest: serde_json::Value =
-            serde_yaml::from_str(include_str!("../../../tests/fixtures/first-writeup/provisioner.yaml")).expect("fixture parses");
+            serde_yaml_ng::from_str(include_str!("../../../tests/fixtures/first-writeup/provisioner.yaml")).expect("fixture parses");
         manifest["spec"].clone()
     }
 

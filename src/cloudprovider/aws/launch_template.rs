@@ -2,7 +2,8 @@
 //! instance profile, security groups, block devices, metadata options, monitoring, tags), named
 //! `karpenter-rs/<cluster>/<hash of the configuration>`, created when missing and reused.
 //!
-//! Templates no launch has used for a while are deleted (karpenter-behavior.md §3.4): a
+//! Templates no launch has used for a while are deleted, as
+//! `aws@v0.27.0:pkg/providers/launchtemplate/launchtemplate.go` does on cache eviction: a
 //! configuration that changed (a new label, AMI or security group) leaves its old template
 //! behind, and EC2 caps templates per region. Instances keep running without their template.
 //!

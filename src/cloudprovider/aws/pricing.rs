@@ -86,7 +86,7 @@ impl OverridePrice {
 
 /// Parses an overrides file (YAML, or JSON which YAML reads too).
 pub fn parse_overrides(text: &str) -> Result<PriceOverrides, String> {
-    let map: HashMap<String, OverridePrice> = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+    let map: HashMap<String, OverridePrice> = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
     if let Some((name, _)) = map.iter().find(|(_, p)| !(p.on_demand() > 0.0 && p.spot().is_none_or(|s| s > 0.0))) {
         return Err(format!("price of {name} must be greater than 0"));
     }

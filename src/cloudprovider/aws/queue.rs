@@ -1,7 +1,7 @@
-//! The interruption queue on SQS (karpenter-behavior.md §7): `GetQueueUrl` and
-//! `GetQueueAttributes` (its ARN) once, `ReceiveMessage`
+//! The interruption queue on SQS (`aws@v0.27.0:pkg/controllers/interruption/controller.go`):
+//! `GetQueueUrl` and `GetQueueAttributes` (its ARN) once, `ReceiveMessage`
 //! with long polling (10 messages, 20 s wait, 20 s visibility as Karpenter's
-//! `aws@v0.27.0:pkg/providers/sqs/sqs.go`), `DeleteMessage` per handled message.
+//! `aws@v0.27.0:pkg/controllers/interruption/sqs.go`), `DeleteMessage` per handled message.
 
 use async_trait::async_trait;
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};

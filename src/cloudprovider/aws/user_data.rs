@@ -299,7 +299,7 @@ pub fn node_config(b: &Bootstrap<'_>) -> Result<String, Error> {
             "kubelet": kubelet_spec,
         },
     });
-    let yaml = serde_yaml::to_string(&config).map_err(|e| Error::InvalidConfiguration(format!("rendering the AL2023 NodeConfig: {e}")))?;
+    let yaml = serde_yaml_ng::to_string(&config).map_err(|e| Error::InvalidConfiguration(format!("rendering the AL2023 NodeConfig: {e}")))?;
     Ok(format!("# karpenter-rs generated NodeConfig\n{yaml}"))
 }
 
@@ -313,7 +313,7 @@ pub fn nodeadm_user_data(b: &Bootstrap<'_>) -> Result<String, Error> {
         match mime_parts(&custom) {
             Some(custom_parts) => parts.extend(custom_parts),
             None => {
-                let is_yaml = serde_yaml::from_str::<serde_yaml::Mapping>(&custom).is_ok();
+                let is_yaml = serde_yaml_ng::from_str::<serde_yaml_ng::Mapping>(&custom).is_ok();
                 let content_type = if is_yaml { NODE_CONFIG_CONTENT_TYPE } else { SHELL_CONTENT_TYPE };
                 parts.push(format!("Content-Type: {content_type}\n\n{custom}"));
             }
@@ -548,7 +548,7 @@ exec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\
         let body = parts[0]
             .strip_prefix("Content-Type: application/node.eks.aws\n\n")
             .unwrap_or_else(|| panic!("{}", parts[0]));
-        let config: serde_json::Value = serde_yaml::from_str(body).unwrap();
+        let config: serde_json::Value = serde_yaml_ng::from_str(body).unwrap();
         assert_eq!(
             config,
             serde_json::json!({

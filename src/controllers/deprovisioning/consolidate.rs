@@ -1,5 +1,6 @@
-//! Consolidation's I/O (karpenter-behavior.md §5.6, §5.8): snapshot the cluster, choose a command
-//! with `consolidation.rs`, wait 15 s and validate it on a fresh snapshot, then execute it:
+//! Consolidation's I/O (`core@v0.27.0:pkg/controllers/deprovisioning/consolidation.go`,
+//! `controller.go` `executeCommand`): snapshot the cluster, choose a command with
+//! `consolidation.rs`, wait 15 s and validate it on a fresh snapshot, then execute it:
 //! cordon and mark the nodes, launch the replacement through the normal launch path and wait for
 //! it to initialise (bounded; on timeout the nodes are uncordoned and the command abandoned), then
 //! delete the nodes through the termination finalizer (a drain that honours
@@ -36,7 +37,7 @@ const MULTI_NODE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a single-node evaluation may run.
 const SINGLE_NODE_TIMEOUT: Duration = Duration::from_secs(3 * 60);
 /// After a pass that found nothing, consolidation is evaluated again only once the cluster has
-/// changed, or after this long (§5.1).
+/// changed, or after this long (`core@v0.27.0:pkg/controllers/state/cluster.go` `Consolidated`).
 const CONSOLIDATED_FOR: Duration = Duration::from_secs(5 * 60);
 /// How often the same `Unconsolidatable` reason is published again on a node.
 const EVENT_EVERY: Duration = Duration::from_secs(5 * 60);
@@ -260,8 +261,8 @@ async fn unconsolidatable(ctx: &Context, node: &Node, why: &str) {
 }
 
 /// Waits `consolidationTTL`, checks the command against a fresh snapshot, and executes it if it
-/// still holds (§5.6 validation). A command that no longer holds is dropped; the next pass
-/// evaluates afresh.
+/// still holds (`core@v0.27.0:.../deprovisioning/validation.go`). A command that no longer holds
+/// is dropped; the next pass evaluates afresh.
 async fn validate_and_execute(ctx: &Context, command: &Command, before: &Snapshot) -> Result<bool, DeprovisioningError> {
     debug!(command = %command.describe(), "validating consolidation after {:?}", ctx.config.consolidation_ttl);
     tokio::time::sleep(ctx.config.consolidation_ttl).await;
@@ -290,7 +291,8 @@ async fn validate_and_execute(ctx: &Context, command: &Command, before: &Snapsho
     Ok(true)
 }
 
-/// Executes `command` (§5.8): cordon and mark, launch and await the replacement, delete.
+/// Executes `command` (Karpenter's `executeCommand`): cordon and mark, launch and await the
+/// replacement, delete.
 async fn execute(ctx: &Context, command: &Command, pods: &[String]) -> Result<(), DeprovisioningError> {
     let state = &ctx.state;
     let action = command.action_name();

@@ -1,7 +1,8 @@
-//! The pure decisions of consolidation (karpenter-behavior.md §5.2, §5.6, §5.7): which nodes are
-//! candidates, what removing some of them would take (the same `scheduling::simulate` the
-//! provisioner runs, over the rest of the cluster), and the command a method chooses. No clock,
-//! no I/O: the deprovisioning pass snapshots the cluster, calls these, waits, validates and acts.
+//! The pure decisions of consolidation (`core@v0.27.0:pkg/controllers/deprovisioning/consolidation.go`,
+//! `helpers.go`): which nodes are candidates, what removing some of them would take (the same
+//! `scheduling::simulate` the provisioner runs, over the rest of the cluster), and the command a
+//! method chooses. No clock, no I/O: the deprovisioning pass snapshots the cluster, calls these,
+//! waits, validates and acts.
 //!
 //! Methods, in the order a pass tries them:
 //! - [`empty`]: every empty candidate, deleted in one command (after the 15 s re-check);
@@ -28,7 +29,8 @@ use crate::scheduling::nodes::is_labelled_initialized;
 use crate::scheduling::{InstanceType, NodeRequest, PodKey, Requirement, Requirements, SimulationInput, Simulator};
 
 /// How long a command waits before it is validated, and how recently a node may have received a
-/// pod and still be consolidated (`consolidationTTL`, karpenter-behavior.md §5.6).
+/// pod and still be consolidated (`consolidationTTL`,
+/// `core@v0.27.0:pkg/controllers/deprovisioning/consolidation.go`).
 pub const CONSOLIDATION_TTL: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Most candidates one multi-node command considers (`core@v0.30.0:.../multinodeconsolidation.go`).
@@ -49,7 +51,7 @@ pub struct Candidate {
     pub capacity_type: String,
     /// What its offering costs per hour.
     pub price: f64,
-    /// Cost of disrupting it (§5.2): lower goes first.
+    /// Cost of disrupting it (Karpenter's `disruptionCost`): lower goes first.
     pub disruption_cost: f64,
     /// The pods that would need a new home, unbound (ready to be placed again) and carrying any
     /// constraints of their volumes.
@@ -171,8 +173,9 @@ pub fn consolidates(provisioner: &Provisioner) -> bool {
     provisioner.spec.consolidation.as_ref().and_then(|c| c.enabled) == Some(true)
 }
 
-/// Whether the node is a candidate (§5.2, §5.6, §5.7), with its pods as they would be placed
-/// again (`prepare` unbinds them and adds their volumes' constraints).
+/// Whether the node is a candidate (Karpenter's `candidateNodes` and consolidation's
+/// `ShouldDeprovision`), with its pods as they would be placed again (`prepare` unbinds them and
+/// adds their volumes' constraints).
 pub fn candidate(
     view: NodeView<'_>,
     pdbs: &[PodDisruptionBudget],
@@ -282,7 +285,7 @@ fn scheduled_at(pod: &Pod) -> Option<DateTime<Utc>> {
 }
 
 /// Σ over the pods of `clamp(-10, 1 + deletion cost / 2^27 + priority / 2^25, 10)`
-/// (`controller.kubernetes.io/pod-deletion-cost`, `spec.priority`; §5.2).
+/// (`controller.kubernetes.io/pod-deletion-cost`, `spec.priority`; Karpenter's `disruptionCost`).
 pub fn disruption_cost(pods: &[Pod]) -> f64 {
     pods.iter()
         .map(|p| {
@@ -300,7 +303,7 @@ pub fn disruption_cost(pods: &[Pod]) -> f64 {
 }
 
 /// `clamp(0, (ttl − age) / ttl, 1)`, 1 without a TTL: a node about to expire costs little to
-/// disrupt now (§5.2).
+/// disrupt now (Karpenter's `calculateLifetimeRemaining`).
 pub fn lifetime_remaining(created: Option<DateTime<Utc>>, ttl_seconds_until_expired: Option<i64>, now: DateTime<Utc>) -> f64 {
     let (Some(created), Some(ttl)) = (created, ttl_seconds_until_expired.filter(|t| *t > 0)) else {
         return 1.0;
@@ -316,7 +319,7 @@ pub fn sort_candidates(candidates: &mut [Candidate]) {
 
 /// What would happen if `candidates` were removed from `cluster` (the existing nodes with their
 /// pods, the pending pods and the pods of nodes being deleted): a command, or why not
-/// (Karpenter's `computeConsolidation`, §5.6).
+/// (Karpenter's `computeConsolidation`).
 pub fn compute(cluster: &SimulationInput, candidates: &[&Candidate]) -> Result<Command, String> {
     compute_on(&Simulator::new(cluster), candidates)
 }
@@ -337,7 +340,7 @@ fn compute_on(simulator: &Simulator, candidates: &[&Candidate]) -> Result<Comman
     {
         return Err("not all pods would schedule".to_string());
     }
-    // Pods cannot move to a node that is not ready for them yet (§5.6).
+    // Pods cannot move to a node that is not ready for them yet (as in `computeConsolidation`).
     let uninitialized: HashSet<&str> = cluster
         .nodes
         .iter()
@@ -384,7 +387,7 @@ fn compute_on(simulator: &Simulator, candidates: &[&Candidate]) -> Result<Comman
         return Err("can't replace a spot node with a spot node".to_string());
     }
     // The options were priced as spot where spot is allowed: launching on-demand instead could
-    // cost more than the nodes replaced, so the replacement must be spot (§5.6).
+    // cost more than the nodes replaced, so the replacement must be spot (as in `computeConsolidation`).
     if allows(CAPACITY_TYPE_SPOT) && allows(CAPACITY_TYPE_ON_DEMAND) {
         request
             .requirements
@@ -405,7 +408,7 @@ fn compute_on(simulator: &Simulator, candidates: &[&Candidate]) -> Result<Comman
 
 /// The most a launch with `requirements` can cost for `it`: its highest available spot price
 /// over the allowed zones when spot is allowed, else its highest on-demand price
-/// (`worstLaunchPrice`, §5.6). `None` when nothing is offered.
+/// (Karpenter's `worstLaunchPrice`). `None` when nothing is offered.
 pub fn worst_launch_price(it: &InstanceType, requirements: &Requirements) -> Option<f64> {
     let allowed = || it.offerings.iter().filter(|o| o.available && offering_allowed(o, requirements));
     let max = |capacity: &str| {
@@ -426,16 +429,16 @@ fn cheaper_than(options: &[Arc<InstanceType>], requirements: &Requirements, pric
         .collect()
 }
 
-/// Every empty candidate, for one delete command (empty-node consolidation, §5.6).
+/// Every empty candidate, for one delete command (`core@v0.27.0:.../emptynodeconsolidation.go`).
 pub fn empty(candidates: &[Candidate]) -> Vec<String> {
     candidates.iter().filter(|c| c.pods.is_empty()).map(|c| c.name.clone()).collect()
 }
 
-/// Multi-node consolidation (§5.6): a binary search over the prefix length of `candidates`
-/// (already in disruption-cost order, at most [`MULTI_NODE_MAX`] of them) for the longest
-/// prefix of two or more that can be deleted or replaced by one cheaper node. `expired` is
-/// asked between simulations; once it says true the best command so far is returned and the
-/// second value is true (the evaluation timed out).
+/// Multi-node consolidation (`core@v0.27.0:.../multinodeconsolidation.go`): a binary search over
+/// the prefix length of `candidates` (already in disruption-cost order, at most
+/// [`MULTI_NODE_MAX`] of them) for the longest prefix of two or more that can be deleted or
+/// replaced by one cheaper node. `expired` is asked between simulations; once it says true the
+/// best command so far is returned and the second value is true (the evaluation timed out).
 pub fn multi_node(cluster: &Simulator, candidates: &[Candidate], expired: &dyn Fn() -> bool) -> (Option<Command>, bool) {
     let candidates = &candidates[..candidates.len().min(MULTI_NODE_MAX)];
     if candidates.len() < 2 {
@@ -472,7 +475,7 @@ pub fn multi_node(cluster: &Simulator, candidates: &[Candidate], expired: &dyn F
 
 /// Replacing several nodes with one of a type already among them must be cheaper than the
 /// cheapest of those nodes, or deleting the others alone would do with less disruption
-/// (`filterOutSameType`, §5.6).
+/// (Karpenter's `filterOutSameType`).
 fn filter_out_same_type(request: &NodeRequest, candidates: &[&Candidate]) -> Vec<Arc<InstanceType>> {
     let mut cheapest: BTreeMap<&str, f64> = BTreeMap::new();
     for c in candidates {
@@ -487,9 +490,10 @@ fn filter_out_same_type(request: &NodeRequest, candidates: &[&Candidate]) -> Vec
     cheaper_than(&request.instance_type_options, &request.requirements, limit)
 }
 
-/// Single-node consolidation (§5.6): the first candidate, in disruption-cost order, that can be
-/// deleted or replaced by one cheaper node, with why each candidate before it could not be
-/// (for the `Unconsolidatable` events). `expired` as for [`multi_node`].
+/// Single-node consolidation (`core@v0.27.0:.../singlenodeconsolidation.go`): the first
+/// candidate, in disruption-cost order, that can be deleted or replaced by one cheaper node, with
+/// why each candidate before it could not be (for the `Unconsolidatable` events). `expired` as
+/// for [`multi_node`].
 pub fn single_node(
     cluster: &Simulator,
     candidates: &[Candidate],
@@ -508,7 +512,7 @@ pub fn single_node(
     (None, refused, false)
 }
 
-/// What a consolidation evaluation chose, trying the methods in their order (§5.1).
+/// What a consolidation evaluation chose, trying the methods in Karpenter's order.
 #[derive(Clone, Debug)]
 pub enum Choice {
     /// Empty candidates, to delete together after the 15 s re-check.
@@ -538,7 +542,7 @@ pub struct Evaluation {
     pub single_timed_out: bool,
 }
 
-/// One consolidation evaluation (§5.1, §5.6): empty-node, then multi-node, then single-node
+/// One consolidation evaluation (in Karpenter's order): empty-node, then multi-node, then single-node
 /// consolidation over `candidates` (in disruption-cost order); the first that finds something
 /// wins. `multi_expired` and `single_expired` bound the two searches.
 pub fn choose(
@@ -574,8 +578,9 @@ pub fn choose(
 }
 
 /// Whether `command`, computed again after the wait on a fresh snapshot (`recomputed`), still
-/// holds (§5.6 validation): a delete must still be a delete; a replacement must still need
-/// exactly one node, and one that may be any of the types the command would launch.
+/// holds (`core@v0.27.0:.../deprovisioning/validation.go`): a delete must still be a delete; a
+/// replacement must still need exactly one node, and one that may be any of the types the command
+/// would launch.
 pub fn still_valid(command: &Command, recomputed: &Result<Command, String>) -> bool {
     let Ok(again) = recomputed else { return false };
     match (&command.action, &again.action) {
@@ -595,7 +600,7 @@ pub fn still_valid(command: &Command, recomputed: &Result<Command, String>) -> b
 /// up (a pass starts the moment a long one ends, and the snapshot taken meanwhile gives the watch
 /// time to deliver the deletions). Released, such nodes would drain without their mark, the
 /// passes would no longer wait for them (`decide::deletions`), and another command would start
-/// beside them (§5.8: one command at a time).
+/// beside them (Karpenter too executes one command at a time).
 pub fn releasable(now: &[Option<&Node>]) -> bool {
     now.iter().all(|n| n.is_some_and(|n| n.metadata.deletion_timestamp.is_none()))
 }

@@ -1,7 +1,9 @@
 //! The pure decisions of deprovisioning, with the time passed in: emptiness
-//! (`ttlSecondsAfterEmpty`, karpenter-behavior.md §5.3) and expiration
-//! (`ttlSecondsUntilExpired`, §5.4), and what blocks a voluntary removal: the
-//! `karpenter.sh/do-not-evict` opt-out and PodDisruptionBudgets that allow no disruption (§5.2, §5.7).
+//! (`ttlSecondsAfterEmpty`, `core@v0.27.0:pkg/controllers/node/emptiness.go`,
+//! `core@v0.27.0:pkg/controllers/deprovisioning/emptiness.go`) and expiration
+//! (`ttlSecondsUntilExpired`, `core@v0.27.0:pkg/controllers/deprovisioning/expiration.go`), and what
+//! blocks a voluntary removal: the `karpenter.sh/do-not-evict` opt-out and PodDisruptionBudgets that
+//! allow no disruption (`core@v0.27.0:pkg/controllers/deprovisioning/helpers.go`, `pdblimits.go`).
 
 use std::sync::Arc;
 
@@ -138,8 +140,9 @@ pub fn emptiness(
             Emptiness::Occupied
         };
     }
-    // A node that has not initialised is in flight, never empty (karpenter-behavior.md §5.3):
-    // removing it would launch the same capacity again for the pods on their way to it.
+    // A node that has not initialised is in flight, never empty
+    // (`core@v0.27.0:pkg/controllers/node/emptiness.go`): removing it would launch the same
+    // capacity again for the pods on their way to it.
     if !is_labelled_initialized(node) || !is_ready(node) || created(node).is_none_or(|c| now < c + nomination) {
         return Emptiness::Ignore;
     }
@@ -215,8 +218,9 @@ pub struct Deletions {
 /// replacement); a node someone else deletes (`kubectl delete node` held up by a
 /// PodDisruptionBudget) is not waited for, and ours only for `timeout` after the deletion began,
 /// so one stuck drain never freezes emptiness and expiration of every other node. Karpenter
-/// waited for every deletion for ≈9.5 min and then retried the same wait (karpenter-behavior.md
-/// §5.8), which stalled all deprovisioning behind one PodDisruptionBudget.
+/// waited for every deletion for ≈9.5 min and then retried the same wait
+/// (`core@v0.27.0:pkg/controllers/deprovisioning/controller.go` `waitForDeletion`), which stalled
+/// all deprovisioning behind one PodDisruptionBudget.
 pub fn deletions<'a>(nodes: impl IntoIterator<Item = &'a Node>, timeout: Duration, now: DateTime<Utc>) -> Deletions {
     let mut outcome = Deletions::default();
     for node in nodes {
@@ -308,7 +312,8 @@ pub fn expiration(candidates: &[Candidate<'_>], pdbs: &[PodDisruptionBudget], no
 
 /// The first of `candidates` (in the order given) that nothing blocks, and the ones before it
 /// that something did: a do-not-evict pod, or a PodDisruptionBudget allowing no disruption of one
-/// of its pods now. Expiration and drift choose their one node a command this way (§5.4, §5.5).
+/// of its pods now. Expiration and drift choose their one node a command this way
+/// (`core@v0.27.0:pkg/controllers/deprovisioning/expiration.go`, `drift.go`).
 pub fn first_unblocked<'a, 'b: 'a>(candidates: impl IntoIterator<Item = &'a Candidate<'b>>, pdbs: &[PodDisruptionBudget]) -> Expiration {
     let mut outcome = Expiration::default();
     for candidate in candidates {

@@ -1,6 +1,8 @@
-//! Drift (karpenter-behavior.md §5.5; on by default, differences.md #14): whether a node of ours
-//! no longer matches what its Provisioner and AWSNodeTemplate would launch now. Five checks, in
-//! this order, the first that holds naming the drift:
+//! Drift (`aws@v0.31.0:pkg/cloudprovider/drift.go`,
+//! `core@v0.31.0:pkg/controllers/nodeclaim/disruption/drift.go`; on by default, where Karpenter had
+//! it behind `featureGates.driftEnabled`, off by default): whether a node of ours no longer matches
+//! what its Provisioner and AWSNodeTemplate would launch now. Five checks, in this order, the first
+//! that holds naming the drift:
 //!
 //! * **static**: the `karpenter.sh/provisioner-hash` or `karpenter.k8s.aws/nodetemplate-hash`
 //!   written at launch differs from the hash of the objects now (`apis::hash`: labels, taints,

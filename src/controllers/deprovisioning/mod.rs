@@ -1,8 +1,8 @@
 //! Deprovisioning: a periodic pass (leader only) that replaces nodes older than their
 //! Provisioner's `ttlSecondsUntilExpired` (one at a time), removes nodes that have been empty
 //! for `ttlSecondsAfterEmpty`, and consolidates the nodes of Provisioners with
-//! `consolidation.enabled` (karpenter-behavior.md §5.1, §5.3, §5.4, §5.6, §5.8), in that order,
-//! one command per pass.
+//! `consolidation.enabled`, in that order, one command per pass
+//! (`core@v0.27.0:pkg/controllers/deprovisioning/controller.go`).
 //!
 //! An expired node is cordoned and marked `karpenter.sh/voluntary-disruption=expired`; the
 //! provisioning controller launches room for its pods (`provisioning::Context::replace`); once the
@@ -62,7 +62,8 @@ pub struct DeprovisioningConfig {
     /// How long after deleting a node of its own the pass waits for it to be gone before it starts
     /// anything new; past it, the pass moves on (logged) even if the drain is still held up.
     pub deletion_timeout: Duration,
-    /// How long a consolidation command waits before it is validated again (15 s, §5.6).
+    /// How long a consolidation command waits before it is validated again (15 s,
+    /// Karpenter's `consolidationTTL`).
     pub consolidation_ttl: Duration,
     /// Whether drifted nodes are marked and replaced (`--drift-enabled`); off removes the marks.
     pub drift_enabled: bool,
@@ -100,7 +101,7 @@ pub struct Context {
     pub state: Arc<Cluster>,
     recorder: Recorder,
     /// The cluster generation and time of the last consolidation evaluation that found nothing
-    /// to do (the "consolidated" short-circuit, §5.1).
+    /// to do (Karpenter's "consolidated" short-circuit).
     consolidated: StdMutex<Option<(u64, Instant)>>,
     /// (node, reason) → when an `Unconsolidatable` event last said so.
     unconsolidatable: StdMutex<HashMap<(String, String), Instant>>,
@@ -188,12 +189,13 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
     }
 
     // A consolidation command a stopped process left unfinished is finished or released first,
-    // whatever its Provisioner says now: one command at a time (§5.8), and no node left cordoned.
+    // whatever its Provisioner says now: one command at a time (as in Karpenter), and no node
+    // left cordoned.
     if !waiting && consolidate::resume(ctx).await?.is_some() {
         return Ok(());
     }
 
-    // Expiration first, at most one node (§5.1 order).
+    // Expiration first, at most one node (Karpenter's order).
     let expiration_timer = ctx
         .metrics
         .deprovisioning_evaluation
@@ -244,7 +246,7 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
     }
     drop(expiration_timer);
 
-    // Drift second (§5.1 order): mark and unmark every node, replace at most one, oldest first.
+    // Drift second (Karpenter's order): mark and unmark every node, replace at most one, oldest first.
     let drift_timer = ctx
         .metrics
         .deprovisioning_evaluation

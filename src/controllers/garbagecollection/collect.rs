@@ -1,4 +1,5 @@
-//! What the garbage collector removes (differences.md item 11, karpenter-behavior.md §6.2):
+//! What the garbage collector removes (Karpenter v0.27 had no collector; this one follows
+//! `aws@v0.29.0:pkg/controllers/machine/garbagecollection/controller.go`, for Nodes not Machines):
 //! instances of this cluster that no Node names, and which of our Nodes to check against the
 //! cloud. Pure; the time is passed in.
 

@@ -1,8 +1,9 @@
-//! Garbage collection (differences.md item 11): instances of this cluster that no Node names
-//! after a grace period are terminated (a crash between launch and Node creation, a Node
-//! force-deleted without its finalizer), and Nodes of ours whose instance is gone are deleted
-//! (the termination controller then drains them and, the instance being gone, releases them).
-//! Launch templates unused for a while are deleted too (karpenter-behavior.md §3.4).
+//! Garbage collection (karpenter-rs creates Nodes at launch as Karpenter v0.27 did, but unlike
+//! v0.27 collects what that leaks): instances of this cluster that no Node names after a grace
+//! period are terminated (a crash between launch and Node creation, a Node force-deleted without
+//! its finalizer), and Nodes of ours whose instance is gone are deleted (the termination
+//! controller then drains them and, the instance being gone, releases them). Launch templates
+//! unused for a while are deleted too (`aws@v0.27.0:pkg/providers/launchtemplate/launchtemplate.go`).
 //! Leader only; every 10 s for the first 20 passes, then every `interval`. `collect.rs` decides.
 
 pub mod collect;

@@ -1,7 +1,8 @@
-//! Interruption handling (karpenter-behavior.md §7): EC2 warns before it takes an instance away
-//! (a spot interruption two minutes ahead, a scheduled retirement, a stop or termination), and
-//! EventBridge puts those events on an SQS queue (deploy/interruption/). This controller, on the
-//! leader only and only when `--interruption-queue-name` is set, long-polls that queue, and for
+//! Interruption handling (`aws@v0.27.0:pkg/controllers/interruption/controller.go`): EC2 warns
+//! before it takes an instance away (a spot interruption two minutes ahead, a scheduled
+//! retirement, a stop or termination), and EventBridge puts those events on an SQS queue
+//! (deploy/interruption/). This controller, on the leader only and only when
+//! `--interruption-queue-name` is set, long-polls that queue, and for
 //! every message about one of our nodes acts before EC2 does: the Node is deleted, so the
 //! termination finalizer cordons it and drains it (PodDisruptionBudgets honoured while there is
 //! time; `karpenter.sh/do-not-evict` does not hold a node EC2 is taking anyway), and a
@@ -47,7 +48,8 @@ pub struct InterruptionConfig {
     /// The SQS queue EventBridge sends the instance events to (`settings.aws.interruptionQueueName`);
     /// empty turns interruption handling off.
     pub queue_name: String,
-    /// First wait after a failed queue call; doubled on each failure in a row, up to `max_backoff`.
+    /// First wait after a failed queue call; doubled on each failure in a row, up to
+    /// `max_backoff`, each wait jittered (`retry::Backoff`).
     pub backoff: Duration,
     /// Longest wait between failed queue calls.
     pub max_backoff: Duration,
@@ -85,9 +87,9 @@ pub struct Action {
     pub mark_unavailable: bool,
 }
 
-/// What `message` asks for (Karpenter's actions and event reasons, karpenter-behavior.md §7,
-/// `aws@v0.27.0:pkg/controllers/interruption/events/events.go`); `None` for a message with
-/// nothing to do.
+/// What `message` asks for (Karpenter's actions and event reasons in
+/// `aws@v0.27.0:pkg/controllers/interruption/controller.go` and `events/events.go`); `None` for a
+/// message with nothing to do.
 pub fn action(message: &Message) -> Option<Action> {
     let act = |reason, note, delete, mark_unavailable| Action {
         reason,
@@ -176,7 +178,7 @@ pub async fn run(ctx: Arc<Context>, mut leading: watch::Receiver<bool>, shutdown
     ctx.metrics.controller_started("interruption");
     let name = ctx.config.queue_name.clone();
     let mut url: Option<String> = None;
-    let mut backoff = ctx.config.backoff;
+    let mut backoff = crate::retry::Backoff::new(ctx.config.backoff, ctx.config.max_backoff);
     loop {
         ctx.metrics.liveness.beat("interruption", FOLLOWER_BEAT);
         if !*leading.borrow() {
@@ -200,7 +202,7 @@ pub async fn run(ctx: Arc<Context>, mut leading: watch::Receiver<bool>, shutdown
                 Ok(resolved) => {
                     info!(queue = %name, url = %resolved.url, arn = %resolved.arn, "handling interruption events from the queue");
                     url = Some(resolved.url);
-                    backoff = ctx.config.backoff;
+                    backoff.reset();
                     None
                 }
                 Err(e) => Some(e),
@@ -216,7 +218,7 @@ pub async fn run(ctx: Arc<Context>, mut leading: watch::Receiver<bool>, shutdown
                 ctx.metrics.reconciled("interruption", started, received.is_ok());
                 match received {
                     Ok(batch) => {
-                        backoff = ctx.config.backoff;
+                        backoff.reset();
                         let u = u.clone();
                         join_all(batch.into_iter().map(|m| handle(&ctx, &u, m))).await;
                         None
@@ -236,13 +238,13 @@ pub async fn run(ctx: Arc<Context>, mut leading: watch::Receiver<bool>, shutdown
                 .cloudprovider_errors
                 .with_label_values(&[e.operation, e.code.as_deref().unwrap_or("")])
                 .inc();
-            error!(error = %e, retry_in = ?backoff, "interruption queue call failed; retrying");
-            ctx.metrics.liveness.beat("interruption", backoff);
+            let wait = backoff.next_wait();
+            error!(error = %e, retry_in = ?wait, "interruption queue call failed; retrying");
+            ctx.metrics.liveness.beat("interruption", wait);
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(backoff) => {}
+                _ = tokio::time::sleep(wait) => {}
             }
-            backoff = (backoff * 2).min(ctx.config.max_backoff);
         }
     }
 }

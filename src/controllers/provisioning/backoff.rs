@@ -21,8 +21,8 @@
 //! - **Per Provisioner**: at most `max_per_minute` launches in any minute (a token bucket that
 //!   refills continuously), whatever the pods.
 //!
-//! Karpenter has neither (karpenter-behavior.md §10 lists the incidents); differences.md says why
-//! we do.
+//! Karpenter has neither (users reported the incidents on its issue tracker); karpenter-rs adds
+//! both, a deliberate difference, for the reason above.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -1,6 +1,7 @@
-//! Binding planned pods once their node is ready (differences.md item 10): the node is Ready, no
-//! startup or not-ready taint is left, and it advertises every resource the pods requested; and
-//! only the pods that still fit on it. The decisions are pure; `bind` is the one call that writes.
+//! Binding planned pods once their node is ready (karpenter-rs only; Karpenter has not bound pods
+//! since v0.11): the node is Ready, no startup or not-ready taint is left, and it advertises every
+//! resource the pods requested; and only the pods that still fit on it. The decisions are pure;
+//! `bind` is the one call that writes.
 
 use std::collections::BTreeMap;
 
@@ -41,7 +42,7 @@ pub fn is_ready_for_pods(node: &Node, startup_taints: &[Taint], requested: &BTre
 /// The scheduler whose pods karpenter-rs may bind.
 pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
 
-/// Why a planned pod is left to kube-scheduler rather than bound (differences.md item 10), or
+/// Why a planned pod is left to kube-scheduler rather than bound (as Karpenter leaves them all), or
 /// `None` when the binder can verify everything the scheduler and the kubelet would check:
 /// what only the scheduler can decide (`scheduler_decides`), and a pod whose node selector,
 /// required node affinity or tolerations do not admit `node` as it is now (`node_refuses`).

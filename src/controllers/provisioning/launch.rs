@@ -149,8 +149,9 @@ pub(super) async fn launch(
 const LAUNCH_ATTEMPTS: usize = 3;
 
 /// Launches the instance. An insufficient-capacity answer marks those offerings unavailable in
-/// the provider (karpenter-behavior.md §3.7), so trying again right away goes to the remaining
-/// offerings of the request (e.g. other zones, or on-demand after spot), up to `LAUNCH_ATTEMPTS`.
+/// the provider (`aws@v0.27.0:pkg/cache/unavailableofferings.go`), so trying again right away
+/// goes to the remaining offerings of the request (e.g. other zones, or on-demand after spot), up
+/// to `LAUNCH_ATTEMPTS`.
 async fn create_instance(
     cloud: &dyn CloudProvider,
     metrics: &Metrics,

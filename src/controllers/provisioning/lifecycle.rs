@@ -1,11 +1,12 @@
-//! The life of a node we launched between its creation and its first pods (karpenter-behavior.md
-//! §4.3, §4.2 "Liveness"): it is labelled `karpenter.sh/initialized=true` once it is Ready, its
-//! startup and not-ready taints are gone and it advertises every resource its instance type
-//! has; one that is not Ready within the registration TTL is deleted (through the termination
-//! finalizer, which terminates its instance), so that capacity which never joins stops
-//! absorbing pending pods and they get a fresh node. Until initialised, a node is in flight: the
-//! simulation counts its instance type's capacity (`scheduling::ExistingNode::expect`) and
-//! emptiness leaves it alone.
+//! The life of a node we launched between its creation and its first pods
+//! (`core@v0.27.0:pkg/controllers/node/initialization.go`,
+//! `core@v0.28.0:pkg/controllers/machine/lifecycle/liveness.go`): it is labelled
+//! `karpenter.sh/initialized=true` once it is Ready, its startup and not-ready taints are gone and
+//! it advertises every resource its instance type has; one that is not Ready within the
+//! registration TTL is deleted (through the termination finalizer, which terminates its instance),
+//! so that capacity which never joins stops absorbing pending pods and they get a fresh node.
+//! Until initialised, a node is in flight: the simulation counts its instance type's capacity
+//! (`scheduling::ExistingNode::expect`) and emptiness leaves it alone.
 //!
 //! `decide` is pure; `run` is the leader's loop that applies it.
 

@@ -60,10 +60,10 @@ pub struct ProvisioningConfig {
     pub region: String,
     /// Batching windows.
     pub windows: BatchWindows,
-    /// Whether planned pods are bound once their node is ready (differences.md item 10).
+    /// Whether planned pods are bound once their node is ready (Karpenter leaves that to kube-scheduler).
     pub bind_pods: bool,
     /// A node we launched that is not Ready this long after its creation is deleted and its
-    /// instance terminated (differences.md item 11).
+    /// instance terminated (as by `core@v0.28.0:pkg/controllers/machine/lifecycle/liveness.go`).
     pub registration_ttl: Duration,
     /// At most this many launches per Provisioner in any minute (`backoff::LaunchRate`).
     pub max_launches_per_minute: u32,
@@ -191,7 +191,8 @@ impl Context {
     }
 
     /// `nodes` as the simulation sees them, with the pods bound to them: a node of ours that has
-    /// not initialised counts what its instance type offers (karpenter-behavior.md §4.3).
+    /// not initialised counts what its instance type offers (`core@v0.27.0:pkg/controllers/state/node.go`
+    /// `Allocatable`).
     fn existing_nodes(&self, nodes: &[Arc<Node>], all_pods: &[Arc<Pod>], provisioners: &[Arc<Provisioner>]) -> Vec<ExistingNode> {
         let types = self.type_cache.lock().unwrap_or_else(|e| e.into_inner());
         Self::existing_nodes_with(&types, nodes, all_pods, provisioners)
@@ -224,8 +225,9 @@ impl Context {
     }
 
     /// Provisions room for the pods of `node_name`, which is about to be drained (expiration,
-    /// karpenter-behavior.md §5.4): the simulation treats its pods as pending and the node as
-    /// gone (as every pass does for nodes being deleted, `pods::to_place`), fills existing nodes
+    /// `core@v0.27.0:pkg/controllers/deprovisioning/expiration.go`): the simulation treats its
+    /// pods as pending and the node as gone (as every pass does for nodes being deleted,
+    /// `pods::to_place`), fills existing nodes
     /// first and launches what is still needed through the normal path. Returns the names of the Nodes launched (none when the pods fit elsewhere). Runs
     /// between passes, never beside one.
     pub async fn replace(&self, node_name: &str) -> Result<Vec<String>, PassError> {
@@ -299,7 +301,7 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
             let result = pass(&ctx, &stores).await;
             if let Err(e) = &result {
                 failures += 1;
-                let delay = backoff::pass_retry_delay(failures);
+                let delay = crate::retry::jittered(backoff::pass_retry_delay(failures));
                 warn!(error = %telemetry::chain(e.as_ref()), retry_in_ms = delay.as_millis() as u64, "provisioning pass failed; retrying");
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
@@ -382,8 +384,9 @@ pub type PassError = Box<dyn std::error::Error + Send + Sync>;
 
 impl Context {
     /// The Kubernetes version whose AMIs nodes boot: the configured one, else the API server's
-    /// `major.minor` (`/version`), read at most once a minute (karpenter-behavior.md §3.3). When
-    /// the API server cannot be asked, the last version read is kept.
+    /// `major.minor` (`/version`), read at most once a minute
+    /// (`aws@v0.27.0:pkg/providers/amifamily/ami.go` `KubeServerVersion`). When the API server
+    /// cannot be asked, the last version read is kept.
     async fn kubernetes_version(&self) -> Result<KubernetesVersion, PassError> {
         if let Some(v) = self.config.kubernetes_version {
             return Ok(v);
@@ -473,10 +476,10 @@ pub struct Snapshot {
 
 impl Context {
     /// The cluster as a provisioning pass would simulate it now (nodes being deleted left out,
-    /// their pods and the pending ones to place; karpenter-behavior.md §5.6 "the pods of deleting
-    /// nodes"), for deprovisioning to simulate removing nodes on. Nothing is reported: pods whose
-    /// volumes cannot be provided and Provisioners that cannot launch are left out quietly (the
-    /// provisioning passes report them).
+    /// their pods and the pending ones to place; `core@v0.27.0:.../deprovisioning/helpers.go`
+    /// `simulateScheduling`), for deprovisioning to simulate removing nodes on. Nothing is
+    /// reported: pods whose volumes cannot be provided and Provisioners that cannot launch are
+    /// left out quietly (the provisioning passes report them).
     pub async fn snapshot(&self) -> Result<Snapshot, PassError> {
         let stores = &self.state;
         stores.ready().await?;

@@ -1,7 +1,8 @@
-//! The Node object karpenter-rs creates right after an instance is launched (differences.md
-//! item 11, Karpenter v0.27's model): named after the instance, with its provider ID, labels,
-//! taints, startup taints and the termination finalizer, so in-flight capacity is visible at
-//! once and survives restarts. Pure; no I/O here.
+//! The Node object karpenter-rs creates right after an instance is launched (Karpenter v0.27's
+//! model, `core@v0.27.0:pkg/controllers/provisioning/provisioner.go` `Launch`, kept on purpose where
+//! v0.28+ lets the kubelet register the Node): named after the instance, with its provider ID,
+//! labels, taints, startup taints and the termination finalizer, so in-flight capacity is visible
+//! at once and survives restarts. Pure; no I/O here.
 
 use std::collections::BTreeMap;
 
@@ -135,7 +136,7 @@ pub fn node_for(
             taints: (!taints.is_empty()).then_some(taints),
             ..Default::default()
         }),
-        // No status: only the kubelet reports what the node has (differences.md item 11), so
+        // No status: only the kubelet reports what the node has (as in Karpenter v0.27), so
         // kube-scheduler places nothing here before the kubelet runs. The simulation counts
         // what the instance type offers meanwhile (`scheduling::ExistingNode::expect`).
         status: None,
@@ -149,7 +150,7 @@ mod tests {
 
     fn service() -> Provisioner {
         let mut p: Provisioner =
-            serde_yaml::from_str(include_str!("../../../tests/fixtures/first-writeup/provisioner.yaml")).expect("fixture parses");
+            serde_yaml_ng::from_str(include_str!("../../../tests/fixtures/first-writeup/provisioner.yaml")).expect("fixture parses");
         p.metadata.uid = Some("uid-1".into());
         p.spec.startup_taints = Some(vec![Taint {
             key: "cni".into(),

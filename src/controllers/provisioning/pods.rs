@@ -40,8 +40,8 @@ pub fn is_displaced_by_drain(pod: &Pod) -> bool {
 /// a node: the provisionable ones, plus the pods a drain will displace from every node being
 /// deleted (a deletionTimestamp) and from `replacing` (a node about to be drained), unbound so
 /// the simulation finds them a new home before they are evicted. The leaving nodes are left out
-/// (karpenter-behavior.md §1.1, `core@v0.27.0:pkg/controllers/provisioning/provisioner.go`
-/// `Schedule`, "deletingNodePods"). `nodes` should be read before `all_pods` (see the pass).
+/// (`core@v0.27.0:pkg/controllers/provisioning/provisioner.go` `Schedule`, "deletingNodePods").
+/// `nodes` should be read before `all_pods` (see the pass).
 pub fn to_place(nodes: &[Arc<Node>], all_pods: &[Arc<Pod>], replacing: Option<&str>) -> (Vec<Arc<Node>>, Vec<Arc<Pod>>) {
     let (leaving, staying): (Vec<&Arc<Node>>, Vec<&Arc<Node>>) = nodes
         .iter()
@@ -62,10 +62,10 @@ pub fn to_place(nodes: &[Arc<Node>], all_pods: &[Arc<Pod>], replacing: Option<&s
 }
 
 /// One pod per DaemonSet, whose requests are the overhead of every new node it would run on
-/// (karpenter-behavior.md §2.1, `core@v0.27.0:pkg/controllers/provisioning/provisioner.go`
-/// `getDaemonSetPods`): built from the DaemonSet's pod template, with the containers, init
-/// containers and overhead of its newest running pod when it has one, since what a pod really
-/// requests can differ from its template (a LimitRange's defaults, a vertical pod autoscaler).
+/// (`core@v0.27.0:pkg/controllers/provisioning/provisioner.go` `getDaemonSetPods`): built from
+/// the DaemonSet's pod template, with the containers, init containers and overhead of its newest
+/// running pod when it has one, since what a pod really requests can differ from its template
+/// (a LimitRange's defaults, a vertical pod autoscaler).
 /// Where the pod may run stays the template's: the live pod's affinity is pinned to its node.
 pub fn daemonset_overhead_pods(daemonsets: &[Arc<DaemonSet>], pods: &[Arc<Pod>]) -> Vec<Pod> {
     daemonsets

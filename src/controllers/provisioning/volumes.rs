@@ -1,10 +1,11 @@
-//! Volume topology (karpenter-behavior.md §2.9): a pod whose PersistentVolumeClaim is bound to a
-//! zonal volume can only run in that volume's zone, so the volume's node affinity (or, for an
-//! unbound claim, its StorageClass's `allowedTopologies`) becomes part of the pod's required node
-//! affinity before the simulation sees it. The requirements go into every required term, so
-//! relaxing preferences never removes them. A pod whose claim, claim's StorageClass or bound
-//! volume does not exist is not provisioned for at all (`validate`, karpenter-behavior.md §1.1):
-//! a node launched for it could not run it. Pure; the caller passes the objects it has cached.
+//! Volume topology (`core@v0.27.0:pkg/controllers/provisioning/volumetopology.go`): a pod whose
+//! PersistentVolumeClaim is bound to a zonal volume can only run in that volume's zone, so the
+//! volume's node affinity (or, for an unbound claim, its StorageClass's `allowedTopologies`)
+//! becomes part of the pod's required node affinity before the simulation sees it. The
+//! requirements go into every required term, so relaxing preferences never removes them. A pod
+//! whose claim, claim's StorageClass or bound volume does not exist is not provisioned for at all
+//! (`validate`, as Karpenter's `validatePersistentVolumeClaims`): a node launched for it could not
+//! run it. Pure; the caller passes the objects it has cached.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,5 +1,5 @@
 //! Which pods a draining node still has to lose, and in which order they are evicted
-//! (karpenter-behavior.md §6.1 step 2, `core@v0.27.0:.../termination/terminator.go`). Pure.
+//! (`core@v0.27.0:pkg/controllers/machine/terminator/terminator.go` `Drain`). Pure.
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -94,7 +94,7 @@ impl DrainPlan {
 
 /// The drain plan for the pods bound to a node at `now`. Terminal, DaemonSet, mirror and
 /// unschedulable-tolerating pods stay; pods deleted more than a minute ago are presumed stuck
-/// and ignored; `karpenter.sh/do-not-evict` is not consulted (§5.7).
+/// and ignored; `karpenter.sh/do-not-evict` is not consulted (nor is it by Karpenter's drain since v0.26).
 pub fn plan<'a>(pods: impl IntoIterator<Item = &'a Pod>, now: DateTime<Utc>) -> DrainPlan {
     let stuck_before = now - Duration::seconds(STUCK_TERMINATING_AFTER_SECONDS);
     let mut plan = DrainPlan::default();

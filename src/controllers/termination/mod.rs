@@ -1,6 +1,7 @@
 //! Termination: every Node carrying our finalizer that is being deleted (by deprovisioning, the
 //! garbage collector or `kubectl delete node`) is cordoned, drained through the Eviction API,
-//! its instance terminated, and only then the finalizer released (karpenter-behavior.md §6.1).
+//! its instance terminated, and only then the finalizer released
+//! (`core@v0.27.0:pkg/controllers/termination/controller.go`).
 //!
 //! A periodic reconcile (1 s) over the shared Node and Pod reflectors, at most
 //! `MAX_CONCURRENT_NODES` nodes at once: every step reads the state it acts on and is
@@ -238,7 +239,9 @@ async fn reconcile(ctx: &Context, node: &Node, cached_pods: &[Arc<Pod>]) -> Resu
                 MIN_TERMINATE_BACKOFF,
                 MAX_TERMINATE_BACKOFF,
             );
-            state.terminate_backoff.insert(name.clone(), (Instant::now() + delay, delay));
+            state
+                .terminate_backoff
+                .insert(name.clone(), (Instant::now() + crate::retry::jittered(delay), delay));
             return Err(TerminationError::Terminate {
                 node: name,
                 instance_id: instance_id.to_string(),
@@ -316,7 +319,7 @@ async fn evict(ctx: &Context, pod: &PodName) {
     let mut state = ctx.state.lock().await;
     if refused {
         let delay = next_delay(state.backoff.get(pod).map(|(_, d)| *d), MIN_EVICTION_BACKOFF, MAX_EVICTION_BACKOFF);
-        state.backoff.insert(pod.clone(), (Instant::now() + delay, delay));
+        state.backoff.insert(pod.clone(), (Instant::now() + crate::retry::jittered(delay), delay));
     } else {
         state.backoff.remove(pod);
     }
@@ -327,8 +330,9 @@ pub const MIN_TERMINATE_BACKOFF: Duration = Duration::from_secs(2);
 /// The longest wait between instance terminations of one node.
 pub const MAX_TERMINATE_BACKOFF: Duration = Duration::from_secs(30);
 
-/// The wait after a failed eviction or termination, given the wait before it (none: the first
-/// failure): `min`, then doubling up to `max`.
+/// The delay after a failed eviction or termination, given the one before it (none: the first
+/// failure): `min`, then doubling up to `max`; the wait itself is jittered within it
+/// (`retry::jittered`), so the evictions of many pods refused together do not return together.
 pub fn next_delay(previous: Option<Duration>, min: Duration, max: Duration) -> Duration {
     previous.map_or(min, |d| (d * 2).min(max))
 }
