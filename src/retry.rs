@@ -33,8 +33,9 @@ impl Backoff {
 
     /// How long to wait after this failure.
     pub fn next_wait(&mut self) -> Duration {
-        // Without a limit on the number of tries the iterator never ends.
-        self.waits.next().unwrap_or(self.builder.build().next().unwrap_or_default())
+        self.waits
+            .next()
+            .expect("a back-off built without a limit on the number of tries never ends")
     }
 
     /// After a success: the next failure waits the least again.

@@ -192,12 +192,7 @@ pub fn launch_request(
                 .iter()
                 .filter(|o| o.available && offering_allowed(o, &request.requirements))
                 .filter(|o| o.capacity_type != CAPACITY_TYPE_SPOT || spot_max_price.is_none_or(|max| o.price <= max))
-                .map(|o| InstanceOption {
-                    instance_type: it.name.clone(),
-                    zone: o.zone.clone(),
-                    capacity_type: o.capacity_type.clone(),
-                    price: o.price,
-                })
+                .map(|o| InstanceOption::of(&it.name, o))
                 .collect();
             (it.as_ref(), options)
         })
@@ -342,12 +337,7 @@ mod tests {
                     .offerings
                     .iter()
                     .filter(|o| capacity_types.contains(&o.capacity_type.as_str()))
-                    .map(|o| InstanceOption {
-                        instance_type: it.name.clone(),
-                        zone: o.zone.clone(),
-                        capacity_type: o.capacity_type.clone(),
-                        price: o.price,
-                    })
+                    .map(|o| InstanceOption::of(&it.name, o))
                     .collect();
                 (it, options)
             })

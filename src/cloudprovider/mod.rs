@@ -389,6 +389,18 @@ pub struct InstanceOption {
     pub price: f64,
 }
 
+impl InstanceOption {
+    /// The offering `offering` of the instance type `instance_type`.
+    pub fn of(instance_type: &str, offering: &OfferingInfo) -> InstanceOption {
+        InstanceOption {
+            instance_type: instance_type.to_string(),
+            zone: offering.zone.clone(),
+            capacity_type: offering.capacity_type.clone(),
+            price: offering.price,
+        }
+    }
+}
+
 /// Everything needed to launch one node.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LaunchRequest {

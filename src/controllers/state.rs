@@ -283,6 +283,13 @@ impl Cluster {
         self.generation.load(Ordering::Relaxed)
     }
 
+    /// The AWSNodeTemplate `provisioner` names in `spec.providerRef`, if it has one and it exists.
+    pub fn node_template_of(&self, provisioner: &Provisioner) -> Option<Arc<AwsNodeTemplate>> {
+        let reference = provisioner.spec.provider_ref.as_ref()?;
+        let name = reflector::ObjectRef::new(&reference.name);
+        self.templates.get(&name)
+    }
+
     /// Records that a provisioning pass expects pods to land on `node` within `period`
     /// (Karpenter's nomination, 20 s): deprovisioning leaves it alone meanwhile.
     pub fn nominate(&self, node: &str, period: Duration) {

@@ -27,6 +27,11 @@ pub fn is_ready(node: &Node) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// The node is cordoned (`spec.unschedulable`).
+pub fn is_cordoned(node: &Node) -> bool {
+    node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+}
+
 /// The node is labelled `karpenter.sh/initialized=true`.
 pub fn is_labelled_initialized(node: &Node) -> bool {
     node.metadata

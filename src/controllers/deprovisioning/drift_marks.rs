@@ -28,7 +28,7 @@ use crate::apis::v1alpha5::Provisioner;
 use crate::cloudprovider::{instance_id_from_provider_id, NodeTemplate};
 use crate::controllers::events::publish;
 use crate::controllers::node_ops::{self, Cordon, Written};
-use crate::scheduling::nodes::is_labelled_initialized;
+use crate::scheduling::nodes::{is_cordoned, is_labelled_initialized};
 use crate::scheduling::provisioner_requirements;
 
 /// The `karpenter.sh/voluntary-disruption` value of a drifted node.
@@ -56,10 +56,6 @@ fn instance_id(node: &Node) -> Option<String> {
 
 fn mark(node: &Node) -> Option<&str> {
     node.annotations().get(VOLUNTARY_DISRUPTION_ANNOTATION).map(String::as_str)
-}
-
-fn cordoned(node: &Node) -> bool {
-    node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
 }
 
 /// Checks every node of `nodes` for drift and writes marks and hashes; returns the drifted ones
@@ -159,14 +155,10 @@ async fn resolve(ctx: &Context, provisioner: &Provisioner) -> Option<(Current, N
             return None;
         }
     };
-    let template_spec = provisioner.spec.provider_ref.as_ref().and_then(|r| {
-        ctx.state
-            .templates
-            .state()
-            .into_iter()
-            .find(|t| t.name_any() == r.name)
-            .map(|t| (r.name.clone(), node_template_hash(&t.spec)))
-    });
+    let template_spec = ctx
+        .state
+        .node_template_of(provisioner)
+        .map(|t| (t.name_any(), node_template_hash(&t.spec)));
     let (subnets, security_groups) = match ctx.provisioning.cloud.resolve(&template).await {
         Ok(status) => {
             let subnets: BTreeSet<String> = status.subnets.iter().flatten().map(|s| s.id.clone()).collect();
@@ -247,7 +239,7 @@ async fn mark_drifted(ctx: &Context, node: &Node, found: &Drift) -> Result<(), D
 /// Removes the drift mark from `node` (and the cordon of a replacement that did not finish).
 async fn unmark(ctx: &Context, node: &Node, why: &str) -> Result<(), DeprovisioningError> {
     let name = node.name_any();
-    let result = if cordoned(node) {
+    let result = if is_cordoned(node) {
         node_ops::cordon(&ctx.client, node, Cordon::Lift).await
     } else {
         node_ops::annotate(&ctx.client, node, &[(VOLUNTARY_DISRUPTION_ANNOTATION, None)]).await

@@ -41,7 +41,7 @@ use crate::controllers::node_ops::{self, Cordon, Written};
 use crate::controllers::provisioning;
 use crate::controllers::state::Cluster;
 use crate::metrics::{self, Metrics};
-use crate::scheduling::nodes::is_ready;
+use crate::scheduling::nodes::{is_cordoned, is_ready};
 use crate::telemetry;
 use decide::{Candidate, Emptiness};
 
@@ -209,14 +209,12 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
             ttl_seconds_until_expired: provisioner_of(n).and_then(|p| p.spec.ttl_seconds_until_expired),
         })
         .collect();
+    // Expiration and drift both pick their node past the same PodDisruptionBudgets.
+    let pdbs: Vec<_> = stores.pdbs.state().iter().map(|b| (**b).clone()).collect();
     let expiration = if waiting {
         decide::Expiration::default()
     } else {
-        decide::expiration(
-            &candidates,
-            &stores.pdbs.state().iter().map(|b| (**b).clone()).collect::<Vec<_>>(),
-            now,
-        )
+        decide::expiration(&candidates, &pdbs, now)
     };
     publish_blocked(ctx, &nodes, &expiration.blocked, "expired").await;
     // A node marked for replacement by an earlier pass that is not being replaced now (it is no
@@ -259,13 +257,13 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
             .filter(|c| drifted.contains_key(&c.node.name_any()) && c.node.metadata.deletion_timestamp.is_none())
             .collect();
         eligible.sort_by_key(|c| (c.node.metadata.creation_timestamp.clone(), c.node.name_any()));
-        let outcome = decide::first_unblocked(eligible, &stores.pdbs.state().iter().map(|b| (**b).clone()).collect::<Vec<_>>());
+        let outcome = decide::first_unblocked(eligible, &pdbs);
         publish_blocked(ctx, &nodes, &outcome.blocked, "drifted").await;
         // A drifted node a replacement cordoned that did not finish (a restart, a blocker since)
         // and that is not the one replaced now goes back into service; it keeps its mark.
         for node in nodes.iter().filter(|n| {
             n.annotations().get(VOLUNTARY_DISRUPTION_ANNOTATION).map(String::as_str) == Some(drift_marks::DRIFTED)
-                && n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+                && is_cordoned(n)
                 && n.metadata.deletion_timestamp.is_none()
                 && outcome.expire.as_deref() != Some(n.name_any().as_str())
         }) {

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::PostParams;
-use kube::{Api, ResourceExt};
+use kube::Api;
 use tracing::{info, instrument, warn};
 
 use super::{lifecycle, node, Context, PlannedNode, Stores};
@@ -28,10 +28,7 @@ pub(super) fn node_template(
     let cluster = &ctx.config.cluster_name;
     if let Some(reference) = &provisioner.spec.provider_ref {
         let template = stores
-            .templates
-            .state()
-            .into_iter()
-            .find(|t| t.name_any() == reference.name)
+            .node_template_of(provisioner)
             .ok_or_else(|| format!("AWSNodeTemplate {:?} (spec.providerRef) does not exist", reference.name))?;
         let node_template = NodeTemplate::from_node_template(&template.spec, cluster, version).map_err(|e| e.to_string())?;
         return Ok((node_template, None));
@@ -76,11 +73,7 @@ pub(super) async fn launch(
         .find(|o| o.instance_type == instance.instance_type && o.zone == instance.zone && o.capacity_type == instance.capacity_type)
         .map(|o| o.price);
     let launched = node::launched(&instance, instance_type.map(|t| t.as_ref()), &ctx.config.region, price);
-    let template_spec = provisioner
-        .spec
-        .provider_ref
-        .as_ref()
-        .and_then(|reference| ctx.state.templates.state().into_iter().find(|t| t.name_any() == reference.name));
+    let template_spec = ctx.state.node_template_of(provisioner);
     let mut node = node::node_for(provisioner, template_spec.as_ref().map(|t| &t.spec), &launched, &request.labels);
     node.metadata.annotations.get_or_insert_with(Default::default).insert(
         REQUESTED_RESOURCES_ANNOTATION.to_string(),
