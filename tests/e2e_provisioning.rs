@@ -1222,3 +1222,86 @@ fn node_writes_never_reach_a_node_created_again_under_the_same_name() {
         assert!(nodes.get_opt(&name).await.unwrap().is_none());
     });
 }
+
+/// `karpenter-rs simulate --live`, reading the same EC2 (the emulator) as the controller and the
+/// Provisioner and template as the API server stored them (`kubectl get -o json`), predicts what
+/// launches for the same workloads: as many nodes, of the instance types it names cheapest, each
+/// in a zone it allows. And, as README's table of differences says, a template naming no AMI
+/// family gets AL2023 user data on Kubernetes 1.33 (as the kubelet stand-in read it).
+#[test]
+fn simulate_predicts_the_nodes_that_launch() {
+    let (cluster, controller) = setup();
+    let suffix = unique("predict");
+    let namespace = format!("ns-{suffix}");
+    let types = ["t3.large", "t3.xlarge", "c5.xlarge", "c5.2xlarge", "m5.large", "m5.xlarge", "m5.2xlarge"];
+    let (template, provisioner, node_type) = service_provisioner(cluster, &suffix, |p| {
+        set_requirement(p, "node.kubernetes.io/instance-type", &types);
+    });
+    kubectl_ok(cluster, &["create", "namespace", &namespace], None);
+    let sized = |name: &str, replicas: i64, cpu: &str, memory: &str| {
+        deployment(&namespace, &node_type, replicas, |d| {
+            d["metadata"]["name"] = json!(name);
+            d["spec"]["selector"]["matchLabels"] = json!({"app": name});
+            d["spec"]["template"]["metadata"]["labels"] = json!({"app": name});
+            d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": cpu, "memory": memory}});
+        })
+    };
+    let workloads = json!({"apiVersion": "v1", "kind": "List", "items": [
+        sized("small", 5, "1500m", "2Gi"),
+        sized("large", 1, "3", "10Gi"),
+    ]});
+    let created = [(template.clone(), provisioner.clone())];
+    with_clean_up(cluster, controller, &namespace, &created, || {
+        let dir = tempfile::tempdir().unwrap();
+        let stored = kubectl_ok(
+            cluster,
+            &["get", &format!("provisioner/{provisioner}"), &format!("awsnodetemplate/{template}"), "-o", "json"],
+            None,
+        );
+        std::fs::write(dir.path().join("stored.json"), stored).unwrap();
+        std::fs::write(dir.path().join("workloads.json"), workloads.to_string()).unwrap();
+        let mut simulate = std::process::Command::new(env!("CARGO_BIN_EXE_karpenter-rs"));
+        simulate
+            .args(["simulate", "--live", "-o", "json", "-f", "stored.json", "-f", "workloads.json"])
+            .current_dir(dir.path())
+            .env_remove("PRICE_OVERRIDES")
+            .env_remove("SIMULATE_CATALOGUE");
+        for key in ["AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "CLUSTER_NAME"] {
+            if let Some(value) = cluster.env.get(key) {
+                simulate.env(key, value);
+            }
+        }
+        let out = simulate.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["catalogue"]["kind"], "live", "{report}");
+        assert!(report["unschedulable"].as_array().unwrap().is_empty(), "{report}");
+        let planned = report["nodes"].as_array().unwrap().clone();
+        assert!(planned.len() >= 2, "a workload that needs more than one node: {report}");
+        let mut predicted: Vec<String> = planned
+            .iter()
+            .map(|n| n["cheapest"]["instanceType"].as_str().unwrap().to_string())
+            .collect();
+        predicted.sort();
+
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&workloads.to_string()));
+        wait_for("6 pods Running", Duration::from_secs(180), || {
+            (running_pods(cluster, &namespace).len() == 6).then_some(())
+        });
+        let nodes = our_nodes(cluster, &provisioner);
+        let mut launched: Vec<String> = nodes.iter().map(|n| n.labels()["node.kubernetes.io/instance-type"].clone()).collect();
+        launched.sort();
+        assert_eq!(launched, predicted, "simulate said {report}");
+        let zones: Vec<&str> = planned[0]["zones"].as_array().unwrap().iter().map(|z| z.as_str().unwrap()).collect();
+        for node in &nodes {
+            let zone = node.labels()["topology.kubernetes.io/zone"].as_str();
+            assert!(zones.contains(&zone), "{} launched in {zone}, simulate allowed {zones:?}", node.name_any());
+            assert_eq!(
+                node.annotations().get("kubelet.local-cluster/family").map(String::as_str),
+                Some("AL2023"),
+                "{}: a template naming no AMI family on Kubernetes 1.33",
+                node.name_any()
+            );
+        }
+    });
+}
