@@ -1,12 +1,14 @@
 //! The Helm chart (deploy/chart/karpenter-rs) with the helm CLI built from its Go module
 //! (tests/helm/build.sh): it lints, renders what the binary expects (its settings, its webhook
 //! configurations, the hardening the issue asks for), the committed plain manifests are what it
-//! renders, every value is in README.md, values.schema.json refuses unknown keys and wrong types
-//! naming them, Karpenter's keys do what README.md's "Karpenter's values" says (same, alias or
+//! renders, every value is in docs/install.md, values.schema.json refuses unknown keys and wrong types
+//! naming them, Karpenter's keys do what docs/install.md's "Karpenter's values" says (same, alias or
 //! refused), and the rendered objects pass the real API server's validation
 //! (`kubectl apply --dry-run=server`) with default and with non-default values.
 
 mod support;
+#[path = "support/values_doc.rs"]
+mod values_doc;
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -333,33 +335,10 @@ fn deployment_is_highly_available_and_hardened() {
 
 /// `# -- text` comments of values.yaml: (dotted key, description), in file order.
 fn documented_values() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(helm::chart_dir().join("values.yaml")).unwrap();
-    let mut path: Vec<(usize, String)> = Vec::new();
-    let mut pending: Option<String> = None;
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let trimmed = line.trim_start();
-        let indent = line.len() - trimmed.len();
-        if let Some(doc) = trimmed.strip_prefix("# -- ") {
-            pending = Some(doc.to_string());
-            continue;
-        }
-        if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('-') || !trimmed.contains(':') {
-            continue;
-        }
-        let key = trimmed.split(':').next().unwrap().to_string();
-        while path.last().is_some_and(|(i, _)| *i >= indent) {
-            path.pop();
-        }
-        path.push((indent, key));
-        if let Some(doc) = pending.take() {
-            out.push((path.iter().map(|(_, k)| k.as_str()).collect::<Vec<_>>().join("."), doc));
-        }
-    }
-    out
+    values_doc::documented_values(&helm::chart_dir().join("values.yaml"))
 }
 
-/// The README table of Helm values, generated from values.yaml.
+/// The table of Helm values in docs/install.md, generated from values.yaml.
 fn values_table() -> String {
     let text = std::fs::read_to_string(helm::chart_dir().join("values.yaml")).unwrap();
     let values: Value = serde_yaml_ng::from_str(&text).unwrap();
@@ -384,7 +363,7 @@ fn values_table() -> String {
 }
 
 #[test]
-fn every_value_is_documented_and_in_the_readme_table() {
+fn every_value_is_documented_and_in_the_install_doc_table() {
     let text = std::fs::read_to_string(helm::chart_dir().join("values.yaml")).unwrap();
     let values: Value = serde_yaml_ng::from_str(&text).unwrap();
     let documented: Vec<String> = documented_values().into_iter().map(|(k, _)| k).collect();
@@ -410,11 +389,11 @@ fn every_value_is_documented_and_in_the_readme_table() {
         undocumented.is_empty(),
         "values.yaml keys without a `# -- ` comment: {undocumented:?}"
     );
-    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let install = std::fs::read_to_string(repo_root().join("docs/install.md")).unwrap();
     let table = values_table();
     assert!(
-        readme.contains(&table),
-        "README.md's table of Helm values is stale; replace it with:\n\n{table}"
+        install.contains(&table),
+        "docs/install.md's table of Helm values is stale; replace it with:\n\n{table}"
     );
 }
 
@@ -553,7 +532,7 @@ fn values_of_the_wrong_type_or_range_fail_naming_the_value() {
     }
 }
 
-/// What README.md's "Karpenter's values" table says of a key of Karpenter's chart.
+/// What docs/install.md's "Karpenter's values" table says of a key of Karpenter's chart.
 #[derive(Clone, Debug, PartialEq)]
 enum KarpenterValue {
     /// The same key, with the same meaning, in our chart.
@@ -571,13 +550,13 @@ fn code_spans(cell: &str) -> Vec<String> {
     cell.split('`').skip(1).step_by(2).map(str::to_string).collect()
 }
 
-/// README.md's "Karpenter's values" table: each Karpenter key and what the chart does with it.
+/// docs/install.md's "Karpenter's values" table: each Karpenter key and what the chart does with it.
 fn karpenter_values_table() -> Vec<(String, KarpenterValue)> {
-    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
-    let section = readme
-        .split("### Karpenter's values")
+    let install = std::fs::read_to_string(repo_root().join("docs/install.md")).unwrap();
+    let section = install
+        .split("## Karpenter's values")
         .nth(1)
-        .expect("README.md has a section \"Karpenter's values\"");
+        .expect("docs/install.md has a section \"Karpenter's values\"");
     let mut rows = Vec::new();
     for line in section.lines().skip_while(|l| !l.starts_with("| Karpenter value |")).skip(2) {
         let Some(row) = line.strip_prefix("| ") else { break };
@@ -598,7 +577,10 @@ fn karpenter_values_table() -> Vec<(String, KarpenterValue)> {
             rows.push((key, value.clone()));
         }
     }
-    assert!(rows.len() > 40, "README.md's table of Karpenter's values is missing or cut short");
+    assert!(
+        rows.len() > 40,
+        "docs/install.md's table of Karpenter's values is missing or cut short"
+    );
     rows
 }
 
@@ -676,13 +658,16 @@ const KARPENTER_VALUES: &[&str] = &[
 ];
 
 #[test]
-fn every_karpenter_value_has_a_row_in_the_readme() {
+fn every_karpenter_value_has_a_row_in_the_install_doc() {
     let table = karpenter_values_table();
     let missing: Vec<_> = KARPENTER_VALUES
         .iter()
         .filter(|key| !table.iter().any(|(k, _)| *key == k || key.starts_with(&format!("{k}."))))
         .collect();
-    assert!(missing.is_empty(), "README.md's \"Karpenter's values\" says nothing of {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "docs/install.md's \"Karpenter's values\" says nothing of {missing:?}"
+    );
 }
 
 #[test]
@@ -744,7 +729,7 @@ fn karpenter_aliases_render_what_our_keys_render() {
         })
         .collect();
     let tested: Vec<(String, String)> = ALIASES.iter().map(|(k, o, _, _)| (k.to_string(), o.to_string())).collect();
-    assert_eq!(table, tested, "README.md's aliases and the ones tested here differ");
+    assert_eq!(table, tested, "docs/install.md's aliases and the ones tested here differ");
     // `--set-json key=<JSON>` for each value, after the cluster name.
     let render = |values: &[String]| {
         let mut args = vec!["--set", CLUSTER];
