@@ -253,9 +253,11 @@ fi
 (
   s=0
   cargo_group unit 2 --lib --bins --benches || s=1
-  for t in webhook binary simulate crd fuzz_admission iam vpc_limits; do
+  for t in webhook binary simulate crd fuzz_admission iam vpc_limits docs; do
     cargo_group "$t" 2 --test "$t" || s=1
   done
+  # Every link and runnable command block of README.md, docs/ and tests/README.md (tests/README.md).
+  phase docs-check python3 tests/docs_check.py || s=1
   exit "$s"
 ) &
 no_cluster_lane=$!
