@@ -273,8 +273,9 @@ pub struct RunArgs {
     /// its first 20 passes, which run every 10 s (`run` only).
     #[arg(long, env = "GC_INTERVAL", default_value = "2m", value_parser = parse_interval)]
     pub gc_interval: Duration,
-    /// How old an instance without a Node must be before the garbage collector terminates it
-    /// (`run` only).
+    /// How old an instance without a Node must be before the garbage collector terminates it; one
+    /// launched for pending pods waits for the registration TTL instead, so that a restarted
+    /// controller can adopt it (`run` only).
     #[arg(long, env = "GC_GRACE_PERIOD", default_value = "2m", value_parser = parse_interval)]
     pub gc_grace_period: Duration,
     /// Run the controllers only on the replica holding the leader Lease (`run` only).
@@ -488,6 +489,7 @@ impl RunArgs {
             interval: self.gc_interval,
             startup_interval: self.gc_interval.min(Duration::from_secs(10)),
             grace_period: self.gc_grace_period,
+            adoptable_for: self.registration_ttl,
             ..Default::default()
         }
     }

@@ -16,7 +16,8 @@ use karpenter_rs::apis::v1alpha1::AwsNodeTemplate;
 use karpenter_rs::cloudprovider::aws::pricing::estimate_on_demand;
 use karpenter_rs::cloudprovider::aws::AwsCloudProvider;
 use karpenter_rs::cloudprovider::{
-    AmiFamily, CloudConfig, CloudProvider, Error, InstanceOption, KubernetesVersion, LaunchRequest, NodeTemplate,
+    AmiFamily, CloudConfig, CloudProvider, Error, InstanceOption, KubernetesVersion, LaunchIdentity, LaunchRequest, NodeTemplate,
+    LAUNCH_CONFIG_TAG,
 };
 
 mod support;
@@ -105,6 +106,7 @@ fn first_write_up_request(provisioner: &str) -> LaunchRequest {
         // What the plan counts with ENI-limited pod density: 3 ENIs x (12 - 1) + 2, 4 x (15 - 1) + 2.
         max_pods: BTreeMap::from([("t3.large".to_string(), 35), ("t3.xlarge".to_string(), 58)]),
         spot_max_price: None,
+        identity: None,
     }
 }
 
@@ -571,6 +573,44 @@ async fn launches_spot_under_the_spot_price_when_spot_is_allowed() {
             let instance = cloud.create(&request).await.expect("launching an on-demand node");
             ids.lock().unwrap().push(instance.id.clone());
             assert_eq!(instance.capacity_type, "on-demand");
+        }
+    })
+    .await;
+}
+
+/// A launch for a need is idempotent: CreateFleet made again with the same need (a call whose
+/// answer was lost, or a controller restarted before it created the Node) gets the instance
+/// already launched, tagged with its launch configuration so a restarted controller can adopt
+/// it; another need launches another instance. Relies on the EC2 emulator keeping CreateFleet's
+/// ClientToken as EC2 does (tests/cluster/moto_server.py).
+#[tokio::test]
+async fn a_launch_for_the_same_need_gets_the_instance_already_launched() {
+    let cloud = provider().await;
+    let provisioner = unique("need");
+    with_cleanup(&cloud, &provisioner, |ids| {
+        let cloud = &cloud;
+        let provisioner = provisioner.clone();
+        async move {
+            let mut request = first_write_up_request(&provisioner);
+            request.identity = Some(LaunchIdentity {
+                config: "1234".into(),
+                need: format!("{provisioner}-need-1"),
+            });
+            let first = cloud.create(&request).await.expect("launching for the need");
+            ids.lock().unwrap().push(first.id.clone());
+            assert_eq!(first.tags.get(LAUNCH_CONFIG_TAG).map(String::as_str), Some("1234"), "{:?}", first.tags);
+            let again = cloud.create(&request).await.expect("launching for the same need again");
+            ids.lock().unwrap().push(again.id.clone());
+            assert_eq!(again.id, first.id, "the same need launched twice");
+
+            request.identity.as_mut().unwrap().need = format!("{provisioner}-need-2");
+            let other = cloud.create(&request).await.expect("launching for another need");
+            ids.lock().unwrap().push(other.id.clone());
+            assert_ne!(other.id, first.id);
+            let tagged = Filter::builder().name("tag:karpenter.sh/provisioner-name").values(&provisioner).build();
+            let out = cloud.ec2().describe_instances().filters(tagged).send().await.unwrap();
+            let launched: BTreeSet<&str> = out.reservations().iter().flat_map(|r| r.instances()).filter_map(|i| i.instance_id()).collect();
+            assert_eq!(launched.len(), 2, "two needs, two instances: {launched:?}");
         }
     })
     .await;

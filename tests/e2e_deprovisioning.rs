@@ -73,6 +73,7 @@ fn setup() -> (&'static Cluster, &'static Controller) {
                     interval: Duration::from_secs(5),
                     startup_interval: Duration::from_secs(5),
                     grace_period: Duration::from_secs(20),
+                    adoptable_for: REGISTRATION_TTL,
                     instance_tags: BTreeMap::from([(SUITE_KEY.to_string(), SUITE.to_string())]),
                     node_selector: selector,
                     ..Default::default()
@@ -606,8 +607,12 @@ fn a_node_stuck_deleting_behind_a_pdb_does_not_hold_emptiness_of_another_node() 
     });
 }
 
+/// An instance no Node names is terminated after the grace period; one launched for pending pods
+/// (tagged with its launch configuration, which a restarted controller would adopt) not before the
+/// registration TTL, and then, nobody having adopted it (no Provisioner launches its configuration),
+/// it is terminated too.
 #[test]
-fn an_instance_without_a_node_is_terminated_after_the_grace_period() {
+fn an_instance_without_a_node_is_terminated_after_the_grace_period_and_an_adoptable_one_after_the_registration_ttl() {
     let (cluster, controller) = setup();
     let cloud = cloud(controller, cluster);
     let text = std::fs::read_to_string(support::repo_root().join("tests/fixtures/first-writeup/awsnodetemplate.yaml")).unwrap();
@@ -631,15 +636,33 @@ fn an_instance_without_a_node_is_terminated_after_the_grace_period() {
         kubelet: Default::default(),
         max_pods: Default::default(),
         spot_max_price: None,
+        identity: None,
     };
     let instance = controller.block_on(cloud.create(&request)).expect("launching an instance");
+    let mut adoptable_request = request.clone();
+    adoptable_request.identity = Some(karpenter_rs::cloudprovider::LaunchIdentity {
+        config: "no-provisioner-launches-this".into(),
+        need: unique("need"),
+    });
+    let adoptable = controller.block_on(cloud.create(&adoptable_request)).expect("launching an adoptable instance");
+    let launched = std::time::Instant::now();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         assert!(!instance_terminated(controller, &cloud, &instance.id), "the instance runs at first");
         wait_for("the leaked instance to be terminated", Duration::from_secs(120), || {
             instance_terminated(controller, &cloud, &instance.id).then_some(())
         });
+        wait_for("the adoptable instance to be terminated", REGISTRATION_TTL + Duration::from_secs(120), || {
+            instance_terminated(controller, &cloud, &adoptable.id).then_some(())
+        });
+        // EC2's launch time (whole seconds) is a little before `launched`; the grace period is 20 s.
+        assert!(
+            launched.elapsed() >= REGISTRATION_TTL - Duration::from_secs(5),
+            "the adoptable instance was collected {:?} after its launch, before the registration TTL ({REGISTRATION_TTL:?})",
+            launched.elapsed()
+        );
     }));
     let _ = controller.block_on(cloud.delete(&instance.id));
+    let _ = controller.block_on(cloud.delete(&adoptable.id));
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }

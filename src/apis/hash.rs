@@ -61,6 +61,33 @@ pub fn node_template_hash(spec: &AwsNodeTemplateSpec) -> String {
     digest(&value)
 }
 
+/// The digest of what shapes a launched node beyond its instance type and zone: the Provisioner
+/// (by name and [`provisioner_hash`]), its AWSNodeTemplate ([`node_template_hash`]) and the node
+/// labels the kubelet registers. Tagged on the instance (`karpenter-rs.io/launch-config`): an
+/// instance left without a Node is adopted only by a launch of the same configuration.
+pub fn launch_config_hash(
+    provisioner: &str,
+    spec: &ProvisionerSpec,
+    template: Option<&AwsNodeTemplateSpec>,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> String {
+    digest(&serde_json::json!({
+        "provisioner": provisioner,
+        "provisionerHash": provisioner_hash(spec),
+        "nodeTemplateHash": template.map(node_template_hash),
+        "labels": labels,
+    }))
+}
+
+/// The digest of one need: a launch configuration ([`launch_config_hash`]), the pods the node is
+/// launched for (`namespace/name`, in any order) and the attempt's `generation`. The same pending
+/// pods planned the same way give the same need, in this process or in one restarted.
+pub fn need_hash(config: &str, pods: &[String], generation: u32) -> String {
+    let mut pods = pods.to_vec();
+    pods.sort();
+    digest(&serde_json::json!({"config": config, "pods": pods, "generation": generation}))
+}
+
 /// The first 64 bits of the SHA-256 of the canonical form, in decimal (as Karpenter's hashes
 /// read).
 fn digest(value: &Value) -> String {
@@ -100,6 +127,42 @@ fn canonical(value: &Value) -> Option<Value> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_need_is_the_same_for_the_same_pods_in_any_order_and_differs_by_config_pods_and_generation() {
+        let pods = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        let need = need_hash("1", &pods(&["default/a", "default/b"]), 0);
+        assert_eq!(need, need_hash("1", &pods(&["default/b", "default/a"]), 0));
+        assert_ne!(need, need_hash("2", &pods(&["default/a", "default/b"]), 0), "another configuration");
+        assert_ne!(need, need_hash("1", &pods(&["default/a"]), 0), "other pods");
+        assert_ne!(need, need_hash("1", &pods(&["default/a", "default/b"]), 1), "the next generation");
+    }
+
+    #[test]
+    fn a_launch_configuration_changes_with_what_shapes_the_node() {
+        let labels = |v: &str| std::collections::BTreeMap::from([("team".to_string(), v.to_string())]);
+        let spec = provisioner(json!({}));
+        let config = launch_config_hash("service", &spec, None, &labels("a"));
+        assert_eq!(config, launch_config_hash("service", &spec, None, &labels("a")));
+        assert_ne!(
+            config,
+            launch_config_hash("other", &spec, None, &labels("a")),
+            "another Provisioner"
+        );
+        assert_ne!(
+            config,
+            launch_config_hash("service", &spec, None, &labels("b")),
+            "other node labels"
+        );
+        let tainted = provisioner(json!({"taints": [{"key": "x", "effect": "NoSchedule"}]}));
+        assert_ne!(config, launch_config_hash("service", &tainted, None, &labels("a")), "other taints");
+        let template: AwsNodeTemplateSpec = serde_json::from_value(json!({"amiFamily": "Bottlerocket"})).unwrap();
+        assert_ne!(
+            config,
+            launch_config_hash("service", &spec, Some(&template), &labels("a")),
+            "a template"
+        );
+    }
 
     fn provisioner(extra: Value) -> ProvisionerSpec {
         let mut spec = json!({

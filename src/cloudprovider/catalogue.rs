@@ -208,6 +208,7 @@ pub fn launch_request(
         kubelet: provisioner.spec.kubelet_configuration.clone().unwrap_or_default(),
         max_pods: request.instance_type_options.iter().map(|it| (it.name.clone(), it.capacity.pods)).collect(),
         spot_max_price,
+        identity: None,
     }
 }
 

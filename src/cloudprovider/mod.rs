@@ -430,6 +430,26 @@ pub struct LaunchRequest {
     pub max_pods: BTreeMap<String, i64>,
     /// Highest USD per hour paid for spot (`spec.provider.spotPrice`); dearer spot options are dropped.
     pub spot_max_price: Option<f64>,
+    /// For a launch for pending pods: what makes it idempotent and its instance adoptable.
+    /// `None` (a bare launch): a fresh CreateFleet token, no launch-config tag.
+    pub identity: Option<LaunchIdentity>,
+}
+
+/// The instance tag naming the configuration an instance was launched with
+/// ([`LaunchIdentity::config`]): a controller restarted before the instance's Node existed adopts
+/// an instance whose tag matches what it would launch now, instead of launching again.
+pub const LAUNCH_CONFIG_TAG: &str = "karpenter-rs.io/launch-config";
+
+/// Who a launch is for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaunchIdentity {
+    /// Digest of what shapes the node (`apis::hash::launch_config_hash`), tagged on the instance
+    /// as [`LAUNCH_CONFIG_TAG`].
+    pub config: String,
+    /// Digest of the configuration, the pods the node is for and the attempt's generation:
+    /// CreateFleet's `ClientToken` is derived from it, so a call retried after its answer was
+    /// lost, by this process or by one restarted, gets the instance already launched.
+    pub need: String,
 }
 
 /// A launched instance as EC2 reports it.
@@ -471,6 +491,15 @@ impl Instance {
     pub fn node_name(&self) -> String {
         self.private_dns_name.to_lowercase()
     }
+}
+
+/// The instance ids the `spec.providerID`s of `nodes` name.
+pub fn instances_named_by<'a>(nodes: impl IntoIterator<Item = &'a k8s_openapi::api::core::v1::Node>) -> std::collections::HashSet<&'a str> {
+    nodes
+        .into_iter()
+        .filter_map(|n| n.spec.as_ref()?.provider_id.as_deref())
+        .filter_map(instance_id_from_provider_id)
+        .collect()
 }
 
 /// The instance id of a `spec.providerID` (`aws:///<zone>/<id>`), if it is one.

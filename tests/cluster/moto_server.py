@@ -27,6 +27,14 @@ Every controller and provider a test starts asks each once; with five local
 clusters on two cores, a burst of them kept a moto busy past the SDK's 120 s
 timeout. The kept answer is the answer moto would give again; only the request
 id repeats.
+
+And it makes CreateFleet idempotent by its ClientToken, as EC2 is (moto
+ignores the token and launches again): a request repeating a token with the
+same parameters gets the first request's answer (the same fleet and instances,
+even if they have been terminated since), and one repeating it with other
+parameters gets EC2's IdempotentParameterMismatch error. That is what makes a
+CreateFleet retried after a lost answer, or by a controller restarted in
+between, launch nothing twice.
 """
 
 import inspect
@@ -98,8 +106,37 @@ FIXED_DATA_ACTIONS = frozenset(
 _fixed_answers = {}
 
 
+_fleet_tokens = {}
+
+IDEMPOTENT_MISMATCH = """<?xml version="1.0" encoding="UTF-8"?>
+<Response><Errors><Error><Code>IdempotentParameterMismatch</Code><Message>The client token {token} was used before with other parameters</Message></Error></Errors><RequestID>idempotent-parameter-mismatch</RequestID></Response>"""
+
+
+def _create_fleet(self):
+    token = (self.querystring.get("ClientToken") or [None])[0]
+    if not token:
+        return _original_call_action(self)
+    params = tuple(
+        sorted((name, tuple(values)) for name, values in self.querystring.items() if name != "ClientToken")
+    )
+    key = (self.current_account, self.region, token)
+    seen = _fleet_tokens.get(key)
+    if seen is not None:
+        seen_params, answer = seen
+        if seen_params != params:
+            return 400, {"Content-Type": "text/xml"}, IDEMPOTENT_MISMATCH.format(token=token)
+        status, headers, body = answer
+        return status, dict(headers), body
+    status, headers, body = _original_call_action(self)
+    if int(status) == 200:
+        _fleet_tokens[key] = (params, (status, dict(headers), body))
+    return status, headers, body
+
+
 def _call_action(self):
     action = self._get_action()
+    if action == "CreateFleet":
+        return _create_fleet(self)
     if action not in FIXED_DATA_ACTIONS:
         return _original_call_action(self)
     key = (

@@ -39,7 +39,9 @@ use self::unavailable_offerings::UnavailableOfferings;
 use self::user_data::Bootstrap;
 use crate::apis::v1alpha1::{AmiStatus, AwsNodeTemplateStatus, SecurityGroupStatus, SubnetStatus};
 use crate::apis::v1alpha5::labels::{ARCH_LABEL, PROVISIONER_NAME_LABEL};
-use crate::cloudprovider::{CloudConfig, CloudProvider, Error, Instance, InstanceTypeInfo, LaunchRequest, NodeTemplate, Offering};
+use crate::cloudprovider::{
+    CloudConfig, CloudProvider, Error, Instance, InstanceTypeInfo, LaunchRequest, NodeTemplate, Offering, LAUNCH_CONFIG_TAG,
+};
 
 /// A value cache with a time to live, keyed by selector.
 struct TtlCache<K, V> {
@@ -527,13 +529,20 @@ impl AwsCloudProvider {
             .collect();
         let lts = self.launch_templates_for(request, &plan.capacity_type, &types).await?;
         let configs = instance::overrides(&plan.options, &subnets, &lts);
-        let tags = instance::instance_tags(
+        let mut tags = instance::instance_tags(
             &self.config.cluster_name,
             &request.provisioner_name,
             request.node_name.as_deref(),
             &self.config.tags,
             &request.template.tags,
         );
+        let client_token = match &request.identity {
+            Some(identity) => {
+                tags.insert(LAUNCH_CONFIG_TAG.to_string(), identity.config.clone());
+                retries::need_client_token(&self.config.cluster_name, &identity.need, &plan.capacity_type, &configs)
+            }
+            None => retries::new_client_token(&self.config.cluster_name, &request.provisioner_name),
+        };
         let fleet = instance::create_fleet(
             &self.ec2,
             &instance::FleetRequest {
@@ -542,7 +551,7 @@ impl AwsCloudProvider {
                 tags: &tags,
                 spot_max_price: request.spot_max_price,
                 context: request.template.context.as_deref(),
-                client_token: &retries::new_client_token(&self.config.cluster_name, &request.provisioner_name),
+                client_token: &client_token,
             },
         )
         .await?;

@@ -20,6 +20,8 @@ use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use sha2::{Digest, Sha256};
 
+use super::instance::Override;
+
 /// Attempts per call, the first included.
 pub const MAX_ATTEMPTS: u32 = 5;
 /// The first retry waits up to this long (then doubling, jittered).
@@ -70,6 +72,27 @@ pub fn client_token(cluster: &str, provisioner: &str, now: SystemTime, process: 
     format!("karpenter-rs-{}", &hex[..40])
 }
 
+/// The CreateFleet `ClientToken` of a launch for a need (`LaunchIdentity::need`): derived from the
+/// need and the fleet's configuration (launch templates, overrides, capacity type), so the same
+/// call made again, after its answer was lost or by a controller restarted in between, gets the
+/// fleet EC2 already launched, while a launch whose offerings changed (e.g. after insufficient
+/// capacity) is a new request. Pure.
+pub fn need_client_token(cluster: &str, need: &str, capacity_type: &str, configs: &[(String, Vec<Override>)]) -> String {
+    let mut hash = Sha256::new();
+    for part in [cluster, "\0", need, "\0", capacity_type, "\0"] {
+        hash.update(part.as_bytes());
+    }
+    for (template, overrides) in configs {
+        hash.update(template.as_bytes());
+        for o in overrides {
+            hash.update(format!("\0{}\0{}\0{}\0{}", o.instance_type, o.subnet_id, o.zone, o.priority).as_bytes());
+        }
+        hash.update(b"\n");
+    }
+    let hex: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    format!("karpenter-rs-need-{}", &hex[..40])
+}
+
 /// `client_token` for now, this process and the next number of its sequence.
 pub fn new_client_token(cluster: &str, provisioner: &str) -> String {
     static SEQUENCE: AtomicU64 = AtomicU64::new(0);
@@ -104,6 +127,29 @@ mod tests {
             assert_ne!(&token, other);
         }
         assert_ne!(new_client_token("c", "p"), new_client_token("c", "p"));
+    }
+
+    #[test]
+    fn a_need_gives_the_same_token_for_the_same_fleet_and_another_for_other_offerings() {
+        let over = |t: &str, zone: &str| Override {
+            instance_type: t.into(),
+            subnet_id: format!("subnet-{zone}"),
+            zone: zone.into(),
+            priority: 0.0,
+        };
+        let configs = vec![("lt-1".to_string(), vec![over("t3.large", "a"), over("t3.large", "c")])];
+        let token = need_client_token("ssungz-cluster", "42", "on-demand", &configs);
+        assert!(token.len() <= CLIENT_TOKEN_MAX && token.is_ascii(), "{token}");
+        assert_eq!(token, need_client_token("ssungz-cluster", "42", "on-demand", &configs), "pure");
+        let fewer = vec![("lt-1".to_string(), vec![over("t3.large", "c")])];
+        for other in [
+            need_client_token("ssungz-cluster", "43", "on-demand", &configs),
+            need_client_token("other", "42", "on-demand", &configs),
+            need_client_token("ssungz-cluster", "42", "spot", &configs),
+            need_client_token("ssungz-cluster", "42", "on-demand", &fewer),
+        ] {
+            assert_ne!(token, other);
+        }
     }
 
     #[test]

@@ -3,27 +3,31 @@
 //! instances of this cluster that no Node names, and which of our Nodes to check against the
 //! cloud. Pure; the time is passed in.
 
-use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::chrono::{DateTime, Utc};
 
 use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
-use crate::cloudprovider::{instance_id_from_provider_id, Instance};
+use crate::cloudprovider::{instance_id_from_provider_id, instances_named_by, Instance, LAUNCH_CONFIG_TAG};
 
 /// Instances launched more than `grace` ago that no Node's `spec.providerID` names. An
-/// instance without a launch time is left alone (its age is unknown).
-pub fn leaked_instances(instances: &[Instance], nodes: &[Node], grace: Duration, now: SystemTime) -> Vec<String> {
-    let named: HashSet<&str> = nodes
-        .iter()
-        .filter_map(|n| n.spec.as_ref()?.provider_id.as_deref())
-        .filter_map(instance_id_from_provider_id)
-        .collect();
+/// instance without a launch time is left alone (its age is unknown), and so is one launched for
+/// pending pods (tagged with its launch configuration) less than `adoptable_for` ago: a
+/// restarted controller adopts it rather than launching again.
+pub fn leaked_instances(instances: &[Instance], nodes: &[Node], grace: Duration, adoptable_for: Duration, now: SystemTime) -> Vec<String> {
+    let named = instances_named_by(nodes);
     let mut leaked: Vec<String> = instances
         .iter()
         .filter(|i| !named.contains(i.id.as_str()))
-        .filter(|i| i.launch_time.is_some_and(|t| now.duration_since(t).is_ok_and(|age| age > grace)))
+        .filter(|i| {
+            let wait = if i.tags.contains_key(LAUNCH_CONFIG_TAG) {
+                grace.max(adoptable_for)
+            } else {
+                grace
+            };
+            i.launch_time.is_some_and(|t| now.duration_since(t).is_ok_and(|age| age > wait))
+        })
         .map(|i| i.id.clone())
         .collect();
     leaked.sort();
@@ -125,7 +129,23 @@ mod tests {
             instance("i-0ccc", Some(10), now),
             instance("i-0ddd", None, now),
         ];
-        assert_eq!(leaked_instances(&instances, &nodes, Duration::from_secs(120), now), ["i-0bbb"]);
+        assert_eq!(
+            leaked_instances(&instances, &nodes, Duration::from_secs(120), Duration::from_secs(900), now),
+            ["i-0bbb"]
+        );
+    }
+
+    #[test]
+    fn an_instance_launched_for_pending_pods_is_left_for_adoption_until_the_registration_ttl() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let tagged = |id: &str, age: u64| {
+            let mut i = instance(id, Some(age), now);
+            i.tags.insert(LAUNCH_CONFIG_TAG.into(), "1".into());
+            i
+        };
+        let instances = [tagged("i-0young", 600), tagged("i-0old", 901), instance("i-0bare", Some(600), now)];
+        let (grace, ttl) = (Duration::from_secs(120), Duration::from_secs(900));
+        assert_eq!(leaked_instances(&instances, &[], grace, ttl, now), ["i-0bare", "i-0old"]);
     }
 
     #[test]

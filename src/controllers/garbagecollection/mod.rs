@@ -1,7 +1,7 @@
 //! Garbage collection (karpenter-rs creates Nodes at launch as Karpenter v0.27 did, but unlike
 //! v0.27 collects what that leaks): instances of this cluster that no Node names after a grace
-//! period are terminated (a crash between launch and Node creation, a Node force-deleted without
-//! its finalizer), and Nodes of ours whose instance is gone are deleted (the termination
+//! period are terminated (a Node force-deleted without its finalizer; an instance launched for
+//! pending pods whose Node was never created once nobody adopted it within the registration TTL), and Nodes of ours whose instance is gone are deleted (the termination
 //! controller then drains them and, the instance being gone, releases them). Launch templates
 //! unused for a while are deleted too (`aws@v0.27.0:pkg/providers/launchtemplate/launchtemplate.go`).
 //! Leader only; every 10 s for the first 20 passes, then every `interval`. `collect.rs` decides.
@@ -39,6 +39,9 @@ pub struct GarbageCollectionConfig {
     pub startup_passes: u32,
     /// How old an instance without a Node (or a Node, before its instance is looked up) must be.
     pub grace_period: Duration,
+    /// How long an instance launched for pending pods (tagged with its launch configuration) is
+    /// left for a restarted controller to adopt (provisioning's `adopt.rs`): the registration TTL.
+    pub adoptable_for: Duration,
     /// Only instances carrying all these tags are collected (none: every instance of the cluster).
     pub instance_tags: BTreeMap<String, String>,
     /// Label selector of the Nodes whose instance is looked up (ours by default).
@@ -56,6 +59,7 @@ impl Default for GarbageCollectionConfig {
             startup_interval: Duration::from_secs(10),
             startup_passes: 20,
             grace_period: Duration::from_secs(120),
+            adoptable_for: Duration::from_secs(15 * 60),
             instance_tags: BTreeMap::new(),
             node_selector: PROVISIONER_NAME_LABEL.to_string(),
             launch_template_unused_for: Duration::from_secs(600),
@@ -159,7 +163,7 @@ async fn pass(ctx: &Context) -> Result<(), GarbageCollectionError> {
         .await
         .map_err(|source| GarbageCollectionError::ListNodes { source })?
         .items;
-    let leaked = collect::leaked_instances(&instances, &nodes, ctx.config.grace_period, SystemTime::now());
+    let leaked = collect::leaked_instances(&instances, &nodes, ctx.config.grace_period, ctx.config.adoptable_for, SystemTime::now());
     for instance_id in ctx.bounded("instances without a node", leaked, instances.len()) {
         let provisioner = instances
             .iter()

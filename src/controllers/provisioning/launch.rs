@@ -9,11 +9,12 @@ use kube::api::PostParams;
 use kube::Api;
 use tracing::{info, instrument, warn};
 
-use super::{lifecycle, node, Context, PlannedNode, Stores};
+use super::{adopt, lifecycle, node, Context, PlannedNode, Stores};
+use crate::apis::hash;
 use crate::apis::v1alpha1::AwsProvider;
 use crate::apis::v1alpha5::labels::REQUESTED_RESOURCES_ANNOTATION;
 use crate::apis::v1alpha5::Provisioner;
-use crate::cloudprovider::{self, catalogue, CloudProvider, KubernetesVersion, NodeTemplate};
+use crate::cloudprovider::{self, catalogue, CloudProvider, KubernetesVersion, LaunchIdentity, NodeTemplate};
 use crate::metrics::Metrics;
 use crate::scheduling;
 
@@ -53,18 +54,36 @@ pub(super) async fn launch(
     template: NodeTemplate,
     spot_max_price: Option<f64>,
 ) -> Result<String, LaunchError> {
-    let launch_request = catalogue::launch_request(request, provisioner, template, spot_max_price);
+    let mut launch_request = catalogue::launch_request(request, provisioner, template, spot_max_price);
     if launch_request.instance_options.is_empty() {
         return Err(LaunchError::NoOffering {
             provisioner: request.provisioner.clone(),
         });
     }
-    let instance = create_instance(ctx.cloud.as_ref(), &ctx.metrics, &launch_request)
-        .await
-        .map_err(|source| LaunchError::Create {
-            provisioner: request.provisioner.clone(),
-            source,
-        })?;
+    let template_spec = ctx.state.node_template_of(provisioner);
+    let config = hash::launch_config_hash(
+        &request.provisioner,
+        &provisioner.spec,
+        template_spec.as_ref().map(|t| &t.spec),
+        &request.labels,
+    );
+    let pods: Vec<String> = request.pods.iter().map(|k| format!("{}/{}", k.namespace, k.name)).collect();
+    launch_request.identity = Some(LaunchIdentity {
+        need: hash::need_hash(&config, &pods, 0),
+        config: config.clone(),
+    });
+    let create_error = |source| LaunchError::Create {
+        provisioner: request.provisioner.clone(),
+        source,
+    };
+    let adopted = adopt::adopt(ctx, &launch_request).await.map_err(create_error)?;
+    let adopting = adopted.is_some();
+    let instance = match adopted {
+        Some(instance) => instance,
+        None => create_for_need(ctx, &mut launch_request, &config, &pods)
+            .await
+            .map_err(create_error)?,
+    };
     crate::failpoint::hit("after-launch");
     let instance_type = request.instance_type_options.iter().find(|t| t.name == instance.instance_type);
     let price = launch_request
@@ -73,7 +92,6 @@ pub(super) async fn launch(
         .find(|o| o.instance_type == instance.instance_type && o.zone == instance.zone && o.capacity_type == instance.capacity_type)
         .map(|o| o.price);
     let launched = node::launched(&instance, instance_type.map(|t| t.as_ref()), &ctx.config.region, price);
-    let template_spec = ctx.state.node_template_of(provisioner);
     let mut node = node::node_for(provisioner, template_spec.as_ref().map(|t| &t.spec), &launched, &request.labels);
     node.metadata.annotations.get_or_insert_with(Default::default).insert(
         REQUESTED_RESOURCES_ANNOTATION.to_string(),
@@ -124,7 +142,8 @@ pub(super) async fn launch(
         price = price.unwrap_or_default(),
         node = %node_name,
         pods = request.pods.len(),
-        "launched node"
+        "{}",
+        if adopting { "adopted an instance launched before a restart as node" } else { "launched node" }
     );
     ctx.planned.lock().await.insert(
         node_name.clone(),
@@ -136,6 +155,43 @@ pub(super) async fn launch(
         },
     );
     Ok(node_name)
+}
+
+/// How many generations of a need's CreateFleet token one launch tries (`create_for_need`).
+const NEED_GENERATIONS: u32 = 3;
+
+/// Launches the instance for a need with CreateFleet's token derived from it. EC2 answers a token
+/// it has seen with the instance it launched then: after a lost answer or a restart that is the
+/// instance wanted, but when an earlier launch for the same pods already used it (its instance
+/// gone, or named by a Node: e.g. a node that never registered and was replaced), the next
+/// generation of the need is launched instead.
+async fn create_for_need(
+    ctx: &Context,
+    request: &mut cloudprovider::LaunchRequest,
+    config: &str,
+    pods: &[String],
+) -> Result<cloudprovider::Instance, cloudprovider::Error> {
+    let mut generation = 0;
+    loop {
+        let instance = create_instance(ctx.cloud.as_ref(), &ctx.metrics, request).await?;
+        let nodes = ctx.state.nodes.state();
+        let named = cloudprovider::instances_named_by(nodes.iter().map(|n| n.as_ref())).contains(instance.id.as_str());
+        let live = instance.state == "pending" || instance.state == "running";
+        if live && !named {
+            return Ok(instance);
+        }
+        generation += 1;
+        if generation == NEED_GENERATIONS {
+            return Err(cloudprovider::Error::InvalidConfiguration(format!(
+                "CreateFleet answered {NEED_GENERATIONS} launches for the same pods with instances already used (last {}, {})",
+                instance.id, instance.state
+            )));
+        }
+        info!(instance_id = %instance.id, state = %instance.state, has_node = named, generation, "CreateFleet answered with the instance of an earlier launch for the same pods; launching the need's next generation");
+        if let Some(identity) = request.identity.as_mut() {
+            identity.need = hash::need_hash(config, pods, generation);
+        }
+    }
 }
 
 /// How many times one launch is tried while EC2 reports insufficient capacity.
@@ -286,6 +342,7 @@ mod tests {
             kubelet: Default::default(),
             max_pods: Default::default(),
             spot_max_price: None,
+            identity: None,
         }
     }
 

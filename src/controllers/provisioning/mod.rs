@@ -8,6 +8,7 @@
 //! act) and offers deprovisioning its snapshot and launch path; `launch.rs` launches one node,
 //! `binder.rs` binds planned pods, `status.rs` keeps node lifecycle and Provisioner status.
 
+mod adopt;
 pub mod backoff;
 pub mod batcher;
 pub mod bind;
@@ -136,6 +137,9 @@ pub struct Context {
     /// Pods seen pending, for `karpenter_pods_startup_time_seconds`; kept here so that a
     /// controller started again after a panic goes on with the same record.
     startups: Arc<StdMutex<pods::Startups>>,
+    /// Instances launched before this term that no Node names, listed at the term's first
+    /// launch (`adopt.rs`); a launch of the same configuration takes one instead of launching.
+    adoptable: Mutex<Option<Vec<crate::cloudprovider::Instance>>>,
 }
 
 struct PlannedNode {
@@ -177,6 +181,7 @@ impl Context {
             )),
             startups: Arc::new(StdMutex::new(pods::Startups::new(Utc::now()))),
             background: StdMutex::new(tokio::task::JoinSet::new()),
+            adoptable: Mutex::new(None),
             config,
         })
     }
