@@ -41,7 +41,7 @@ pub enum Command {
     WebhookConfig(WebhookConfigArgs),
     /// Show what karpenter-rs would launch for these manifests, offline: nodes, prices, where each pod goes.
     Simulate(crate::simulate::args::SimulateArgs),
-    /// Convert Provisioners and AWSNodeTemplates into Karpenter v1 NodePools and EC2NodeClasses (YAML on stdout).
+    /// Convert Provisioners and AWSNodeTemplates into Karpenter v1 NodePools and EC2NodeClasses (YAML or JSON on stdout).
     Convert(ConvertArgs),
     /// A live view of the cluster's nodes: type, capacity type, zone, price, pods, requests against allocatable, status.
     Nodes(crate::viewer::NodesArgs),
@@ -50,10 +50,18 @@ pub enum Command {
 /// Settings of `convert`: the inputs, and what karpenter-rs ran with (its defaults depend on it).
 #[derive(Args, Debug, Clone)]
 pub struct ConvertArgs {
-    /// YAML or JSON file of Provisioners and AWSNodeTemplates (several documents, or a List);
-    /// repeatable; `-` reads stdin.
+    /// YAML or JSON file of Provisioners and AWSNodeTemplates (several documents, or a List), or
+    /// a directory: its .yaml, .yml and .json files by name, as kubectl reads one; repeatable;
+    /// `-` reads stdin.
     #[arg(short = 'f', long = "filename", env = "CONVERT_FILENAMES", value_delimiter = ',', required = true)]
     pub filenames: Vec<String>,
+    /// Read the subdirectories of `-f` directories too, as `kubectl -R` does.
+    #[arg(short = 'R', long, env = "CONVERT_RECURSIVE", default_value_t = false)]
+    pub recursive: bool,
+    /// Output format: `yaml` (comments beside the fields they are about) or `json` (one List for
+    /// `kubectl apply -f`; the comments go to stderr).
+    #[arg(short = 'o', long, env = "CONVERT_OUTPUT", value_enum, default_value = "yaml")]
+    pub output: crate::convert::Output,
     /// Name of the cluster the objects ran on: the default subnet and security-group selectors
     /// use `karpenter.sh/discovery: <name>`, the node role placeholder `KarpenterNodeRole-<name>`.
     #[arg(long, env = "CLUSTER_NAME")]

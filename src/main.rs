@@ -493,31 +493,22 @@ fn simulate(args: &karpenter_rs::simulate::args::SimulateArgs) -> anyhow::Result
     }
 }
 
-/// `convert`: the v1 objects on stdout, skipped documents on stderr; an input error on stderr
-/// with exit code 1.
+/// `convert`: the v1 objects on stdout, skipped documents and notes on stderr; an input error on
+/// stderr with exit code 1.
 fn convert(args: &ConvertArgs) -> anyhow::Result<()> {
-    use std::io::{Read, Write};
-    let mut sources = Vec::new();
-    for name in &args.filenames {
-        let mut text = String::new();
-        if name == "-" {
-            std::io::stdin().read_to_string(&mut text).context("reading stdin")?;
-        } else {
-            text = std::fs::read_to_string(name).with_context(|| format!("reading {name}"))?;
+    use std::io::Write;
+    match karpenter_rs::convert::cli::run(args) {
+        Ok(printed) => {
+            for line in &printed.stderr {
+                eprintln!("{line}");
+            }
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(printed.stdout.as_bytes()).and_then(|_| out.flush());
+            Ok(())
         }
-        sources.push(karpenter_rs::convert::Source { name: name.clone(), text });
-    }
-    let converted = match karpenter_rs::convert::convert(&sources, &args.settings()) {
-        Ok(converted) => converted,
-        Err(errors) => {
-            eprintln!("error: {errors}");
+        Err(message) => {
+            eprintln!("error: {message}");
             std::process::exit(1);
         }
-    };
-    for line in &converted.skipped {
-        eprintln!("{line}");
     }
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(converted.yaml.as_bytes()).and_then(|_| out.flush());
-    Ok(())
 }

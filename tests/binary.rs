@@ -236,6 +236,20 @@ fn convert_subcommand_fails_naming_field_and_value_without_a_panic() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--filename"));
 }
 
+/// A kubeconfig in `dir` for the API server at `server` (the rest of its `cluster:` lines may
+/// follow the URL), with a token.
+fn kubeconfig(dir: &std::path::Path, server: &str) -> std::path::PathBuf {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\nusers:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
 /// `nodes --once` against a kubeconfig, with a bound on how long it may take.
 fn nodes_once(kubeconfig: &std::path::Path) -> std::process::Output {
     let started = Instant::now();
@@ -269,17 +283,233 @@ fn nodes_once_without_a_reachable_cluster_fails_with_the_reason_and_no_panic() {
 
     // A kubeconfig whose API server refuses connections: the first watch error ends it.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let refused = dir.path().join("kubeconfig");
-    std::fs::write(
-        &refused,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:{port}\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n"
-        ),
-    )
-    .unwrap();
+    let refused = kubeconfig(dir.path(), &format!("https://127.0.0.1:{port}\n    insecure-skip-tls-verify: true"));
     let out = nodes_once(&refused);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("listing nodes:") || stderr.contains("listing pods:"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn convert_reads_directories_by_name_and_subdirectories_with_recursive() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/first-writeup");
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir(root.join("nested")).unwrap();
+    std::fs::copy(format!("{fixtures}/provisioner.yaml"), root.join("b-provisioner.yml")).unwrap();
+    std::fs::copy(format!("{fixtures}/nginx-deployment.yaml"), root.join("a-deployment.yaml")).unwrap();
+    std::fs::write(root.join("notes.txt"), "not a manifest").unwrap();
+    std::fs::copy(format!("{fixtures}/awsnodetemplate.yaml"), root.join("nested/template.yaml")).unwrap();
+    let root_arg = root.display().to_string();
+
+    // Without -R the template in the subdirectory is not read: its class is not in the output.
+    let out = convert(&["--cluster-name", "ssungz-cluster", "-f", &root_arg], "");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{root_arg}/a-deployment.yaml: document 1: skipped apps/v1 Deployment")),
+        "{stderr}"
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let kinds: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("kind: ")).collect();
+    assert_eq!(kinds, ["NodePool"], "{text}");
+
+    let out = convert(&["--cluster-name", "ssungz-cluster", "-R", "-f", &root_arg], "");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let kinds: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("kind: ")).collect();
+    assert_eq!(
+        kinds,
+        ["NodePool", "EC2NodeClass"],
+        "by name: b-provisioner.yml, then nested/template.yaml"
+    );
+
+    // A directory without a manifest, and a file that cannot be read, name the -f value.
+    let empty = tempfile::tempdir().unwrap();
+    let empty_arg = empty.path().display().to_string();
+    let out = convert(&["--cluster-name", "c", "-f", &empty_arg], "");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "error: -f {empty_arg}: no .yaml, .yml or .json file in the directory (-R reads its subdirectories too)"
+        )),
+        "{stderr}"
+    );
+    let out = convert(
+        &["--cluster-name", "c", "-f", &root.join("nested/missing.yaml").display().to_string()],
+        "",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error: -f ") && stderr.contains("missing.yaml: reading "),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn convert_writes_a_json_list_with_the_comments_on_stderr_and_refuses_other_formats() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/first-writeup");
+    let template = std::fs::read_to_string(format!("{fixtures}/awsnodetemplate.yaml")).unwrap();
+    let provisioner = format!("{fixtures}/provisioner.yaml");
+    let out = convert(
+        &["--cluster-name", "ssungz-cluster", "-o", "json", "-f", &provisioner, "-f", "-"],
+        &template,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    assert_eq!(list["kind"], "List");
+    let kinds: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["NodePool", "EC2NodeClass"]);
+    assert!(
+        stderr.contains("note: EC2NodeClass \"service-lt\" spec.role: REPLACE: instanceProfile was not set"),
+        "{stderr}"
+    );
+
+    let out = convert(&["--cluster-name", "c", "-o", "xml", "-f", "-"], &template);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("'xml'") && stderr.contains("--output"), "{stderr}");
+}
+
+/// A Kubernetes API server that answers lists of `nodes` and of no pods over plain HTTP and
+/// holds watches open: enough for `nodes --once`. Serves until the test process ends.
+fn fake_api_server(nodes: serde_json::Value) -> u16 {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let nodes = nodes.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut stream = stream;
+                loop {
+                    let mut request = String::new();
+                    if reader.read_line(&mut request).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                        line.clear();
+                    }
+                    if request.contains("watch=true") || request.contains("watch=1") {
+                        let _ =
+                            stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
+                        std::thread::sleep(Duration::from_secs(120));
+                        return;
+                    }
+                    let (kind, items) = if request.contains("/nodes") {
+                        ("NodeList", nodes.clone())
+                    } else {
+                        ("PodList", serde_json::json!([]))
+                    };
+                    let body = serde_json::json!({
+                        "apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": "1"}, "items": items,
+                    })
+                    .to_string();
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    if stream
+                        .write_all(head.as_bytes())
+                        .and_then(|_| stream.write_all(body.as_bytes()))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn nodes_shows_extra_labels_sorts_by_a_label_and_falls_back_to_the_snapshot_when_aws_is_unreachable() {
+    let node = |name: &str, team: Option<&str>| {
+        let mut labels = serde_json::json!({
+            "karpenter.sh/provisioner-name": "default",
+            "node.kubernetes.io/instance-type": "t3.large",
+            "karpenter.sh/capacity-type": "on-demand",
+            "topology.kubernetes.io/zone": "ap-northeast-2a",
+        });
+        if let Some(team) = team {
+            labels["team"] = serde_json::json!(team);
+        }
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "resourceVersion": "1", "creationTimestamp": "2026-01-01T00:00:00Z", "labels": labels},
+            "status": {"allocatable": {"cpu": "2", "memory": "8Gi", "pods": "35"}, "conditions": [{"type": "Ready", "status": "True"}]},
+        })
+    };
+    let port = fake_api_server(serde_json::json!([
+        node("node-a", Some("payments")),
+        node("node-b", None),
+        node("node-c", Some("search"))
+    ]));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = kubeconfig(dir.path(), &format!("http://127.0.0.1:{port}"));
+    // AWS refuses connections: the header says so and the snapshot's estimates are shown.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let out = process::output_with_stdin(
+        Command::new(BIN)
+            .args([
+                "nodes",
+                "--once",
+                "--width",
+                "220",
+                "--extra-labels",
+                "team",
+                "--sort",
+                "team=dsc",
+                "--live-prices",
+            ])
+            .env("KUBECONFIG", &kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{closed}"))
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env_remove("AWS_REGION")
+            .env_remove("AWS_DEFAULT_REGION")
+            .env_remove("AWS_PROFILE"),
+        "",
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}\n{text}");
+    assert!(text.contains("3 nodes") && text.contains("sort: team=dsc"), "{text}");
+    assert!(
+        text.contains("prices  the nodes' price annotations, else the built-in snapshot (estimates, ~) (live prices failed: reading the instance types from EC2:"),
+        "{text}"
+    );
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("node-")).collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    for (row, (name, team)) in rows.iter().zip([("node-c", "search"), ("node-a", "payments"), ("node-b", "-")]) {
+        assert!(row.starts_with(name), "{name} expected in {row:?}\n{text}");
+        assert!(
+            row.split_whitespace().any(|cell| cell == team),
+            "{team} expected in {row:?}\n{text}"
+        );
+        assert!(row.contains("~$0."), "a snapshot estimate in {row:?}");
+    }
+
+    // A bad flag value names the flag and the value.
+    for (flag, value) in [("--sort", "price=up"), ("--extra-labels", "bad key")] {
+        let out = Command::new(BIN).args(["nodes", "--once", flag, value]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(flag) && stderr.contains(value), "{stderr}");
+    }
 }

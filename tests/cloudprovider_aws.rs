@@ -261,6 +261,39 @@ async fn catalogue_loads_with_prices_when_the_pricing_api_is_not_available() {
     assert_eq!(again.len(), types.len());
 }
 
+/// `nodes --live-prices` reads its prices through the same catalogue: the overrides file's and the
+/// spot price history's are AWS's (no `~`); moto has no Pricing API, so other on-demand prices
+/// are karpenter-rs's estimates and marked so; another region falls back to the snapshot.
+#[tokio::test]
+async fn live_prices_of_nodes_come_from_the_catalogue_and_say_which_are_estimates() {
+    use karpenter_rs::viewer::{live::load_live_prices, PriceBook};
+    let dir = tempfile::tempdir().unwrap();
+    let overrides = dir.path().join("prices.yaml");
+    std::fs::write(&overrides, "t3.large: 0.1\n").unwrap();
+    let mut config = config();
+    config.price_overrides = Some(overrides);
+    let region = config.region.clone().expect("the local cluster names its region");
+    let live = load_live_prices(config).await.expect("live prices from moto");
+    assert_eq!(live.region(), region);
+    let zone = format!("{region}a");
+    let on_demand = live.price(&region, "t3.large", "on-demand", &zone).expect("t3.large is offered");
+    assert_eq!((on_demand.usd_per_hour, on_demand.estimated), (0.1, false));
+    let estimated = live.price(&region, "m5.large", "on-demand", &zone).expect("m5.large is offered");
+    assert!(estimated.estimated, "no Pricing API in moto: {estimated:?}");
+    let (priced, estimates) = live.counts();
+    assert!(priced > 400 && estimates < priced, "{priced} offerings, {estimates} estimated");
+    let elsewhere = live
+        .price("us-east-1", "t3.large", "on-demand", "us-east-1a")
+        .expect("the snapshot's");
+    assert!(elsewhere.estimated);
+
+    let mut unreachable = support::cloud_config(support::cluster());
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    unreachable.endpoint_url = Some(format!("http://127.0.0.1:{closed}"));
+    let error = load_live_prices(unreachable).await.err().expect("no EC2 there");
+    assert!(error.starts_with("reading the instance types from EC2: "), "{error}");
+}
+
 #[tokio::test]
 async fn first_write_up_template_resolves_to_the_three_subnets_and_the_security_group() {
     let cloud = provider().await;

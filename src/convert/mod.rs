@@ -5,14 +5,15 @@
 //! Every input object goes through the webhook's own path first: strict decoding, karpenter-rs's
 //! defaults, validation. So an invalid object fails with the webhook's message, and the output
 //! shows what the cluster ran (defaulted requirements and TTLs, discovery selectors, launch-time
-//! metadata options) rather than only what was typed. Pure: text in, text out; the file and
-//! stdin reading is in `main.rs`.
+//! metadata options) rather than only what was typed. Pure: text in, text out; reading files,
+//! directories and stdin is in `cli`.
 //!
 //! v1 keeps kubelet settings in the EC2NodeClass instead of the NodePool, so a Provisioner's
 //! `kubeletConfiguration` goes into the EC2NodeClass its `providerRef` names. The first
 //! Provisioner (in input order) that references a template decides that class's kubelet
 //! settings; another one with different settings gets a copy of the class of its own.
 
+pub mod cli;
 mod ec2nodeclass;
 mod nodepool;
 pub mod yaml;
@@ -60,8 +61,34 @@ pub struct Source {
 pub struct Conversion {
     /// The v1 objects as one multi-document YAML stream.
     pub yaml: String,
+    /// The v1 objects with their comments, in output order.
+    pub documents: Vec<Document>,
     /// Documents of other kinds that were skipped, one line each.
     pub skipped: Vec<String>,
+}
+
+/// How `convert` writes the v1 objects (`-o`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// A multi-document YAML stream, with comments next to the fields they are about.
+    Yaml,
+    /// One JSON `List` of the objects; the comments go to stderr, one line each, with the object
+    /// and field they are about.
+    Json,
+}
+
+impl Conversion {
+    /// The text for stdout in `output`'s format, and the notes that format cannot carry (every
+    /// comment, for JSON; none for YAML, which keeps them in place).
+    pub fn render(&self, output: Output) -> (String, Vec<String>) {
+        match output {
+            Output::Yaml => (self.yaml.clone(), Vec::new()),
+            Output::Json => (
+                yaml::render_json_list(&self.documents),
+                self.documents.iter().flat_map(yaml::notes).collect(),
+            ),
+        }
+    }
 }
 
 /// Why an input could not be converted.
@@ -192,6 +219,7 @@ pub fn convert(sources: &[Source], settings: &Settings) -> Result<Conversion, Co
     let documents = convert_inputs(&inputs, settings)?;
     Ok(Conversion {
         yaml: yaml::render_stream(&documents),
+        documents,
         skipped,
     })
 }

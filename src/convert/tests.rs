@@ -481,3 +481,72 @@ fn formats_durations_as_v1_writes_them() {
     assert_eq!(duration(2_592_000), "720h");
     assert_eq!(duration(3661), "1h1m1s");
 }
+
+#[test]
+fn json_output_is_one_list_of_the_yaml_objects_with_every_comment_as_a_note() {
+    let out = convert(
+        &[
+            fixture("first-writeup/provisioner.yaml"),
+            fixture("first-writeup/awsnodetemplate.yaml"),
+        ],
+        &settings("ssungz-cluster"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let (yaml, yaml_notes) = out.render(Output::Yaml);
+    assert_eq!(yaml, out.yaml);
+    assert!(yaml_notes.is_empty(), "YAML keeps its comments in place: {yaml_notes:?}");
+
+    let (json_text, notes) = out.render(Output::Json);
+    let list: Value = serde_json::from_str(&json_text).expect("the output is JSON");
+    assert_eq!(list["apiVersion"], "v1");
+    assert_eq!(list["kind"], "List");
+    assert_eq!(list["items"], Value::Array(documents(&yaml)), "the same objects as the YAML");
+    // Every comment line of the YAML is in a note, headed by its object and field.
+    let comments = yaml.lines().filter(|l| l.trim_start().starts_with('#')).count();
+    assert!(notes.len() >= 6 && notes.len() <= comments, "{notes:#?}");
+    for expected in [
+        "NodePool \"service\" spec.template.spec.requirements[3]: a karpenter-rs default for Provisioners that did not constrain this key",
+        "NodePool \"service\" spec.disruption: from ttlSecondsAfterEmpty: 30",
+        "NodePool \"service\" spec.template.spec.expireAfter: from ttlSecondsUntilExpired: 1209600",
+        "EC2NodeClass \"service-lt\" spec.role: REPLACE: instanceProfile was not set",
+        "EC2NodeClass \"service-lt\": EC2NodeClass \"service-lt\", converted from AWSNodeTemplate \"service-lt\"",
+    ] {
+        assert!(notes.iter().any(|n| n.starts_with(expected)), "{expected:?} in {notes:#?}");
+    }
+    assert!(notes.iter().all(|n| !n.contains('\n')), "one line each: {notes:#?}");
+}
+
+#[test]
+fn reads_a_directory_as_kubectl_does_by_name_and_only_manifests() {
+    use cli::{is_manifest, plan, Entry, Step};
+    for (name, manifest) in [
+        ("a.yaml", true),
+        ("b.yml", true),
+        ("c.json", true),
+        ("README.md", false),
+        ("a.yaml.bak", false),
+        ("yaml", false),
+    ] {
+        assert_eq!(is_manifest(name), manifest, "{name}");
+    }
+    let entry = |name: &str, is_dir: bool| Entry {
+        name: name.to_string(),
+        is_dir,
+    };
+    let entries = [
+        entry("z.yaml", false),
+        entry("sub", true),
+        entry("B.yml", false),
+        entry("a.json", false),
+        entry("notes.txt", false),
+        entry("m.yaml", true),
+    ];
+    let read = |name: &str| Step::Read(name.to_string());
+    let descend = |name: &str| Step::Descend(name.to_string());
+    assert_eq!(plan(&entries, false), [read("B.yml"), read("a.json"), read("z.yaml")]);
+    assert_eq!(
+        plan(&entries, true),
+        [read("B.yml"), read("a.json"), descend("m.yaml"), descend("sub"), read("z.yaml")]
+    );
+    assert!(plan(&[entry("notes.txt", false)], true).is_empty());
+}

@@ -135,6 +135,98 @@ pub fn render_document(document: &Document) -> String {
     out
 }
 
+/// The documents as one JSON `List` (`apiVersion: v1, kind: List`, `items`), pretty-printed and
+/// ending with a newline: `kubectl apply -f` takes it as the objects it holds. JSON has no
+/// comments: `notes` gives them.
+pub fn render_json_list(documents: &[Document]) -> String {
+    let list = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": documents.iter().map(|d| json(&d.root)).collect::<Vec<_>>(),
+    });
+    serde_json::to_string_pretty(&list).expect("JSON values always serialize") + "\n"
+}
+
+/// A node as a JSON value (comments dropped).
+pub fn json(node: &Node) -> serde_json::Value {
+    use serde_json::Value;
+    match node {
+        Node::Str(s) => Value::String(s.clone()),
+        Node::Int(i) => Value::from(*i),
+        Node::Bool(b) => Value::Bool(*b),
+        Node::Map(fields) => Value::Object(fields.iter().map(|f| (f.key.clone(), json(&f.value))).collect()),
+        Node::Seq(items) => Value::Array(items.iter().map(|i| json(&i.value)).collect()),
+    }
+}
+
+/// Every comment of `document` as one line, headed by the object (`NodePool "default"`) and, for
+/// a comment above a field or item, its path (`spec.template.spec.requirements[1]`); the lines of
+/// a multi-line comment are joined with ` / `.
+pub fn notes(document: &Document) -> Vec<String> {
+    let field = |key: &str| match &document.root {
+        Node::Map(fields) => fields.iter().find(|f| f.key == key).map(|f| &f.value),
+        _ => None,
+    };
+    let kind = match field("kind") {
+        Some(Node::Str(kind)) => kind.clone(),
+        _ => "object".to_string(),
+    };
+    let name = match field("metadata") {
+        Some(Node::Map(fields)) => fields.iter().find(|f| f.key == "name").and_then(|f| match &f.value {
+            Node::Str(name) => Some(name.clone()),
+            _ => None,
+        }),
+        _ => None,
+    };
+    let object = match name {
+        Some(name) => format!("{kind} {name:?}"),
+        None => kind,
+    };
+    let mut out = Vec::new();
+    let mut add = |path: &str, notes: &[String]| {
+        for note in notes {
+            let text = note
+                .lines()
+                .map(str::trim_end)
+                .filter(|l| !l.is_empty())
+                .collect::<Vec<_>>()
+                .join(" / ");
+            out.push(if path.is_empty() {
+                format!("{object}: {text}")
+            } else {
+                format!("{object} {path}: {text}")
+            });
+        }
+    };
+    add("", &document.header);
+    node_notes(&document.root, "", &mut add);
+    out
+}
+
+fn node_notes(node: &Node, path: &str, add: &mut impl FnMut(&str, &[String])) {
+    match node {
+        Node::Map(fields) => {
+            for f in fields {
+                let here = if path.is_empty() {
+                    f.key.clone()
+                } else {
+                    format!("{path}.{}", f.key)
+                };
+                add(&here, &f.notes);
+                node_notes(&f.value, &here, add);
+            }
+        }
+        Node::Seq(items) => {
+            for (i, item) in items.iter().enumerate() {
+                let here = format!("{path}[{i}]");
+                add(&here, &item.notes);
+                node_notes(&item.value, &here, add);
+            }
+        }
+        Node::Str(_) | Node::Int(_) | Node::Bool(_) => {}
+    }
+}
+
 fn comments(out: &mut String, indent: usize, notes: &[String]) {
     for note in notes {
         for line in note.lines() {

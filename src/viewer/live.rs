@@ -1,5 +1,6 @@
 //! The edges of `karpenter-rs nodes`: watches of Nodes and Pods through the user's kubeconfig,
-//! and the terminal (or one text frame with `--once`).
+//! the live prices from EC2 and the Pricing API (`--live-prices`, through the cloud provider
+//! `run` uses), and the terminal (or one text frame with `--once`).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,12 +15,23 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 
-use super::{render, render_text, view, NodesArgs, SnapshotPrices, SortBy, View, ViewOptions};
+use super::prices::region_of_nodes;
+use super::{render, render_text, view, Fallback, LivePrices, NodesArgs, PriceBook, SnapshotPrices, Sort, View, ViewOptions};
+use crate::cloudprovider::aws::AwsCloudProvider;
+use crate::cloudprovider::CloudConfig;
 
 /// How long `--once` waits for the first lists.
 const LIST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the screen is redrawn without a key press (ages, watch updates).
 const REDRAW: Duration = Duration::from_millis(500);
+/// Longest the live prices may take to load before the snapshot's are shown instead (the AWS
+/// clients retry; the Pricing API has its own 60 s bound).
+const LIVE_PRICES_TIMEOUT: Duration = Duration::from_secs(90);
+/// How often live prices are read again (the cloud provider's catalogue time to live).
+const LIVE_PRICES_REFRESH: Duration = Duration::from_secs(5 * 60);
+
+/// The price book in use, swapped when live prices arrive.
+type SharedPrices = Arc<Mutex<Arc<dyn PriceBook + Send + Sync>>>;
 
 /// The cluster as the watches last saw it.
 #[derive(Clone)]
@@ -31,17 +43,19 @@ struct Watched {
 }
 
 impl Watched {
-    fn view(&self, args: &NodesArgs, sort: SortBy, prices: &SnapshotPrices) -> View {
+    fn view(&self, args: &NodesArgs, sort: &Sort, prices: &SharedPrices) -> View {
+        let prices = prices.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let nodes = self.nodes.state();
         let pods = self.pods.state();
         let nodes: Vec<&Node> = nodes.iter().map(Arc::as_ref).collect();
         let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
         let options = ViewOptions {
             resources: &args.resources,
-            sort,
+            sort: sort.clone(),
             selector: &args.node_selector,
+            extra_labels: &args.extra_labels,
         };
-        let mut v = view(&nodes, &pods, &options, Utc::now(), prices);
+        let mut v = view(&nodes, &pods, &options, Utc::now(), prices.as_ref());
         v.error = self.error();
         v
     }
@@ -75,7 +89,11 @@ pub async fn run(args: NodesArgs) -> anyhow::Result<()> {
     };
     let client = Client::try_from(config).context("kubeconfig")?;
     let watched = watch(client, &args.node_selector);
-    let prices = SnapshotPrices::default();
+    let prices: SharedPrices = Arc::new(Mutex::new(if args.live_prices {
+        fallback("loading live prices".to_string())
+    } else {
+        Arc::new(SnapshotPrices::default())
+    }));
 
     if args.once {
         // Both lists, or the first watch error (a one-shot does not wait out retries).
@@ -95,12 +113,90 @@ pub async fn run(args: NodesArgs) -> anyhow::Result<()> {
                 }
             }
         }
-        print!("{}", render_text(&watched.view(&args, args.sort, &prices), args.width));
+        if args.live_prices {
+            let book = match live_prices(&args, &watched).await {
+                Ok(live) => Arc::new(live),
+                Err(reason) => fallback(reason),
+            };
+            *prices.lock().unwrap_or_else(|e| e.into_inner()) = book;
+        }
+        print!("{}", render_text(&watched.view(&args, &args.sort, &prices), args.width));
         return Ok(());
+    }
+    if args.live_prices {
+        tokio::spawn(refresh_prices(args.clone(), watched.clone(), prices.clone()));
     }
     tokio::task::spawn_blocking(move || interactive(&watched, &args, &prices))
         .await
         .context("the terminal loop panicked")?
+}
+
+/// The live prices for `--region`, else the shown nodes' region (else the AWS SDK's); the error
+/// is the reason to show beside the snapshot's prices.
+async fn live_prices(args: &NodesArgs, watched: &Watched) -> Result<LivePrices, String> {
+    let region = Some(args.region.clone()).filter(|r| !r.is_empty()).or_else(|| {
+        let nodes = watched.nodes.state();
+        region_of_nodes(nodes.iter().map(Arc::as_ref))
+    });
+    let mut config = CloudConfig::new("", "");
+    config.region = region;
+    config.price_overrides = args.price_overrides.clone();
+    match tokio::time::timeout(LIVE_PRICES_TIMEOUT, load_live_prices(config)).await {
+        Ok(Ok(live)) => Ok(live),
+        Ok(Err(error)) => Err(format!("live prices failed: {error}")),
+        Err(_) => Err(format!("live prices took over {}s", LIVE_PRICES_TIMEOUT.as_secs())),
+    }
+}
+
+/// The snapshot's prices, saying why they are shown.
+fn fallback(reason: String) -> Arc<dyn PriceBook + Send + Sync> {
+    Arc::new(Fallback {
+        reason,
+        snapshot: SnapshotPrices::default(),
+    })
+}
+
+/// Loads live prices once the nodes are listed, then every `LIVE_PRICES_REFRESH`; a failure
+/// after a success keeps the last live prices, as `run` keeps its last catalogue.
+async fn refresh_prices(args: NodesArgs, watched: Watched, prices: SharedPrices) {
+    let _ = watched.nodes.wait_until_ready().await;
+    let mut loaded = false;
+    loop {
+        let book = match live_prices(&args, &watched).await {
+            Ok(live) => {
+                loaded = true;
+                Some(Arc::new(live) as Arc<dyn PriceBook + Send + Sync>)
+            }
+            Err(reason) => (!loaded).then(|| fallback(reason)),
+        };
+        if let Some(book) = book {
+            *prices.lock().unwrap_or_else(|e| e.into_inner()) = book;
+        }
+        tokio::time::sleep(LIVE_PRICES_REFRESH).await;
+    }
+}
+
+/// The region's prices as `run` reads its catalogue: EC2's instance types, offerings and spot
+/// price history and the Pricing API's on-demand prices, with `config`'s price overrides, region
+/// (the AWS SDK's when unset), endpoint and credentials. The error is the message to show.
+pub async fn load_live_prices(config: CloudConfig) -> Result<LivePrices, String> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let configured = config.region.clone();
+    let cloud = AwsCloudProvider::new(config).await.map_err(|e| crate::telemetry::chain(&e))?;
+    let (types, pricing) = cloud
+        .instance_types_with_pricing()
+        .await
+        .map_err(|e| format!("reading the instance types from EC2: {}", crate::telemetry::chain(&e)))?;
+    let region = configured
+        .or_else(|| {
+            types
+                .iter()
+                .flat_map(|t| &t.offerings)
+                .find_map(|o| crate::simulate::catalogue::region_of_zone(&o.zone))
+                .map(str::to_string)
+        })
+        .ok_or("EC2 offers no instance type in any zone")?;
+    Ok(LivePrices::new(&region, &types, &pricing))
 }
 
 /// Starts the two watches; they retry with back-off for as long as the process runs.
@@ -134,14 +230,14 @@ async fn drive<K>(
 }
 
 /// The full-screen loop: redraw every `REDRAW`, `s` cycles the order, `q`, Esc or Ctrl-C quit.
-fn interactive(watched: &Watched, args: &NodesArgs, prices: &SnapshotPrices) -> anyhow::Result<()> {
+fn interactive(watched: &Watched, args: &NodesArgs, prices: &SharedPrices) -> anyhow::Result<()> {
     let mut terminal = ratatui::init();
     let result = (|| -> anyhow::Result<()> {
-        let mut sort = args.sort;
+        let mut sort = args.sort.clone();
         let mut last = Instant::now() - REDRAW;
         loop {
             if last.elapsed() >= REDRAW {
-                let v = watched.view(args, sort, prices);
+                let v = watched.view(args, &sort, prices);
                 terminal.draw(|frame| render(frame, &v)).context("drawing")?;
                 last = Instant::now();
             }

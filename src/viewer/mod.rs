@@ -3,17 +3,20 @@
 //! bars against allocatable, age, status) and totals above them.
 //!
 //! This module is pure: `view` turns Nodes and Pods (and the time) into a `View`, `render` draws a
-//! `View` into a ratatui frame, `render_text` into plain lines. Watching the cluster and the
-//! terminal are in `live`.
+//! `View` into a ratatui frame, `render_text` into plain lines. Watching the cluster, the live
+//! prices and the terminal are in `live`; where unannotated nodes get a price is in `prices`.
 
 pub mod live;
+pub mod prices;
 
 #[cfg(test)]
 mod tests;
 
+use std::cmp::Ordering;
 use std::collections::HashMap;
+use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::chrono::{DateTime, Utc};
 use ratatui::backend::TestBackend;
@@ -27,6 +30,8 @@ use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, PR
 use crate::controllers::provisioning::node_metrics::launch_price;
 use crate::scheduling::pods::is_terminal;
 use crate::scheduling::resources::{format_amount, pod_requests, resource_list_lenient, Resources, CPU};
+
+pub use prices::{Fallback, LivePrices, NoPrices, PriceBook, SnapshotPrices};
 
 /// Hours in the month `$/month` is counted for (AWS's 730).
 pub const HOURS_PER_MONTH: f64 = 730.0;
@@ -42,9 +47,28 @@ pub struct NodesArgs {
     /// `nvidia.com/gpu`, ...), comma-separated.
     #[arg(long, env = "NODES_RESOURCES", value_delimiter = ',', default_value = "cpu,memory")]
     pub resources: Vec<String>,
-    /// Order of the rows (`s` cycles it while running).
-    #[arg(long, env = "NODES_SORT", value_enum, default_value = "creation")]
-    pub sort: SortBy,
+    /// Order of the rows: `creation` (oldest first), `price` (dearest first), `usage` (most
+    /// requested first), `name`, or a label key (by its value, nodes without it last); `=asc` or
+    /// `=dsc` after it sets the direction. `s` cycles creation, price, usage and name while running.
+    #[arg(long, env = "NODES_SORT", default_value = "creation", value_parser = Sort::parse)]
+    pub sort: Sort,
+    /// Label keys shown as extra columns, one per key, with each node's value (`-` without it),
+    /// comma-separated.
+    #[arg(long, env = "NODES_EXTRA_LABELS", value_delimiter = ',', value_parser = parse_label_key)]
+    pub extra_labels: Vec<String>,
+    /// Price nodes without a price annotation from EC2 and the AWS Pricing API (on-demand) and the
+    /// spot price history, as `run` does, with the usual AWS credentials; re-read every 5 minutes.
+    /// When AWS cannot be reached the built-in snapshot's estimates are shown (marked `~`) and the
+    /// header says why.
+    #[arg(long, env = "NODES_LIVE_PRICES", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub live_prices: bool,
+    /// Region of the live prices; empty: the region of the shown nodes, else the AWS SDK's.
+    #[arg(long, env = "NODES_REGION", default_value = "", requires = "live_prices")]
+    pub region: String,
+    /// YAML or JSON file of instance type → USD per hour (or `{onDemand, spot}`) that wins over
+    /// the live prices, as for `run`.
+    #[arg(long, env = "PRICE_OVERRIDES", requires = "live_prices")]
+    pub price_overrides: Option<PathBuf>,
     /// The kubeconfig context to use; default: the current one (`KUBECONFIG` is honoured).
     #[arg(long, env = "NODES_CONTEXT")]
     pub context: Option<String>,
@@ -56,38 +80,112 @@ pub struct NodesArgs {
     pub width: u16,
 }
 
-/// Row orders.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+/// What the rows are ordered by.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SortBy {
-    /// Oldest first (as eks-node-viewer).
+    /// Creation time (as eks-node-viewer).
     Creation,
-    /// Dearest first.
+    /// Price per hour.
     Price,
-    /// Most requested first (the largest share of any shown resource).
+    /// The largest share of any shown resource.
     Usage,
-    /// By name.
+    /// Name, digits compared as numbers.
     Name,
+    /// A label's value, digits compared as numbers (eks-node-viewer's `--node-sort LABEL`).
+    Label(String),
 }
 
 impl SortBy {
-    /// The order after this one (the `s` key).
-    pub fn next(self) -> SortBy {
+    /// The order after this one (the `s` key); a label order goes back to creation.
+    pub fn next(&self) -> SortBy {
         match self {
             SortBy::Creation => SortBy::Price,
             SortBy::Price => SortBy::Usage,
             SortBy::Usage => SortBy::Name,
-            SortBy::Name => SortBy::Creation,
+            SortBy::Name | SortBy::Label(_) => SortBy::Creation,
         }
     }
 
-    fn as_str(self) -> &'static str {
+    fn as_str(&self) -> &str {
         match self {
             SortBy::Creation => "creation",
             SortBy::Price => "price",
             SortBy::Usage => "usage",
             SortBy::Name => "name",
+            SortBy::Label(key) => key,
         }
     }
+
+    /// Dearest and most requested first; the others ascending.
+    fn descends_by_default(&self) -> bool {
+        matches!(self, SortBy::Price | SortBy::Usage)
+    }
+}
+
+/// A row order and its direction (`--sort price=asc`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sort {
+    /// What the rows are ordered by.
+    pub by: SortBy,
+    /// Largest first.
+    pub descending: bool,
+}
+
+impl Sort {
+    /// `by` in its usual direction.
+    pub fn by(by: SortBy) -> Sort {
+        let descending = by.descends_by_default();
+        Sort { by, descending }
+    }
+
+    /// `creation`, `price`, `usage`, `name` or a label key, optionally followed by `=asc` or
+    /// `=dsc` (`=desc` too).
+    pub fn parse(value: &str) -> Result<Sort, String> {
+        let (key, direction) = match value.rsplit_once('=') {
+            Some((key, direction)) => (key, Some(direction)),
+            None => (value, None),
+        };
+        let by = match key {
+            "creation" => SortBy::Creation,
+            "price" => SortBy::Price,
+            "usage" => SortBy::Usage,
+            "name" => SortBy::Name,
+            label => SortBy::Label(
+                parse_label_key(label)
+                    .map_err(|e| format!("give creation, price, usage, name or a label key, optionally with =asc or =dsc: {e}"))?,
+            ),
+        };
+        let descending = match direction {
+            None => by.descends_by_default(),
+            Some("asc") => false,
+            Some("dsc" | "desc") => true,
+            Some(other) => return Err(format!("the direction is asc or dsc, not {other:?}")),
+        };
+        Ok(Sort { by, descending })
+    }
+
+    /// The next order of the `s` key, in its usual direction.
+    pub fn next(&self) -> Sort {
+        Sort::by(self.by.next())
+    }
+
+    /// As the header shows it: the key, with its direction when not the usual one.
+    pub fn text(&self) -> String {
+        if self.descending == self.by.descends_by_default() {
+            self.by.as_str().to_string()
+        } else {
+            format!("{}={}", self.by.as_str(), if self.descending { "dsc" } else { "asc" })
+        }
+    }
+}
+
+/// A label key as Kubernetes takes it (`[prefix/]name`).
+pub fn parse_label_key(key: &str) -> Result<String, String> {
+    if key.is_empty() {
+        return Err("a label key cannot be empty".to_string());
+    }
+    crate::apis::names::check_qualified_name(key).map_err(|e| format!("label key {key:?}: {e}"))?;
+    Ok(key.to_string())
 }
 
 /// A node's price per hour.
@@ -160,6 +258,8 @@ pub struct NodeRow {
     pub capacity_type: String,
     pub zone: String,
     pub price: Option<Price>,
+    /// The values of the extra labels, in their order (`None`: the node has no such label).
+    pub extra: Vec<Option<String>>,
     /// Pods bound to it that have not finished.
     pub pods: usize,
     /// Its allocatable `pods`.
@@ -204,69 +304,23 @@ pub struct Totals {
 pub struct View {
     pub rows: Vec<NodeRow>,
     pub totals: Totals,
-    pub sort: SortBy,
+    pub sort: Sort,
     pub selector: String,
+    /// The keys of the extra label columns.
+    pub extra_labels: Vec<String>,
+    /// Where unannotated nodes' prices come from (`PriceBook::source`).
+    pub prices: String,
     /// The latest watch error, shown until a watch recovers.
     pub error: Option<String>,
-}
-
-/// Prices of instance types nobody annotated: `(instance type, capacity type, zone)` → USD/h.
-pub trait PriceBook {
-    /// The price, if known.
-    fn price(&self, region: &str, instance_type: &str, capacity_type: &str, zone: &str) -> Option<f64>;
-}
-
-/// No prices beyond the annotations.
-pub struct NoPrices;
-
-impl PriceBook for NoPrices {
-    fn price(&self, _: &str, _: &str, _: &str, _: &str) -> Option<f64> {
-        None
-    }
-}
-
-/// Prices from the catalogue snapshot shipped in the binary (`simulate`'s), built per region on
-/// first use; spot prices there are estimated from on-demand.
-#[derive(Default)]
-pub struct SnapshotPrices {
-    regions: std::sync::Mutex<HashMap<String, RegionPrices>>,
-}
-
-/// One region's prices: `(instance type, capacity type, zone)` → USD/h.
-type RegionPrices = HashMap<(String, String, String), f64>;
-
-impl PriceBook for SnapshotPrices {
-    fn price(&self, region: &str, instance_type: &str, capacity_type: &str, zone: &str) -> Option<f64> {
-        let mut regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
-        let book = regions.entry(region.to_string()).or_insert_with(|| snapshot_book(region));
-        book.get(&(instance_type.to_string(), capacity_type.to_string(), zone.to_string()))
-            .copied()
-    }
-}
-
-fn snapshot_book(region: &str) -> RegionPrices {
-    let Ok(snapshot) = crate::simulate::catalogue::Snapshot::parse(crate::simulate::catalogue::SHIPPED) else {
-        return HashMap::new();
-    };
-    let Ok(catalogue) = snapshot.catalogue(region, None) else {
-        return HashMap::new();
-    };
-    let mut book = HashMap::new();
-    for t in &catalogue.types {
-        for o in &t.offerings {
-            if o.price.is_finite() && o.price > 0.0 {
-                book.insert((t.facts.name.clone(), o.capacity_type.clone(), o.zone.clone()), o.price);
-            }
-        }
-    }
-    book
 }
 
 /// What `view` needs besides the objects.
 pub struct ViewOptions<'a> {
     pub resources: &'a [String],
-    pub sort: SortBy,
+    pub sort: Sort,
     pub selector: &'a str,
+    /// Label keys shown as extra columns.
+    pub extra_labels: &'a [String],
 }
 
 /// The view of `nodes` (already those the selector chose) and `pods` (all of the cluster's) at
@@ -284,16 +338,10 @@ pub fn view(nodes: &[&Node], pods: &[&Pod], options: &ViewOptions, now: DateTime
         .iter()
         .map(|node| {
             let name = node.metadata.name.as_deref().unwrap_or_default();
-            row(
-                node,
-                on_node.get(name).map(Vec::as_slice).unwrap_or_default(),
-                options.resources,
-                now,
-                prices,
-            )
+            row(node, on_node.get(name).map(Vec::as_slice).unwrap_or_default(), options, now, prices)
         })
         .collect();
-    sort_rows(&mut rows, options.sort);
+    sort_rows(&mut rows, &options.sort, nodes);
 
     let pods_running = nodes
         .iter()
@@ -325,13 +373,15 @@ pub fn view(nodes: &[&Node], pods: &[&Pod], options: &ViewOptions, now: DateTime
     View {
         rows,
         totals,
-        sort: options.sort,
+        sort: options.sort.clone(),
         selector: options.selector.to_string(),
+        extra_labels: options.extra_labels.to_vec(),
+        prices: prices.source(),
         error: None,
     }
 }
 
-fn row(node: &Node, pods: &[&Pod], resources: &[String], now: DateTime<Utc>, prices: &dyn PriceBook) -> NodeRow {
+fn row(node: &Node, pods: &[&Pod], options: &ViewOptions, now: DateTime<Utc>, prices: &dyn PriceBook) -> NodeRow {
     let labels = node.metadata.labels.clone().unwrap_or_default();
     let label = |key: &str| labels.get(key).cloned().unwrap_or_default();
     let allocatable = node
@@ -355,12 +405,7 @@ fn row(node: &Node, pods: &[&Pod], resources: &[String], now: DateTime<Utc>, pri
                 .get(REGION_LABEL)
                 .cloned()
                 .or_else(|| crate::simulate::catalogue::region_of_zone(&zone).map(str::to_string))?;
-            prices
-                .price(&region, &instance_type, &capacity_type, &zone)
-                .map(|usd_per_hour| Price {
-                    usd_per_hour,
-                    estimated: true,
-                })
+            prices.price(&region, &instance_type, &capacity_type, &zone)
         });
     let created = node.metadata.creation_timestamp.as_ref().map(|t| t.0);
     let ready = node
@@ -380,9 +425,11 @@ fn row(node: &Node, pods: &[&Pod], resources: &[String], now: DateTime<Utc>, pri
         capacity_type,
         zone,
         price,
+        extra: options.extra_labels.iter().map(|k| labels.get(k).cloned()).collect(),
         pods: pods.len(),
         max_pods: allocatable.pods,
-        usage: resources
+        usage: options
+            .resources
             .iter()
             .map(|r| Usage {
                 resource: r.clone(),
@@ -400,20 +447,65 @@ fn row(node: &Node, pods: &[&Pod], resources: &[String], now: DateTime<Utc>, pri
     }
 }
 
-/// Orders `rows` by `sort`, names breaking ties.
-pub fn sort_rows(rows: &mut [NodeRow], sort: SortBy) {
+/// Orders `rows` by `sort`, names breaking ties; `nodes` are where label values are read (rows
+/// without the label go last in either direction).
+pub fn sort_rows(rows: &mut [NodeRow], sort: &Sort, nodes: &[&Node]) {
+    let label_of: HashMap<&str, &str> = match &sort.by {
+        SortBy::Label(key) => nodes
+            .iter()
+            .filter_map(|n| Some((n.metadata.name.as_deref()?, n.metadata.labels.as_ref()?.get(key)?.as_str())))
+            .collect(),
+        _ => HashMap::new(),
+    };
+    let direct = |o: Ordering| if sort.descending { o.reverse() } else { o };
     rows.sort_by(|a, b| {
-        let primary = match sort {
-            SortBy::Creation => a.created.cmp(&b.created),
+        let primary = match &sort.by {
+            SortBy::Creation => direct(a.created.cmp(&b.created)),
             SortBy::Price => {
-                let p = |r: &NodeRow| r.price.map(|p| p.usd_per_hour).unwrap_or(-1.0);
-                p(b).total_cmp(&p(a))
+                // Unpriced rows last in either direction.
+                let p = |r: &NodeRow| r.price.map(|p| p.usd_per_hour);
+                match (p(a), p(b)) {
+                    (Some(x), Some(y)) => direct(x.total_cmp(&y)),
+                    (x, y) => x.is_none().cmp(&y.is_none()),
+                }
             }
-            SortBy::Usage => b.max_fraction().total_cmp(&a.max_fraction()),
-            SortBy::Name => std::cmp::Ordering::Equal,
+            SortBy::Usage => direct(a.max_fraction().total_cmp(&b.max_fraction())),
+            SortBy::Name => direct(natural_cmp(&a.name, &b.name)),
+            SortBy::Label(_) => match (label_of.get(a.name.as_str()), label_of.get(b.name.as_str())) {
+                (Some(x), Some(y)) => direct(natural_cmp(x, y)),
+                (x, y) => x.is_none().cmp(&y.is_none()),
+            },
         };
-        primary.then_with(|| a.name.cmp(&b.name))
+        primary.then_with(|| natural_cmp(&a.name, &b.name))
     });
+}
+
+/// Compares strings with runs of digits compared as numbers (`node-9` before `node-10`).
+pub fn natural_cmp(a: &str, b: &str) -> Ordering {
+    let (mut a, mut b) = (a, b);
+    loop {
+        let digits = |s: &str| s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        match (a.chars().next(), b.chars().next()) {
+            (None, None) => return Ordering::Equal,
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some(x), Some(y)) if x.is_ascii_digit() && y.is_ascii_digit() => {
+                let (da, db) = (digits(a), digits(b));
+                let (na, nb) = (a[..da].trim_start_matches('0'), b[..db].trim_start_matches('0'));
+                let order = na.len().cmp(&nb.len()).then_with(|| na.cmp(nb)).then_with(|| da.cmp(&db));
+                if order != Ordering::Equal {
+                    return order;
+                }
+                (a, b) = (&a[da..], &b[db..]);
+            }
+            (Some(x), Some(y)) => {
+                if x != y {
+                    return x.cmp(&y);
+                }
+                (a, b) = (&a[x.len_utf8()..], &b[y.len_utf8()..]);
+            }
+        }
+    }
 }
 
 /// `kubectl`'s age: `42s`, `17m`, `5h`, `3d`.
@@ -462,6 +554,13 @@ fn amounts_text(u: &Usage) -> String {
 }
 
 const ROW_BAR: usize = 10;
+/// Widest an extra label column gets (label keys with a prefix are long).
+const EXTRA_WIDTH: usize = 40;
+
+/// The value of the `i`th extra label, `-` when the node has none.
+fn extra_text(row: &NodeRow, i: usize) -> &str {
+    row.extra.get(i).and_then(Option::as_deref).unwrap_or("-")
+}
 const TOTAL_BAR: usize = 20;
 
 fn usage_style(fraction: f64) -> Style {
@@ -519,7 +618,11 @@ fn header(view: &View) -> Vec<Line<'static>> {
         t.pods_running,
         t.pods_bound,
         t.pods_pending,
-        view.sort.as_str()
+        view.sort.text()
+    )));
+    lines.push(Line::raw(format!(
+        "{:<label_width$}the nodes' price annotations, else {}",
+        "prices", view.prices
     )));
     if let Some(error) = &view.error {
         lines.push(Line::styled(format!("watch: {error}"), Style::new().fg(Color::Red)));
@@ -541,6 +644,7 @@ fn render_table(frame: &mut Frame, area: Rect, view: &View) {
         .map(String::from)
         .collect::<Vec<_>>();
     titles.extend(view.totals.usage.iter().map(|u| u.resource.to_uppercase()));
+    titles.extend(view.extra_labels.iter().cloned());
     titles.extend(["AGE".to_string(), "STATUS".to_string()]);
     let name_width = view.rows.iter().map(|r| r.name.len()).max().unwrap_or(4).clamp(4, 48) as u16;
     let text_width = |f: fn(&NodeRow) -> &str, min: usize| view.rows.iter().map(|r| f(r).len()).max().unwrap_or(0).max(min) as u16;
@@ -553,6 +657,10 @@ fn render_table(frame: &mut Frame, area: Rect, view: &View) {
         Constraint::Length(7),
     ];
     widths.extend(view.totals.usage.iter().map(|_| Constraint::Length(ROW_BAR as u16 + 5)));
+    widths.extend(view.extra_labels.iter().enumerate().map(|(i, key)| {
+        let values = view.rows.iter().map(|r| extra_text(r, i).chars().count());
+        Constraint::Length(values.max().unwrap_or(0).max(key.chars().count()).min(EXTRA_WIDTH) as u16)
+    }));
     widths.extend([Constraint::Length(4), Constraint::Min(8)]);
 
     let rows = view.rows.iter().map(|r| {
@@ -570,6 +678,7 @@ fn render_table(frame: &mut Frame, area: Rect, view: &View) {
                 Span::raw(format!(" {:>3.0}%", u.fraction() * 100.0)),
             ]))
         }));
+        cells.extend((0..view.extra_labels.len()).map(|i| Cell::from(extra_text(r, i).to_string())));
         cells.push(Cell::from(age(r.age_seconds)));
         cells.push(Cell::from(Span::styled(r.status.text(), status_style(&r.status))));
         Row::new(cells)

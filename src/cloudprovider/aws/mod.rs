@@ -73,6 +73,8 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
 struct Catalogue {
     fetched: Instant,
     types: Arc<Vec<InstanceTypeInfo>>,
+    /// Where its prices came from.
+    pricing: Arc<pricing::Pricing>,
 }
 
 /// Longest a Pricing API fetch (every page) may hold up a catalogue load before it counts as
@@ -262,8 +264,17 @@ impl AwsCloudProvider {
         *cached = Some(Catalogue {
             fetched: Instant::now(),
             types: types.clone(),
+            pricing: Arc::new(prices),
         });
         Ok(types)
+    }
+
+    /// The instance types as `instance_types` gives them, and where their prices came from, to
+    /// tell karpenter-rs's estimates from AWS's prices (`nodes --live-prices`).
+    pub async fn instance_types_with_pricing(&self) -> Result<(Vec<InstanceTypeInfo>, Arc<pricing::Pricing>), Error> {
+        let types = self.instance_types().await?;
+        let pricing = self.catalogue.lock().await.as_ref().map(|c| c.pricing.clone()).unwrap_or_default();
+        Ok((types, pricing))
     }
 
     /// The Pricing API's on-demand prices: fetched when due (`FetchState::is_due`), else the

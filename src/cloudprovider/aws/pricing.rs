@@ -184,6 +184,13 @@ impl Pricing {
         .unwrap_or_else(|| estimate_on_demand(it))
     }
 
+    /// Whether the spot price of `it` in `zone` is a fraction of on-demand rather than the
+    /// overrides file's or the spot price history's.
+    pub fn is_spot_estimated(&self, it: &InstanceTypeInfo, zone: &str) -> bool {
+        self.overridden(&it.facts.name).and_then(OverridePrice::spot).is_none()
+            && !self.spot_history.contains_key(&(it.facts.name.clone(), zone.to_string()))
+    }
+
     /// Spot USD per hour in `zone`, given the type's on-demand price.
     pub fn spot(&self, it: &InstanceTypeInfo, zone: &str, on_demand: f64) -> f64 {
         self.overridden(&it.facts.name)
