@@ -11,6 +11,12 @@
 //! 2 in tests/run.sh, 100 in tests/benches/crash_rounds.sh) sets how many rounds run. The counts
 //! are printed and must all be 0.
 //!
+//! Crashes at random across operations: each round of one test picks provisioning,
+//! consolidation, expiration, drift or interruption, and ends its first run at one of that
+//! operation's named points or with SIGKILL at a random moment of it, from the printed seed
+//! (`KARPENTER_RS_RANDOM_CRASH_ROUNDS`, default 2; 100 in tests/benches/random_crashes.sh); it
+//! counts from the EC2 emulator and the API server only.
+//!
 //! Consolidation has crash points of its own (after cordoning, before deleting the replaced node);
 //! a test here crashes at both in every round, and one turns consolidation off after a crash. So
 //! has interruption handling: a message acted on and not yet deleted is delivered again.
@@ -89,6 +95,20 @@ impl Binary {
             child: command.spawn().expect("starting karpenter-rs"),
             log,
         }
+    }
+
+    /// Waits up to `timeout` for the binary to exit at its crash point; if the operation got by
+    /// without reaching it, the run is killed when the time is up (a crash too).
+    fn expect_crash_or_pass(mut self, point: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert_eq!(status.code(), Some(CRASH_EXIT_CODE), "karpenter-rs was to exit at {point}; log {}", self.log.display());
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("{point} not reached within {timeout:?}; killed instead");
     }
 
     /// Waits for the binary to exit at its crash point.
@@ -510,6 +530,18 @@ impl Setup {
         self.start_with(crash_at, &["--leader-elect", "false"])
     }
 
+    /// A new SQS queue for interruption messages: its name and URL.
+    fn interruption_queue(&self, prefix: &str) -> (String, String) {
+        let name = unique(prefix);
+        let url = self
+            .rt
+            .block_on(self.cloud.sqs().create_queue().queue_name(&name).send())
+            .unwrap()
+            .queue_url
+            .unwrap();
+        (name, url)
+    }
+
     fn start_with(&self, crash_at: Option<&str>, extra: &[&str]) -> Binary {
         Binary::spawn(self.cluster, &self.certs, &self.logs, crash_at, extra, &[])
     }
@@ -531,6 +563,26 @@ impl Setup {
             .map(|log| log.lines().filter(|l| l.contains("launched node") && l.contains(&needle)).count())
             .sum()
     }
+}
+
+/// Puts on the queue at `url` EC2's state-change notice that `node`'s instance is shutting down.
+fn send_shutting_down(setup: &Setup, url: &str, node: &Node) {
+    let provider_id = node.spec.as_ref().and_then(|sp| sp.provider_id.as_deref()).expect("our nodes name their instance");
+    let instance = instance_id_from_provider_id(provider_id).expect("an EC2 provider id");
+    let event = support::ec2_event(
+        "aws.ec2",
+        "EC2 Instance State-change Notification",
+        json!({"instance-id": instance, "state": "shutting-down"}),
+    );
+    setup
+        .rt
+        .block_on(setup.cloud.sqs().send_message().queue_url(url).message_body(event).send())
+        .unwrap();
+}
+
+/// The rounds the environment variable `name` asks for, else `default`.
+fn env_rounds(name: &str, default: u32) -> u32 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 /// Which of the three provisioning crash points each round crashes at: every point in the first
@@ -582,10 +634,7 @@ impl CrashPlan {
 fn crashes_at_every_point_converge_without_leaks_stuck_nodes_or_double_launches() {
     let setup = setup("crash");
     let cluster = setup.cluster;
-    let rounds: u32 = std::env::var("KARPENTER_RS_CRASH_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
+    let rounds = env_rounds("KARPENTER_RS_CRASH_ROUNDS", 20);
     let mut plan = CrashPlan::from_env();
     println!("crash safety: KARPENTER_RS_CRASH_SEED={} ({rounds} rounds)", plan.seed);
 
@@ -678,6 +727,281 @@ fn crashes_at_every_point_converge_without_leaks_stuck_nodes_or_double_launches(
     }
 }
 
+/// The operations the random crash rounds cut short, each with its named crash points.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Operation {
+    Provisioning,
+    Consolidation,
+    Expiration,
+    Drift,
+    Interruption,
+}
+
+impl Operation {
+    const ALL: [Operation; 5] = [
+        Operation::Provisioning,
+        Operation::Consolidation,
+        Operation::Expiration,
+        Operation::Drift,
+        Operation::Interruption,
+    ];
+
+    fn named_points(self) -> &'static [&'static str] {
+        match self {
+            Operation::Provisioning => &["after-launch"],
+            Operation::Consolidation => &["consolidation-after-cordon", "consolidation-before-delete"],
+            Operation::Expiration | Operation::Drift => &["replacement-after-cordon", "replacement-before-delete"],
+            Operation::Interruption => &["interruption-before-delete", "during-drain", "after-terminate"],
+        }
+    }
+
+    /// From its trigger, how long the operation runs with nothing cut short (generously, on a
+    /// loaded machine): a random kill falls in this window.
+    fn window(self) -> Duration {
+        match self {
+            Operation::Provisioning => Duration::from_secs(6),
+            Operation::Consolidation => Duration::from_secs(40),
+            Operation::Expiration | Operation::Drift => Duration::from_secs(30),
+            Operation::Interruption => Duration::from_secs(20),
+        }
+    }
+
+    /// Most instances one round may launch: one for the need (a pod, or a node's replacement
+    /// holding both pods); after an interruption the two pods come back one at a time (the
+    /// budget lets one go at once), two needs.
+    fn most_launches(self) -> usize {
+        if self == Operation::Interruption {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Whether the workload keeps a pod Running throughout: two replicas and a budget of one,
+    /// for the operations that replace a node holding both.
+    fn keeps_a_replica(self) -> bool {
+        matches!(self, Operation::Expiration | Operation::Drift | Operation::Interruption)
+    }
+}
+
+/// How a round's first run ends.
+#[derive(Clone, Copy, Debug)]
+enum Cut {
+    /// At a named crash point (`KARPENTER_RS_CRASH_AT`).
+    At(&'static str),
+    /// SIGKILL this long after the trigger.
+    KillAfter(Duration),
+}
+
+/// Samples, in the background, the fewest Running pods of the scenario's workload.
+struct ReplicaWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: std::thread::JoinHandle<usize>,
+}
+
+impl ReplicaWatch {
+    fn start(cluster: &'static Cluster, namespace: String) -> ReplicaWatch {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut fewest = usize::MAX;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let out = kubectl(cluster, &["get", "pods", "-n", &namespace, "-o", "json"], None);
+                if out.status.success() {
+                    let pods: Vec<Pod> = items(&String::from_utf8_lossy(&out.stdout));
+                    let running = pods
+                        .iter()
+                        .filter(|p| p.metadata.deletion_timestamp.is_none())
+                        .filter(|p| p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running"))
+                        .count();
+                    fewest = fewest.min(running);
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            fewest
+        });
+        ReplicaWatch { stop, handle }
+    }
+
+    fn fewest(self) -> usize {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.join().expect("the replica watch does not panic")
+    }
+}
+
+/// Crashes at random across operations: each round picks an operation (provisioning,
+/// consolidation, expiration, drift, interruption) and how its first run ends (at one of the
+/// operation's named crash points, or SIGKILL at a random moment of the operation) from a printed
+/// seed (`KARPENTER_RS_CRASH_SEED` replays it), then lets a fresh run converge. Everything is
+/// counted from the EC2 emulator and the API server, before anything is deleted: instances
+/// launched in the round (terminated ones included; at most one per need), instances running
+/// without a Node, Nodes cordoned with no deletion in progress, Nodes stuck deleting, and, where
+/// two replicas and a budget of one should keep a pod Running throughout, the fewest Running.
+/// `KARPENTER_RS_RANDOM_CRASH_ROUNDS` (default 2) sets the rounds.
+#[test]
+fn random_crashes_across_operations_converge_without_leaks_or_second_launches() {
+    let setup = setup("random-crash");
+    let cluster = setup.cluster;
+    let rounds = env_rounds("KARPENTER_RS_RANDOM_CRASH_ROUNDS", 2);
+    let mut plan = CrashPlan::from_env();
+    println!("random crashes: KARPENTER_RS_CRASH_SEED={} ({rounds} rounds)", plan.seed);
+    let (queue, url) = setup.interruption_queue("random-crash");
+    let sqs = setup.cloud.sqs();
+    let with_queue = ["--leader-elect", "false", "--interruption-queue-name", queue.as_str()];
+    let s = Scenario::create_with(cluster, |p| {
+        p["spec"]["labels"]["round"] = json!("0");
+    });
+    let patch = |body: serde_json::Value| {
+        kubectl_ok(
+            cluster,
+            &["patch", "provisioner", &s.provisioner, "--type=merge", "-p", &body.to_string()],
+            None,
+        );
+    };
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        s.request_cpu("1500m");
+        let mut violations: Vec<String> = Vec::new();
+        let mut cuts = std::collections::BTreeMap::<String, u32>::new();
+        for round in 1..=rounds {
+            let op = Operation::ALL[(plan.next() % 5) as usize];
+            let cut = if plan.next().is_multiple_of(2) {
+                let points = op.named_points();
+                Cut::At(points[(plan.next() % points.len() as u64) as usize])
+            } else {
+                Cut::KillAfter(Duration::from_millis(plan.next() % op.window().as_millis() as u64))
+            };
+            eprintln!("round {round}/{rounds}: {op:?}, {cut:?}");
+            let how = if matches!(cut, Cut::At(_)) { "named point" } else { "random moment" };
+            *cuts.entry(format!("{op:?} at a {how}")).or_default() += 1;
+
+            // 1. Where the operation starts from, made by a run that is not cut short.
+            let old = match op {
+                Operation::Provisioning => None,
+                Operation::Consolidation => Some(s.one_of_two_pods_left_on_their_node(&setup)),
+                _ => {
+                    s.scale(2);
+                    let mut prep = setup.start_with(None, &with_queue);
+                    let node = prep.wait_for(&s, "two pods Running on one node", Duration::from_secs(150), || {
+                        let on: std::collections::BTreeSet<String> = running(&s).into_iter().filter_map(|p| p.spec?.node_name).collect();
+                        (on.len() == 1 && running(&s).len() == 2).then(|| on.into_iter().next().unwrap())
+                    });
+                    drop(prep);
+                    let pdb = json!({
+                        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                        "metadata": {"name": "one-at-a-time", "namespace": s.namespace},
+                        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "nginx-karpenter"}}}
+                    });
+                    kubectl_ok(cluster, &["apply", "-f", "-"], Some(&pdb.to_string()));
+                    Some(node)
+                }
+            };
+            let before = s.instances_ever(&setup);
+            let watch = op.keeps_a_replica().then(|| ReplicaWatch::start(cluster, s.namespace.clone()));
+
+            // 2. The trigger, and the run it cuts short.
+            let crashing = match cut {
+                Cut::At(point) => setup.start_with(Some(point), &with_queue),
+                Cut::KillAfter(_) => setup.start_with(None, &with_queue),
+            };
+            match op {
+                Operation::Provisioning => s.scale(1),
+                // (The webhook defaults ttlSecondsAfterEmpty while consolidation is off; the two
+                // cannot be set together.)
+                Operation::Consolidation => patch(json!({"spec": {"consolidation": {"enabled": true}, "ttlSecondsAfterEmpty": null}})),
+                Operation::Expiration => {
+                    // Expired now; its replacement, younger by the whole round, is not.
+                    let node = s.node(old.as_deref().unwrap()).expect("the node to expire");
+                    let created = node.metadata.creation_timestamp.as_ref().unwrap().0;
+                    let age = (k8s_openapi::chrono::Utc::now() - created).num_seconds().max(0);
+                    let ttl = age.max(150) + 1;
+                    if age < ttl {
+                        std::thread::sleep(Duration::from_secs((ttl - age) as u64));
+                    }
+                    patch(json!({"spec": {"ttlSecondsUntilExpired": ttl}}));
+                }
+                Operation::Drift => patch(json!({"spec": {"labels": {"round": round.to_string()}}})),
+                Operation::Interruption => {
+                    let node = s.node(old.as_deref().unwrap()).expect("the node to interrupt");
+                    send_shutting_down(&setup, &url, &node);
+                }
+            }
+            match cut {
+                Cut::At(point) => crashing.expect_crash_or_pass(point, op.window() + Duration::from_secs(120)),
+                Cut::KillAfter(after) => {
+                    std::thread::sleep(after);
+                    drop(crashing);
+                }
+            }
+
+            // 3. A fresh run converges.
+            let mut normal = setup.start_with(None, &with_queue);
+            let wanted = if op == Operation::Provisioning || op == Operation::Consolidation { 1 } else { 2 };
+            normal.wait_for(&s, "the operation done and the pods Running", Duration::from_secs(300), || {
+                let pods = running(&s);
+                let gone = old.as_ref().is_none_or(|old| s.node(old).is_none());
+                let drifted = op != Operation::Drift
+                    || pods.iter().filter_map(|p| p.spec.as_ref()?.node_name.clone()).all(|n| {
+                        s.node(&n).is_some_and(|n| n.labels().get("round") == Some(&round.to_string()))
+                    });
+                (pods.len() == wanted && gone && drifted).then_some(())
+            });
+            if op == Operation::Expiration {
+                patch(json!({"spec": {"ttlSecondsUntilExpired": null}}));
+            }
+            let fewest = watch.map(ReplicaWatch::fewest);
+
+            // 4. Counted before anything is deleted.
+            let settled = settle(|| s.tally(&setup), |t| t.leaked == 0 && t.stuck == 0);
+            let launched = s.instances_ever(&setup).difference(&before).count();
+            let cordoned = s
+                .nodes()
+                .iter()
+                .filter(|n| n.metadata.deletion_timestamp.is_none() && n.spec.as_ref().and_then(|sp| sp.unschedulable) == Some(true))
+                .count();
+            eprintln!("round {round}/{rounds}: {settled:?}, launched {launched}, cordoned {cordoned}, fewest Running {fewest:?}");
+            let mut fail = |what: String| violations.push(format!("round {round} ({op:?}, {cut:?}): {what}"));
+            if settled.leaked > 0 {
+                fail(format!("{} instances without a Node", settled.leaked));
+            }
+            if settled.stuck > 0 {
+                fail(format!("{} Nodes stuck deleting", settled.stuck));
+            }
+            if cordoned > 0 {
+                fail(format!("{cordoned} Nodes cordoned with no deletion in progress"));
+            }
+            if launched == 0 || launched > op.most_launches() {
+                fail(format!("{launched} instances launched (1 to {} expected)", op.most_launches()));
+            }
+            if fewest == Some(0) {
+                fail("every replica of the workload was down at once".to_string());
+            }
+
+            // 5. A clean slate for the next round.
+            kubectl(cluster, &["delete", "pdb", "one-at-a-time", "-n", &s.namespace, "--ignore-not-found"], None);
+            patch(json!({"spec": {"consolidation": {"enabled": false}}}));
+            s.scale_to_zero_and_settle(&setup);
+            drop(normal);
+        }
+        println!(
+            "random crashes: {rounds} rounds (seed {}), {cuts:?}: {} violations",
+            plan.seed,
+            violations.len()
+        );
+        assert!(
+            violations.is_empty(),
+            "seed {} (logs in {}):\n{}",
+            plan.seed,
+            setup.logs.display(),
+            violations.join("\n")
+        );
+    }));
+    let _ = setup.rt.block_on(sqs.delete_queue().queue_url(&url).send());
+    s.tear_down(&setup);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
 /// Consolidation's crash points: a node left with one of its two 1.5-CPU pods (a t3.xlarge that a
 /// t3.large can replace) is consolidated by a binary that exits right after cordoning it, then by
 /// one that exits once the replacement has initialised, before deleting the old node. Each round
@@ -688,10 +1012,7 @@ fn crashes_at_every_point_converge_without_leaks_stuck_nodes_or_double_launches(
 fn consolidation_crashes_converge_without_leaks_cordoned_nodes_or_double_replacements() {
     let setup = setup("consolidation-crash");
     let cluster = setup.cluster;
-    let rounds: u32 = std::env::var("KARPENTER_RS_CONSOLIDATION_CRASH_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2);
+    let rounds = env_rounds("KARPENTER_RS_CONSOLIDATION_CRASH_ROUNDS", 2);
     let s = Scenario::create_with(cluster, |p| {
         p["spec"]["consolidation"] = json!({"enabled": true});
     });
@@ -869,14 +1190,8 @@ fn a_drift_replacement_cut_short_converges_without_leaks_cordoned_nodes_or_doubl
 fn a_redelivered_interruption_message_after_a_crash_is_harmless() {
     let setup = setup("interruption-crash");
     let cluster = setup.cluster;
-    let queue = unique("interruption");
+    let (queue, url) = setup.interruption_queue("interruption");
     let sqs = setup.cloud.sqs();
-    let url = setup
-        .rt
-        .block_on(sqs.create_queue().queue_name(&queue).send())
-        .unwrap()
-        .queue_url
-        .unwrap();
     let queued = || setup.rt.block_on(support::queued_messages(sqs, &url));
     let with_queue = ["--leader-elect", "false", "--interruption-queue-name", queue.as_str()];
     let s = Scenario::create(cluster);
@@ -886,20 +1201,9 @@ fn a_redelivered_interruption_message_after_a_crash_is_harmless() {
         let old = normal.wait_for(&s, "the pod Running on a node", Duration::from_secs(90), || s.running_pod_node());
         drop(normal);
         let node = s.node(&old).expect("the node exists");
-        let instance = instance_id_from_provider_id(node.spec.as_ref().unwrap().provider_id.as_deref().unwrap())
-            .unwrap()
-            .to_string();
 
         let crashing = setup.start_with(Some("interruption-before-delete"), &with_queue);
-        let event = support::ec2_event(
-            "aws.ec2",
-            "EC2 Instance State-change Notification",
-            json!({"instance-id": instance, "state": "shutting-down"}),
-        );
-        setup
-            .rt
-            .block_on(sqs.send_message().queue_url(&url).message_body(event).send())
-            .unwrap();
+        send_shutting_down(&setup, &url, &node);
         crashing.expect_crash("interruption-before-delete", Duration::from_secs(90));
         assert_eq!(queued(), 1, "the message is still on the queue");
 

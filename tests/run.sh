@@ -271,6 +271,7 @@ no_cluster_lane=$!
 RUNAWAY=a_pod_every_new_node_evicts_does_not_launch_nodes_in_a_loop
 OUTAGE=api_server_and_etcd_outages_mid_launch_drain_and_consolidation_leave_nothing_behind
 CRASH_ROUNDS=crashes_at_every_point_converge_without_leaks_stuck_nodes_or_double_launches
+RANDOM_CRASHES=random_crashes_across_operations_converge_without_leaks_or_second_launches
 # e2e_faults' tests run one at a time (its fault proxy's rules are global to the binary): half of
 # them (by name) in lane 4, the rest in lane 5.
 FAULTS_4=(half_of_create_fleet_throttled terminate_instances_failing fractions_hit refused_offerings a_dropped_then_slow)
@@ -282,6 +283,9 @@ lane_1() { # the short binaries, provisioning, then the dashboards
     if [[ $t == chart ]]; then wait_recorded helm-build || s=1; fi
     cargo_group "$t" "$E2E_TEST_THREADS" --test "$t" || s=1
   done
+  # Crashes at random across operations (2 rounds, a fresh seed each run; 100 rounds in
+  # tests/benches/random_crashes.sh): here, where the lane has room.
+  cargo_group e2e_crash-random 1 --test e2e_crash -- --exact "$RANDOM_CRASHES" || s=1
   # Karpenter's dashboards and ours against a real Prometheus that scraped karpenter-rs through
   # the first write-up's scenario (tests/dashboards/check.sh).
   if wait_recorded go-builds-in-background; then
@@ -320,7 +324,8 @@ lane_3() { # the runaway test (alone: its bound on nodes at once rests on emptin
 lane_4() { # the crash tests but the rounds and the outage (one at a time: the real binary they
   # start provisions for every pending pod of the cluster), then half of e2e_faults
   local s=0
-  cargo_group e2e_crash "$E2E_TEST_THREADS" --test e2e_crash -- --skip "$OUTAGE" --skip "$CRASH_ROUNDS" || s=1
+  cargo_group e2e_crash "$E2E_TEST_THREADS" --test e2e_crash -- --skip "$OUTAGE" --skip "$CRASH_ROUNDS" \
+    --skip "$RANDOM_CRASHES" || s=1
   cargo_group e2e_faults-1 1 --test e2e_faults -- "${FAULTS_4[@]}" || s=1
   return "$s"
 }
