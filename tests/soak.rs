@@ -1,46 +1,75 @@
 //! The soak run: the real `karpenter-rs run` binary on the local cluster for `SOAK_MINUTES`
-//! (default 30) with a Deployment scaled to another size every minute, consolidation on, and the
-//! fault proxy (tests/support/fault_proxy.rs) in front of moto throttling 10% of CreateFleet
-//! calls and failing 5% of DescribeInstances and 10% of TerminateInstances calls. Every 10 s it
-//! samples the process's resident memory, open file descriptors and threads (from /proc) and the
-//! number of series on its /metrics. After a warm-up (the first fifth), the second half's peaks
-//! may not exceed the first half's by more than 10% (a few descriptors, threads or series of
-//! slack besides): no growth trend. That is judged on runs of at least two workload cycles (16
-//! minutes), so that both halves see the same sizes. At the end the workload goes to zero and every node must
-//! go, with no instance left without a Node and no Node stuck with its finalizer.
+//! (default 30) carrying the scale benchmark's mixed workload (`workload()` of
+//! tests/benches/scale.py, called from here so that both run the same Deployments: plain pods,
+//! larger ones, zonal topology spread, hostname anti-affinity groups, zone and arch node
+//! selectors) at another size every 3 minutes through `SIZES`, on the scale benchmark's
+//! Provisioner with consolidation on, and the fault proxy (tests/support/fault_proxy.rs) in front
+//! of moto throttling 10% of CreateFleet calls and failing 5% of DescribeInstances and 10% of
+//! TerminateInstances calls.
+//!
+//! Every 10 s it samples the pods wanted and Running, the nodes of the Provisioner, the process's
+//! resident memory, open file descriptors and threads (from /proc; the binary exposes no count of
+//! its tokio tasks), the series on its /metrics, and its API requests (the API server's audit log,
+//! by the binary's user agent; counted when the cluster audits every request, which soak.sh
+//! arranges when it starts the cluster). After a warm-up (5 minutes; a fifth of shorter runs) it
+//! fits a least-squares line to each quantity and reports its slope.
+//!
+//! It fails when a phase never had all its pods Running (the last one is given 2 more minutes),
+//! when an instance is left without a Node or a Node stuck with its finalizer after the workload
+//! went to zero, or when a quantity clearly grows: on runs measuring at least 10 minutes after
+//! the warm-up, the fitted growth over that span (slope times span) may not exceed 10% of the
+//! quantity's mean plus a slack (see `Trend::tolerance`); shorter runs report the slopes only.
 //!
 //! Not part of `cargo test`'s default run (ignored): `tests/benches/soak.sh` runs it, writing
-//! tests/benches/results/soak.md; `tests/run.sh` runs it for 2 minutes so that it cannot rot.
+//! tests/benches/results/soak.md; `tests/run.sh` runs it for 2 minutes (1-minute phases) so that
+//! it cannot rot.
 
 mod support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::io::{Read as _, Seek as _, SeekFrom};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_rs::cloudprovider::aws::AwsCloudProvider;
 use karpenter_rs::cloudprovider::{instance_id_from_provider_id, CloudProvider};
-use serde_json::json;
+use serde_json::{json, Value};
 use support::fault_proxy::{Fault, FaultProxy, Rule};
 use support::process::{http_get, wait_started, Running};
-use support::{cluster, items, kubectl, kubectl_ok, unique, AdmissionWebhook, FirstWriteUp};
+use support::{cluster, items, kubectl, kubectl_ok, unique, AdmissionWebhook};
 
-/// Replicas, one size a minute, round and round.
-const SIZES: [u32; 8] = [8, 20, 4, 30, 0, 12, 25, 2];
+/// Pods of the mixed workload, one size a phase, round and round.
+const SIZES: [u32; 10] = [50, 120, 20, 80, 0, 100, 30, 150, 10, 60];
 const SAMPLE_EVERY: Duration = Duration::from_secs(10);
+/// Runs measuring less than this after the warm-up report slopes without judging them.
+const JUDGED_FROM_MINUTES: f64 = 10.0;
+/// The binary's user agent, as the audit log records it.
+const USER_AGENT: &str = "karpenter-rs/";
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Sample {
     seconds: u64,
+    wanted: u32,
+    running: u64,
+    nodes: u64,
     rss_kib: u64,
     fds: u64,
-    tasks: u64,
+    threads: u64,
     series: u64,
-    nodes: u64,
-    running: u64,
+    /// The binary's API requests since the start, when the audit log records them.
+    api_total: Option<u64>,
+}
+
+/// One phase of the run: a size and when all its pods were first Running.
+#[derive(Debug)]
+struct Phase {
+    size: u32,
+    started: u64,
+    reached_after: Option<u64>,
+    max_nodes: u64,
 }
 
 fn proc_status_kib(pid: u32, field: &str) -> u64 {
@@ -55,46 +84,151 @@ fn count_dir(path: String) -> u64 {
     std::fs::read_dir(path).map(|d| d.count() as u64).unwrap_or(0)
 }
 
-/// One measured quantity over the run after the warm-up: peaks of the first and second half.
+/// The scale benchmark's workload at every size of `SIZES`, from tests/benches/scale.py itself.
+fn scale_workloads() -> BTreeMap<u32, Vec<Value>> {
+    let script = "import json, sys\nsys.path.insert(0, 'tests/benches')\nimport scale\nprint(json.dumps({n: scale.workload(int(n)) for n in sys.argv[1:]}))";
+    let out = Command::new("python3")
+        .current_dir(support::repo_root())
+        .args(["-c", script])
+        .args(SIZES.iter().map(u32::to_string))
+        .output()
+        .expect("running python3");
+    assert!(out.status.success(), "scale.py's workload(): {}", String::from_utf8_lossy(&out.stderr));
+    let by_size: BTreeMap<String, Vec<Value>> = serde_json::from_slice(&out.stdout).unwrap();
+    by_size.into_iter().map(|(n, objects)| (n.parse().unwrap(), objects)).collect()
+}
+
+/// The workload at `size` in `namespace`: every Deployment any size has, those this size has not
+/// at 0 replicas, so that one apply scales up and down.
+fn workload_at(workloads: &BTreeMap<u32, Vec<Value>>, size: u32, namespace: &str) -> Value {
+    let name = |o: &Value| o["metadata"]["name"].as_str().unwrap().to_string();
+    let mut all: BTreeMap<String, Value> = BTreeMap::new();
+    for o in workloads.values().flatten() {
+        all.entry(name(o)).or_insert_with(|| o.clone());
+    }
+    let replicas: BTreeMap<String, Value> = workloads[&size].iter().map(|o| (name(o), o["spec"]["replicas"].clone())).collect();
+    let items: Vec<Value> = all
+        .into_iter()
+        .map(|(n, mut o)| {
+            o["metadata"]["namespace"] = json!(namespace);
+            o["spec"]["replicas"] = replicas.get(&n).cloned().unwrap_or(json!(0));
+            o
+        })
+        .collect();
+    json!({"apiVersion": "v1", "kind": "List", "items": items})
+}
+
+/// Counts the binary's requests in the API server's audit log, read from where it was when the
+/// count started. `None` when the cluster's audit policy does not record every request.
+struct AuditCount {
+    path: PathBuf,
+    offset: u64,
+    rest: Vec<u8>,
+    total: u64,
+    every_request: bool,
+}
+
+impl AuditCount {
+    fn start(state: &Path) -> AuditCount {
+        let policy = std::fs::read_to_string(state.join("audit-policy.yaml")).unwrap_or_default();
+        let path = state.join("logs/audit.log");
+        AuditCount {
+            offset: std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0),
+            path,
+            rest: Vec::new(),
+            total: 0,
+            every_request: !policy.is_empty() && !policy.contains("level: None"),
+        }
+    }
+
+    fn poll(&mut self) -> Option<u64> {
+        if !self.every_request {
+            return None;
+        }
+        let mut file = std::fs::File::open(&self.path).ok()?;
+        file.seek(SeekFrom::Start(self.offset)).ok()?;
+        let mut fresh = Vec::new();
+        file.read_to_end(&mut fresh).ok()?;
+        self.offset += fresh.len() as u64;
+        self.rest.extend_from_slice(&fresh);
+        let complete = self.rest.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        let lines: Vec<u8> = self.rest.drain(..complete).collect();
+        for line in lines.split(|b| *b == b'\n') {
+            if !line.windows(USER_AGENT.len()).any(|w| w == USER_AGENT.as_bytes()) {
+                continue;
+            }
+            let Ok(event) = serde_json::from_slice::<Value>(line) else { continue };
+            if !event["userAgent"].as_str().is_some_and(|a| a.starts_with(USER_AGENT)) {
+                continue;
+            }
+            // One event a request: a watch when it starts, anything else when it completes.
+            let stage = event["stage"].as_str().unwrap_or("");
+            let watch = event["verb"] == "watch";
+            if (watch && stage == "ResponseStarted") || (!watch && stage == "ResponseComplete") {
+                self.total += 1;
+            }
+        }
+        Some(self.total)
+    }
+}
+
+/// One quantity after the warm-up: its least-squares line against time.
 #[derive(Debug)]
 struct Trend {
     name: &'static str,
     unit: &'static str,
-    min: u64,
-    max: u64,
-    first_peak: u64,
-    second_peak: u64,
-    slack: u64,
+    min: f64,
+    max: f64,
+    mean: f64,
+    /// Per minute.
+    slope: f64,
+    /// Minutes the line spans.
+    span: f64,
+    /// Growth allowed over the span: this fraction of the mean, plus `slack`.
+    fraction: f64,
+    slack: f64,
 }
 
 impl Trend {
-    fn of(name: &'static str, unit: &'static str, slack: u64, values: &[u64]) -> Trend {
-        let half = values.len() / 2;
-        let peak = |v: &[u64]| v.iter().copied().max().unwrap_or(0);
+    fn of(name: &'static str, unit: &'static str, fraction: f64, slack: f64, points: &[(f64, f64)]) -> Trend {
+        let n = points.len().max(1) as f64;
+        let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n;
+        let mean = points.iter().map(|p| p.1).sum::<f64>() / n;
+        let sxx: f64 = points.iter().map(|p| (p.0 - mean_x).powi(2)).sum();
+        let sxy: f64 = points.iter().map(|p| (p.0 - mean_x) * (p.1 - mean)).sum();
         Trend {
             name,
             unit,
-            min: values.iter().copied().min().unwrap_or(0),
-            max: peak(values),
-            first_peak: peak(&values[..half]),
-            second_peak: peak(&values[half..]),
+            min: points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min),
+            max: points.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max),
+            mean,
+            slope: if sxx > 0.0 { sxy / sxx } else { 0.0 },
+            span: points.last().map_or(0.0, |l| l.0) - points.first().map_or(0.0, |f| f.0),
+            fraction,
             slack,
         }
     }
 
-    /// Flat: the second half's peak within 10% (and `slack`) of the first half's.
+    fn tolerance(&self) -> f64 {
+        self.fraction * self.mean + self.slack
+    }
+
+    /// Flat: the fitted growth over the span within the tolerance.
     fn flat(&self) -> bool {
-        self.second_peak <= self.first_peak + self.first_peak / 10 + self.slack
+        self.slope * self.span <= self.tolerance()
     }
 }
 
 #[test]
 #[ignore = "a long run; tests/benches/soak.sh runs it"]
-fn soak_memory_descriptors_threads_and_series_stay_flat_and_nothing_leaks() {
+fn soak_mixed_workload_runs_memory_descriptors_threads_and_requests_stay_flat_and_nothing_leaks() {
     let minutes: u64 = std::env::var("SOAK_MINUTES").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
     let out = std::env::var("SOAK_OUT")
         .map(PathBuf::from)
         .unwrap_or_else(|_| support::repo_root().join("tests/benches/results/soak.md"));
+    let phase_secs: u64 = if minutes >= 15 { 180 } else { 60 };
+    let warm_secs: u64 = if minutes >= 15 { 300 } else { minutes * 60 / 5 };
+    let workloads = scale_workloads();
     let cluster = cluster();
     let _webhook = AdmissionWebhook::start(cluster);
     let proxy = FaultProxy::start(&cluster.env["AWS_ENDPOINT_URL"]);
@@ -105,6 +239,7 @@ fn soak_memory_descriptors_threads_and_series_stay_flat_and_nothing_leaks() {
     ] {
         proxy.add(rule);
     }
+    let mut audit = AuditCount::start(&support::cluster_state_dir());
 
     let work = tempfile::tempdir().unwrap();
     let certs = work.path().join("certs");
@@ -133,51 +268,55 @@ fn soak_memory_descriptors_threads_and_series_stay_flat_and_nothing_leaks() {
     let addresses = wait_started(&mut binary, &log, Duration::from_secs(60));
     let pid = binary.id();
 
-    let FirstWriteUp {
-        template_name: template,
-        provisioner_name: provisioner,
-        namespace,
-        template: t,
-        provisioner: mut p,
-        deployment: mut d,
-        ..
-    } = FirstWriteUp::named(&unique("soak"));
+    // The scale benchmark's AWSNodeTemplate and Provisioner, named for this run, consolidation
+    // instead of its empty-node TTL.
+    let name = unique("soak");
+    let read_yaml = |file: &str| -> Value {
+        let text = std::fs::read_to_string(support::repo_root().join("tests/benches/scale").join(file)).unwrap();
+        serde_yaml_ng::from_str(&text).unwrap()
+    };
+    let (template, provisioner, namespace) = (name.clone(), name.clone(), name.clone());
+    let mut t = read_yaml("awsnodetemplate.yaml");
+    t["metadata"]["name"] = json!(template);
+    let mut p = read_yaml("provisioner.yaml");
+    p["metadata"]["name"] = json!(provisioner);
+    p["spec"]["providerRef"]["name"] = json!(template);
     let spec = p["spec"].as_object_mut().unwrap();
     spec.remove("ttlSecondsAfterEmpty");
     spec.insert("consolidation".into(), json!({"enabled": true}));
-    d["spec"]["replicas"] = json!(0);
-    d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "250m", "memory": "256Mi"}});
     kubectl_ok(cluster, &["create", "namespace", &namespace], None);
     kubectl_ok(cluster, &["apply", "-f", "-"], Some(&t.to_string()));
     kubectl_ok(cluster, &["apply", "-f", "-"], Some(&p.to_string()));
-    kubectl_ok(cluster, &["apply", "-f", "-"], Some(&d.to_string()));
     let selector = format!("karpenter.sh/provisioner-name={provisioner}");
     let nodes = || -> Vec<Node> { items(&kubectl_ok(cluster, &["get", "nodes", "-l", &selector, "-o", "json"], None)) };
-    let scale = |n: u32| {
-        kubectl_ok(
-            cluster,
-            &[
-                "scale",
-                "deployment",
-                "nginx-karpenter",
-                "-n",
-                &namespace,
-                &format!("--replicas={n}"),
-            ],
-            None,
-        );
+    let running = || -> u64 {
+        let pods: Vec<Pod> = items(&kubectl_ok(cluster, &["get", "pods", "-n", &namespace, "-o", "json"], None));
+        pods.iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count() as u64
+    };
+    let apply = |size: u32| {
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&workload_at(&workloads, size, &namespace).to_string()));
     };
 
     let started = Instant::now();
     let run_for = Duration::from_secs(minutes * 60);
     let mut samples: Vec<Sample> = Vec::new();
-    let mut minute = u64::MAX;
+    let mut phases: Vec<Phase> = Vec::new();
     while started.elapsed() < run_for {
         let tick = Instant::now();
         let now = started.elapsed().as_secs();
-        if now / 60 != minute {
-            minute = now / 60;
-            scale(SIZES[(minute as usize) % SIZES.len()]);
+        let index = (now / phase_secs) as usize;
+        if phases.len() <= index {
+            let size = SIZES[index % SIZES.len()];
+            apply(size);
+            phases.push(Phase {
+                size,
+                started: now,
+                reached_after: None,
+                max_nodes: 0,
+            });
         }
         assert!(binary.try_wait().unwrap().is_none(), "karpenter-rs exited; log {}", log.display());
         let series = http_get(addresses.metrics, "/metrics")
@@ -186,24 +325,37 @@ fn soak_memory_descriptors_threads_and_series_stay_flat_and_nothing_leaks() {
                 body.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count() as u64
             })
             .unwrap_or(0);
-        let pods: Vec<Pod> = items(&kubectl_ok(cluster, &["get", "pods", "-n", &namespace, "-o", "json"], None));
-        samples.push(Sample {
+        let phase = phases.last_mut().unwrap();
+        let sample = Sample {
             seconds: now,
+            wanted: phase.size,
+            running: running(),
+            nodes: nodes().len() as u64,
             rss_kib: proc_status_kib(pid, "VmRSS:"),
             fds: count_dir(format!("/proc/{pid}/fd")),
-            tasks: count_dir(format!("/proc/{pid}/task")),
+            threads: count_dir(format!("/proc/{pid}/task")),
             series,
-            nodes: nodes().len() as u64,
-            running: pods
-                .iter()
-                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-                .count() as u64,
-        });
+            api_total: audit.poll(),
+        };
+        phase.max_nodes = phase.max_nodes.max(sample.nodes);
+        if sample.running == u64::from(phase.size) && phase.reached_after.is_none() {
+            phase.reached_after = Some(now - phase.started);
+        }
+        samples.push(sample);
         std::thread::sleep(SAMPLE_EVERY.saturating_sub(tick.elapsed()));
+    }
+    // The last phase may have begun shortly before the end: 2 more minutes for its pods.
+    let last = phases.last_mut().unwrap();
+    let grace = Instant::now() + Duration::from_secs(120);
+    while last.reached_after.is_none() && Instant::now() < grace {
+        if running() == u64::from(last.size) {
+            last.reached_after = Some(started.elapsed().as_secs() - last.started);
+        }
+        std::thread::sleep(Duration::from_secs(2));
     }
 
     // The end: nothing left running, nothing left behind.
-    scale(0);
+    apply(0);
     let drained = wait_for_nodes_gone(&nodes);
     proxy.clear("CreateFleet");
     proxy.clear("DescribeInstances");
@@ -237,25 +389,48 @@ fn soak_memory_descriptors_threads_and_series_stay_flat_and_nothing_leaks() {
     kubectl(cluster, &["delete", "provisioner", &provisioner, "--wait=false"], None);
     kubectl(cluster, &["delete", "awsnodetemplate", &template, "--wait=false"], None);
 
-    let warm = (samples.len() / 5).max(1).min(samples.len().saturating_sub(2));
-    let measured = &samples[warm..];
-    let column = |f: fn(&Sample) -> u64| measured.iter().map(f).collect::<Vec<_>>();
-    let trends = [
-        Trend::of("resident memory", "MiB", 4 * 1024, &column(|s| s.rss_kib)),
-        Trend::of("open file descriptors", "", 8, &column(|s| s.fds)),
-        Trend::of("threads", "", 2, &column(|s| s.tasks)),
-        Trend::of("metric series", "", 50, &column(|s| s.series)),
+    // Requests a minute at each sample: over the minute before it.
+    let per_minute: Vec<Option<f64>> = (0..samples.len())
+        .map(|i| {
+            let back = i.checked_sub((60 / SAMPLE_EVERY.as_secs()) as usize)?;
+            let (a, b) = (&samples[back], &samples[i]);
+            Some((b.api_total? - a.api_total?) as f64 * 60.0 / (b.seconds - a.seconds).max(1) as f64)
+        })
+        .collect();
+    let measured: Vec<usize> = (0..samples.len()).filter(|&i| samples[i].seconds >= warm_secs).collect();
+    let points = |f: &dyn Fn(usize) -> Option<f64>| -> Vec<(f64, f64)> {
+        measured.iter().filter_map(|&i| Some((samples[i].seconds as f64 / 60.0, f(i)?))).collect()
+    };
+    let mut trends = vec![
+        Trend::of("resident memory", "MiB", 0.10, 8.0, &points(&|i| Some(samples[i].rss_kib as f64 / 1024.0))),
+        Trend::of("open file descriptors", "", 0.10, 8.0, &points(&|i| Some(samples[i].fds as f64))),
+        Trend::of("threads", "", 0.10, 4.0, &points(&|i| Some(samples[i].threads as f64))),
+        Trend::of("metric series", "", 0.10, 50.0, &points(&|i| Some(samples[i].series as f64))),
     ];
-    let flat = trends.iter().all(Trend::flat);
-    let judged = minutes >= 2 * SIZES.len() as u64;
-    let report = report(minutes, &samples, warm, &trends, leaked, stuck, drained, faulted, calls);
+    let requests = points(&|i| per_minute[i]);
+    if requests.len() >= 2 {
+        trends.push(Trend::of("API requests a minute", "/min", 0.25, 30.0, &requests));
+    }
+    let span = trends[0].span;
+    let judged = span >= JUDGED_FROM_MINUTES;
+    let unreached: Vec<&Phase> = phases.iter().filter(|p| p.reached_after.is_none()).collect();
+    let run = Run {
+        minutes,
+        phase_secs,
+        warm_secs,
+        faulted,
+        calls,
+        audited: audit.every_request,
+    };
+    let report = report(&run, &samples, &per_minute, &phases, &trends, judged, leaked, stuck, drained);
     std::fs::write(&out, &report).unwrap();
     println!("{report}");
-    // Both halves must hold whole cycles of the workload to be compared.
+    assert!(unreached.is_empty(), "phases whose pods were never all Running: {unreached:?}; log {}", log.display());
     if judged {
-        assert!(flat, "growth after warm-up: {trends:?}");
+        let growing: Vec<&Trend> = trends.iter().filter(|t| !t.flat()).collect();
+        assert!(growing.is_empty(), "growth after the warm-up: {growing:?}");
     } else {
-        println!("{minutes} minutes is shorter than two workload cycles: the trend is reported, not judged");
+        println!("{span:.1} minutes after the warm-up is less than {JUDGED_FROM_MINUTES}: the slopes are reported, not judged");
     }
     assert_eq!((leaked, stuck), (0, 0), "leaked instances and stuck nodes; log {}", log.display());
     assert!(drained.is_some(), "every node gone after the workload went; log {}", log.display());
@@ -274,69 +449,120 @@ fn wait_for_nodes_gone(nodes: &dyn Fn() -> Vec<Node>) -> Option<Duration> {
     None
 }
 
+/// The run's settings, for the report.
+struct Run {
+    minutes: u64,
+    phase_secs: u64,
+    warm_secs: u64,
+    faulted: usize,
+    calls: usize,
+    audited: bool,
+}
+
 #[allow(clippy::too_many_arguments)]
 fn report(
-    minutes: u64,
+    run: &Run,
     samples: &[Sample],
-    warm: usize,
+    per_minute: &[Option<f64>],
+    phases: &[Phase],
     trends: &[Trend],
+    judged: bool,
     leaked: usize,
     stuck: usize,
     drained: Option<Duration>,
-    faulted: usize,
-    calls: usize,
 ) -> String {
     let mut r = String::new();
     let _ = writeln!(r, "# Soak run\n");
+    let when = std::env::var("SOAK_RUN_ON").unwrap_or_else(|_| "(not recorded: run without tests/benches/soak.sh)".into());
+    let _ = writeln!(r, "Run {when}.\n");
     let _ = writeln!(
         r,
-        "`tests/benches/soak.sh` (the ignored test `tests/soak.rs`): the `karpenter-rs run` binary (debug build) on the local cluster for {minutes} minutes, a Deployment of 250m/256Mi pods scaled every minute through {SIZES:?}, consolidation on, the fault proxy in front of moto throttling 10% of CreateFleet and failing 5% of DescribeInstances and 10% of TerminateInstances calls ({faulted} of {calls} such calls failed). Sampled every {}s; the first {warm} samples are the warm-up.\n",
-        SAMPLE_EVERY.as_secs()
+        "`tests/benches/soak.sh` (the ignored test `tests/soak.rs`): the `karpenter-rs run` binary (debug build) on the local cluster for {} minutes carrying the mixed workload of `tests/benches/scale.py` (its `workload()`: 50% plain 250m/256Mi pods, 10% 1 CPU/1Gi, 20% zonal topology spread, 10% hostname anti-affinity groups of 10, 10% zone and arch node selectors), its size changed every {} s through {SIZES:?}, on the scale benchmark's Provisioner (12 c5/m5/r5 types, three zones) with consolidation on, the fault proxy in front of moto throttling 10% of CreateFleet and failing 5% of DescribeInstances and 10% of TerminateInstances calls ({} of {} such calls failed). Sampled every {} s; the first {} minutes are the warm-up. Tasks: threads from /proc (the binary exposes no count of its tokio tasks). API requests: the API server's audit log, by the binary's user agent ({}).\n",
+        run.minutes,
+        run.phase_secs,
+        run.faulted,
+        run.calls,
+        SAMPLE_EVERY.as_secs(),
+        run.warm_secs as f64 / 60.0,
+        if run.audited {
+            "the cluster audited every request"
+        } else {
+            "**not measured**: this cluster's audit policy does not record every request; soak.sh starts the cluster with `LOCAL_CLUSTER_AUDIT=1` when it is not up"
+        }
     );
-    let _ = writeln!(r, "| quantity | min | max | first half's peak | second half's peak | flat |");
-    let _ = writeln!(r, "|---|---|---|---|---|---|");
-    for t in trends {
-        let show = |v: u64| {
-            if t.unit == "MiB" {
-                format!("{:.1} MiB", v as f64 / 1024.0)
-            } else {
-                v.to_string()
-            }
-        };
+    let _ = writeln!(r, "## Phases\n");
+    let _ = writeln!(r, "| from s | pods wanted | all Running after | most nodes |");
+    let _ = writeln!(r, "|---|---|---|---|");
+    for p in phases {
         let _ = writeln!(
             r,
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} |",
+            p.started,
+            p.size,
+            p.reached_after.map_or("**never**".to_string(), |s| format!("≤ {s} s")),
+            p.max_nodes
+        );
+    }
+    let _ = writeln!(r, "\n## Trend after the warm-up\n");
+    let _ = writeln!(
+        r,
+        "Least-squares slope against time over the samples after the warm-up. Flat: the fitted growth over the span (slope × span) at most the tolerance (10% of the mean plus a slack: 8 MiB, 8 descriptors, 4 threads, 50 series; 25% plus 30 for requests a minute, which follow the workload). {}\n",
+        if judged {
+            format!("Judged: {:.1} minutes measured.", trends[0].span)
+        } else {
+            format!(
+                "Not judged: {:.1} minutes measured, fewer than {JUDGED_FROM_MINUTES}.",
+                trends[0].span
+            )
+        }
+    );
+    let _ = writeln!(r, "| quantity | min | max | mean | slope a minute | growth over the span | tolerance | flat |");
+    let _ = writeln!(r, "|---|---|---|---|---|---|---|---|");
+    for t in trends {
+        let u = if t.unit.is_empty() { String::new() } else { format!(" {}", t.unit) };
+        let _ = writeln!(
+            r,
+            "| {} | {:.1}{u} | {:.1}{u} | {:.1}{u} | {:+.3}{u} ({:+.2}% of the mean) | {:+.1}{u} | {:.1}{u} | {} |",
             t.name,
-            show(t.min),
-            show(t.max),
-            show(t.first_peak),
-            show(t.second_peak),
-            if t.flat() { "yes" } else { "**no**" }
+            t.min,
+            t.max,
+            t.mean,
+            t.slope,
+            if t.mean > 0.0 { 100.0 * t.slope / t.mean } else { 0.0 },
+            t.slope * t.span,
+            t.tolerance(),
+            match (t.flat(), judged) {
+                (true, _) => "yes",
+                (false, true) => "**no**",
+                (false, false) => "no (not judged)",
+            }
         );
     }
     let _ = writeln!(
         r,
         "\nAt the end: leaked instances {leaked}, nodes stuck with their finalizer {stuck}, every node gone {}.\n",
         drained.map_or("**no, not within 5 minutes**".to_string(), |d| format!(
-            "{}s after the workload went to zero",
+            "{} s after the workload went to zero",
             d.as_secs()
         ))
     );
-    let _ = writeln!(r, "Samples, one a minute:\n");
-    let _ = writeln!(r, "| s | RSS MiB | fds | threads | series | nodes | pods Running |");
-    let _ = writeln!(r, "|---|---|---|---|---|---|---|");
+    let _ = writeln!(r, "## Samples, one a minute\n");
+    let _ = writeln!(r, "| s | pods wanted | pods Running | nodes | RSS MiB | fds | threads | API requests/min | series |");
+    let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|");
     let step = (60 / SAMPLE_EVERY.as_secs()).max(1) as usize;
-    for s in samples.iter().step_by(step) {
+    for (i, s) in samples.iter().enumerate().step_by(step) {
         let _ = writeln!(
             r,
-            "| {} | {:.1} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {:.1} | {} | {} | {} | {} |",
             s.seconds,
+            s.wanted,
+            s.running,
+            s.nodes,
             s.rss_kib as f64 / 1024.0,
             s.fds,
-            s.tasks,
-            s.series,
-            s.nodes,
-            s.running
+            s.threads,
+            per_minute[i].map_or("–".to_string(), |v| format!("{v:.0}")),
+            s.series
         );
     }
     r
