@@ -98,6 +98,16 @@ pub struct Metrics {
     pub webhook_duration: HistogramVec,
     /// `karpenter_webhook_certificate_reloads_total{result}` (`success` or `error`).
     pub certificate_reloads: IntCounterVec,
+    /// `karpenter_rs_webhook_certificate_expiration_timestamp_seconds`: when the serving
+    /// certificate in use expires (Unix seconds).
+    pub certificate_expiration: prometheus::Gauge,
+    /// `karpenter_rs_pods_unschedulable{provisioner, reason}`: pods the last provisioning pass could
+    /// not place (`scheduling::Plan::unschedulable_by`).
+    pub pods_unschedulable: prometheus::IntGaugeVec,
+    /// `karpenter_rs_nodes_consolidation_blocked{reason}`: nodes the last consolidation pass could
+    /// not consider, by what the user can change (`opted_out`, `do_not_evict_pod`, `pdb`,
+    /// `nominated`, `not_initialized`, `other`).
+    pub consolidation_blocked: prometheus::IntGaugeVec,
     /// `karpenter_nodes_created{provisioner, zone, instance_type, capacity_type}`.
     pub nodes_created: IntCounterVec,
     /// `karpenter_provisioner_scheduling_duration_seconds`: one provisioning pass.
@@ -332,6 +342,27 @@ impl Metrics {
             &price_labels,
         )
         .expect("metric options are valid");
+        let certificate_expiration = prometheus::Gauge::with_opts(Opts::new(
+            "karpenter_rs_webhook_certificate_expiration_timestamp_seconds",
+            "When the webhook's serving certificate in use expires, in Unix seconds.",
+        ))
+        .expect("metric options are valid");
+        let pods_unschedulable = prometheus::IntGaugeVec::new(
+            Opts::new(
+                "karpenter_rs_pods_unschedulable",
+                "Pods the last provisioning pass could not place, by Provisioner and why (limits, no_room, no_offering; incompatible or no_provisioner with no Provisioner).",
+            ),
+            &["provisioner", "reason"],
+        )
+        .expect("metric options are valid");
+        let consolidation_blocked = prometheus::IntGaugeVec::new(
+            Opts::new(
+                "karpenter_rs_nodes_consolidation_blocked",
+                "Nodes of consolidating Provisioners the last consolidation pass could not consider, by what blocks them.",
+            ),
+            &["reason"],
+        )
+        .expect("metric options are valid");
         let simulation_duration = Histogram::with_opts(
             HistogramOpts::new(
                 "karpenter_provisioner_scheduling_simulation_duration_seconds",
@@ -454,6 +485,9 @@ impl Metrics {
             Box::new(webhook_requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(webhook_duration.clone()),
             Box::new(certificate_reloads.clone()),
+            Box::new(certificate_expiration.clone()),
+            Box::new(pods_unschedulable.clone()),
+            Box::new(consolidation_blocked.clone()),
             Box::new(nodes_created.clone()),
             Box::new(scheduling_duration.clone()),
             Box::new(cloudprovider_duration.clone()),
@@ -500,6 +534,9 @@ impl Metrics {
             webhook_requests,
             webhook_duration,
             certificate_reloads,
+            certificate_expiration,
+            pods_unschedulable,
+            consolidation_blocked,
             nodes_created,
             scheduling_duration,
             cloudprovider_duration,

@@ -2,7 +2,13 @@
 
 use std::error::Error;
 
+use serde_json::{Map, Value};
+use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
 use tracing_appender::non_blocking::WorkerGuard;
+use tracing_subscriber::fmt::format::{JsonFields, Writer};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::EnvFilter;
 
 /// Log output format.
@@ -38,11 +44,76 @@ pub fn init(level: &str, format: LogFormat) -> anyhow::Result<WorkerGuard> {
         .with_writer(writer);
     let result = match format {
         LogFormat::Plain => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Json => builder.fmt_fields(JsonFields::new()).event_format(FlatJson).try_init(),
     };
     result.map_err(|e| anyhow::anyhow!("installing the log subscriber: {e}"))?;
     log_panics();
     Ok(guard)
+}
+
+/// One JSON object per line with every field at the top level: `timestamp`, `level`, `message`,
+/// the fields of every span the event is in (outermost first, so the controller's
+/// `controller` field and a pass's `provisioner`, `node` or `pod` can be filtered on as they
+/// are), the event's own fields over them, and `spans`, the span names joined by `:`. The
+/// spans' fields are recorded as JSON (`JsonFields`), so they keep their types.
+pub struct FlatJson;
+
+impl<S, N> FormatEvent<S, N> for FlatJson
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> std::fmt::Result {
+        let mut line = Map::new();
+        line.insert(
+            "timestamp".into(),
+            Value::String(k8s_openapi::chrono::Utc::now().to_rfc3339_opts(k8s_openapi::chrono::SecondsFormat::Micros, true)),
+        );
+        line.insert("level".into(), Value::String(event.metadata().level().to_string()));
+        if let Some(scope) = ctx.event_scope() {
+            let mut names = Vec::new();
+            for span in scope.from_root() {
+                names.push(span.name());
+                if let Some(fields) = span.extensions().get::<FormattedFields<N>>() {
+                    if let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(fields.as_str()) {
+                        line.extend(fields);
+                    }
+                }
+            }
+            if !names.is_empty() {
+                line.insert("spans".into(), Value::String(names.join(":")));
+            }
+        }
+        event.record(&mut JsonVisitor(&mut line));
+        writeln!(writer, "{}", Value::Object(line))
+    }
+}
+
+/// Records an event's fields into a JSON object.
+struct JsonVisitor<'a>(&'a mut Map<String, Value>);
+
+impl Visit for JsonVisitor<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_string(), Value::String(format!("{value:?}")));
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_string(), Value::String(value.to_string()));
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.0.insert(field.name().to_string(), Value::from(value));
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.0.insert(field.name().to_string(), Value::from(value));
+    }
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.0.insert(field.name().to_string(), Value::from(value));
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.0.insert(field.name().to_string(), Value::from(value));
+    }
+    fn record_error(&mut self, field: &Field, value: &(dyn Error + 'static)) {
+        self.0.insert(field.name().to_string(), Value::String(chain(value)));
+    }
 }
 
 /// Logs every panic as an error with where it happened and its backtrace, through the log
@@ -72,4 +143,52 @@ pub fn chain(err: &(dyn Error + 'static)) -> String {
         source = s.source();
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// A writer into a shared buffer, for the subscriber under test.
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn json_lines_carry_the_controller_and_the_object_as_top_level_fields() {
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .fmt_fields(JsonFields::new())
+            .event_format(FlatJson)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let controller = tracing::info_span!("controller", controller = "provisioning");
+            let _c = controller.enter();
+            let launch = tracing::info_span!("launch", provisioner = "service");
+            let _l = launch.enter();
+            tracing::info!(node = "ip-10-0-0-1", pods = 2u64, "launched node");
+        });
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let line: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert_eq!(line["controller"], "provisioning", "{line}");
+        assert_eq!(line["provisioner"], "service", "{line}");
+        assert_eq!(line["node"], "ip-10-0-0-1", "{line}");
+        assert_eq!(line["pods"], 2, "{line}");
+        assert_eq!(line["message"], "launched node", "{line}");
+        assert_eq!(line["level"], "INFO", "{line}");
+        assert_eq!(line["spans"], "controller:launch", "{line}");
+        assert!(line["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')), "{line}");
+    }
 }

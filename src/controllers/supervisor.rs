@@ -225,7 +225,11 @@ where
     let mut in_a_row = 0u32;
     loop {
         let started = Instant::now();
-        let outcome = AssertUnwindSafe(start()).catch_unwind().await;
+        // Every log line of the controller carries its name (`controller` in JSON logs).
+        let span = tracing::info_span!("controller", controller);
+        let outcome = AssertUnwindSafe(tracing::Instrument::instrument(start(), span))
+            .catch_unwind()
+            .await;
         if shutdown.is_cancelled() {
             return;
         }

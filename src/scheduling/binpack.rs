@@ -221,6 +221,18 @@ pub(crate) enum Refusal {
     NoRoom,
 }
 
+impl Refusal {
+    /// The refusal as a metric label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Refusal::Incompatible => "incompatible",
+            Refusal::NoOffering => "no_offering",
+            Refusal::Limits => "limits",
+            Refusal::NoRoom => "no_room",
+        }
+    }
+}
+
 /// Plans a new node from `template` for pod `i`, or says why the template cannot serve it.
 /// `hostname`/`host` name the placeholder hostname of the would-be node. Compatibility (taints,
 /// requirements, topology) is checked before capacity (limits, instance types with room).

@@ -110,6 +110,11 @@ pub struct Plan {
     /// Provisioners a pod left unschedulable was compatible with, but none of whose instance
     /// types has room for it (or an available offering), with one such pod and the reason.
     pub unfit: BTreeMap<String, (PodKey, String)>,
+    /// Unschedulable pods counted by (Provisioner, why), for `karpenter_rs_pods_unschedulable`:
+    /// a pod some Provisioner was compatible with counts once for each such Provisioner, by its
+    /// refusal (`limits`, `no_room`, `no_offering`); a pod none was compatible with counts once
+    /// as (``, `incompatible`), or (``, `no_provisioner`) when no Provisioner can launch.
+    pub unschedulable_by: BTreeMap<(String, String), usize>,
 }
 
 /// Runs the scheduling simulation. See the module documentation for the algorithm.
@@ -229,6 +234,7 @@ fn solve(input: &SimulationInput, templates: Vec<NodeTemplate>, daemons: &[Daemo
         matches: CandidateMatches::default(),
         limited: BTreeSet::new(),
         unfit: HashMap::new(),
+        refused: HashMap::new(),
     };
     let unschedulable = s.solve();
 
@@ -246,6 +252,30 @@ fn solve(input: &SimulationInput, templates: Vec<NodeTemplate>, daemons: &[Daemo
         };
         for (provisioner, reason) in s.unfit.remove(&i).unwrap_or_default() {
             plan.unfit.entry(provisioner).or_insert_with(|| (key.clone(), reason));
+        }
+    }
+    for (key, _) in &plan.unschedulable {
+        let refused = s
+            .pods
+            .iter()
+            .position(|p| p.key == *key)
+            .and_then(|i| s.refused.get(&i))
+            .cloned()
+            .unwrap_or_default();
+        let compatible: BTreeSet<(String, &str)> = refused
+            .iter()
+            .filter(|(_, kind)| *kind != Refusal::Incompatible)
+            .map(|(p, kind)| (p.clone(), kind.label()))
+            .collect();
+        let counted: Vec<(String, String)> = if !compatible.is_empty() {
+            compatible.into_iter().map(|(p, why)| (p, why.to_string())).collect()
+        } else if refused.is_empty() {
+            vec![(String::new(), "no_provisioner".to_string())]
+        } else {
+            vec![(String::new(), Refusal::Incompatible.label().to_string())]
+        };
+        for key in counted {
+            *plan.unschedulable_by.entry(key).or_default() += 1;
         }
     }
     plan.unschedulable.sort();
@@ -318,6 +348,8 @@ struct Solver<'a> {
     /// Per pod, from its last attempt: (Provisioner, reason) of the compatible Provisioners
     /// that had no instance type with room or an available offering.
     unfit: HashMap<usize, Vec<(String, String)>>,
+    /// Per pod, from its last attempt: each Provisioner's refusal.
+    refused: HashMap<usize, Vec<(String, Refusal)>>,
 }
 
 impl Solver<'_> {
@@ -420,6 +452,7 @@ impl Solver<'_> {
         let host = self.topology.hostname_id(&hostname);
         let mut errs = Vec::new();
         self.unfit.remove(&i);
+        self.refused.remove(&i);
         for t in 0..self.templates.len() {
             match new_node(
                 &self.templates[t],
@@ -440,6 +473,8 @@ impl Solver<'_> {
                     return Ok(());
                 }
                 Err(e) => {
+                    let provisioner = self.templates[t].provisioner.clone();
+                    self.refused.entry(i).or_default().push((provisioner, e.kind));
                     if e.kind == Refusal::Limits {
                         self.limited.insert(self.templates[t].provisioner.clone());
                     }
@@ -650,6 +685,8 @@ mod tests {
             let got = reason_of(&plan, &name);
             assert!(got.contains(want), "{name}: want {want:?} in {got:?}");
             assert!(plan.new_nodes.is_empty());
+            let counted: usize = plan.unschedulable_by.values().sum();
+            assert_eq!(counted, 1, "{name}: one pod counted once: {:?}", plan.unschedulable_by);
         }
     }
 
@@ -657,6 +694,10 @@ mod tests {
     fn reports_when_no_provisioner_exists() {
         let plan = simulate(&input(vec![], vec![pod("p")]));
         assert!(reason_of(&plan, "p").contains("no Provisioner can launch a node"));
+        assert_eq!(
+            plan.unschedulable_by,
+            BTreeMap::from([((String::new(), "no_provisioner".to_string()), 1)])
+        );
     }
 
     #[test]
@@ -812,6 +853,10 @@ mod tests {
             .all(|(_, r)| r.contains("all available instance types exceed provisioner limits")));
         assert_eq!(plan.limited, BTreeSet::from(["small".to_string()]));
         assert!(plan.unfit.is_empty(), "limits are not a lack of room");
+        assert_eq!(
+            plan.unschedulable_by,
+            BTreeMap::from([(("small".to_string(), "limits".to_string()), plan.unschedulable.len())])
+        );
     }
 
     #[test]

@@ -387,6 +387,7 @@ impl Pass {
     }
 
     async fn serve(&self, certs: &WebhookCerts) -> Result<(), CertReconcileError> {
+        self.store.record_expiry(&self.metrics);
         if self.store.serves(&certs.server_cert_pem, &certs.server_key_pem) {
             return Ok(());
         }
@@ -396,6 +397,7 @@ impl Pass {
         match self.store.set(&certs.server_cert_pem, &certs.server_key_pem, &self.config.origin()) {
             Ok(_) => {
                 self.metrics.certificate_reloads.with_label_values(&["success"]).inc();
+                self.store.record_expiry(&self.metrics);
                 info!(secret = %self.config.origin(), "serving the webhook certificate");
                 Ok(())
             }

@@ -168,6 +168,20 @@ impl CertStore {
         current.as_ref().is_some_and(|l| l.pem.0 == cert_pem && l.pem.1 == key_pem)
     }
 
+    /// When the certificate being served expires (its `notAfter`), if one is and it can be read.
+    pub fn expires_at(&self) -> Option<std::time::SystemTime> {
+        let current = self.current.read().expect("cert lock is never poisoned");
+        not_after(current.as_ref()?.key.cert.first()?.as_ref())
+    }
+
+    /// Sets `karpenter_rs_webhook_certificate_expiration_timestamp_seconds` to [`Self::expires_at`].
+    pub fn record_expiry(&self, metrics: &Metrics) {
+        if let Some(at) = self.expires_at() {
+            let seconds = at.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+            metrics.certificate_expiration.set(seconds);
+        }
+    }
+
     /// True once a certificate is being served.
     pub fn is_loaded(&self) -> bool {
         *self.loaded.borrow()
@@ -215,6 +229,7 @@ impl CertStore {
                 _ = shutdown.cancelled() => return,
                 _ = ticker.tick() => {}
             }
+            self.record_expiry(&metrics);
             match self.reload() {
                 Ok(true) => {
                     failing = false;
@@ -233,6 +248,53 @@ impl CertStore {
             }
         }
     }
+}
+
+/// The `notAfter` of an X.509 certificate in DER (RFC 5280: Certificate → tbsCertificate →
+/// validity → notAfter, UTCTime or GeneralizedTime); `None` when it cannot be read. Pure.
+pub fn not_after(der: &[u8]) -> Option<std::time::SystemTime> {
+    let (0x30, certificate, _) = der_tlv(der)? else { return None };
+    let (0x30, tbs, _) = der_tlv(certificate)? else { return None };
+    let mut rest = tbs;
+    if let (0xA0, _, after) = der_tlv(rest)? {
+        rest = after; // [0] version
+    }
+    for _ in 0..3 {
+        rest = der_tlv(rest)?.2; // serialNumber, signature, issuer
+    }
+    let (0x30, validity, _) = der_tlv(rest)? else { return None };
+    let (tag, time, _) = der_tlv(der_tlv(validity)?.2)?;
+    let text = std::str::from_utf8(time).ok()?.strip_suffix('Z')?;
+    let full = match tag {
+        0x17 => {
+            // UTCTime: two-digit years 50..99 are 19xx, 00..49 are 20xx.
+            let yy: i32 = text.get(0..2)?.parse().ok()?;
+            format!("{}{}", if yy >= 50 { 1900 + yy } else { 2000 + yy }, text.get(2..)?)
+        }
+        0x18 => text.to_string(),
+        _ => return None,
+    };
+    let at = k8s_openapi::chrono::NaiveDateTime::parse_from_str(&full, "%Y%m%d%H%M%S").ok()?;
+    let seconds = u64::try_from(at.and_utc().timestamp()).ok()?;
+    Some(std::time::UNIX_EPOCH + Duration::from_secs(seconds))
+}
+
+/// One DER tag-length-value: (tag, value, what follows).
+fn der_tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = input.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 {
+            return None;
+        }
+        let (bytes, rest) = rest.split_at_checked(n)?;
+        (bytes.iter().fold(0usize, |len, b| (len << 8) | usize::from(*b)), rest)
+    };
+    let (value, rest) = rest.split_at_checked(len)?;
+    Some((tag, value, rest))
 }
 
 impl ResolvesServerCert for CertStore {
@@ -317,6 +379,36 @@ mod tests {
         let ca = Ca::generate("test CA", Duration::from_secs(3600)).unwrap();
         let serving = ca.issue(&["127.0.0.1".into()], Duration::from_secs(3600)).unwrap();
         (serving.cert_pem.into_bytes(), serving.key_pem.into_bytes())
+    }
+
+    #[test]
+    fn a_certificates_expiry_is_read_from_its_der_for_both_time_encodings() {
+        for (year, month, day) in [(2031, 5, 17), (2051, 1, 2)] {
+            let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+            params.not_after = rcgen::date_time_ymd(year, month, day);
+            let cert = params.self_signed(&rcgen::KeyPair::generate().unwrap()).unwrap();
+            let at = not_after(cert.der()).expect("a notAfter");
+            let want = k8s_openapi::chrono::NaiveDate::from_ymd_opt(year, month.into(), day.into())
+                .unwrap()
+                .and_hms_opt(0, 0, 0)
+                .unwrap()
+                .and_utc()
+                .timestamp();
+            assert_eq!(at.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs(), want as u64, "{year}");
+        }
+        assert_eq!(not_after(b"not DER"), None);
+        assert_eq!(not_after(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]), None, "a length past the input");
+        let store = CertStore::in_memory();
+        assert_eq!(store.expires_at(), None);
+        let (cert, key) = pair();
+        store.set(&cert, &key, "test").unwrap();
+        let left = store.expires_at().unwrap().duration_since(std::time::SystemTime::now()).unwrap();
+        assert!(left <= Duration::from_secs(3600) && left > Duration::from_secs(3000), "{left:?}");
+        let metrics = Metrics::new();
+        store.record_expiry(&metrics);
+        assert!(metrics
+            .render()
+            .contains("karpenter_rs_webhook_certificate_expiration_timestamp_seconds "));
     }
 
     #[test]

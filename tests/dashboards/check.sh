@@ -23,6 +23,11 @@ bash tests/cluster/up.sh >/dev/null
 # shellcheck source=/dev/null
 source "${LOCAL_CLUSTER_STATE:-target/local-cluster}/env"
 PROMETHEUS="$(bash tests/prometheus/build.sh | sed -n 's/^PROMETHEUS=//p' | tail -n1)"
+PROMTOOL="$(dirname "$PROMETHEUS")/promtool"
+# The packaged alerts (deploy/alerts/): valid rules, and each fires on its series and stays quiet
+# without them (tests/dashboards/alerts-test.yaml).
+"$PROMTOOL" check rules deploy/alerts/karpenter-rs.rules.yaml >&2
+"$PROMTOOL" test rules tests/dashboards/alerts-test.yaml >&2
 
 work=$(mktemp -d)
 prom_pid=""
@@ -50,6 +55,8 @@ cat >"$work/prometheus.yml" <<EOF
 global:
   scrape_interval: 1s
   evaluation_interval: 1s
+rule_files:
+  - $PWD/deploy/alerts/karpenter-rs.rules.yaml
 scrape_configs:
   - job_name: karpenter-rs
     static_configs:
@@ -103,3 +110,14 @@ sleep 5 # the last scrapes
 "$LOCAL_CLUSTER_PYTHON" tests/dashboards/check.py --prometheus "$PROM" --start "$start" \
   --expect provisioner=service --expect capacity_type=on-demand --expect controller=provisioner \
   deploy/grafana/karpenter-rs.json tests/dashboards/karpenter-dashboards.json
+# The alerts, evaluated by this Prometheus against what it scraped: every rule healthy (its
+# expression ran without error), and the certificate's expiry scraped, so the alert on it has data.
+curl -fsS --max-time 5 "$PROM/api/v1/rules" | "$LOCAL_CLUSTER_PYTHON" -c '
+import json, sys
+rules = [r for g in json.load(sys.stdin)["data"]["groups"] for r in g["rules"]]
+bad = [(r["name"], r.get("health"), r.get("lastError")) for r in rules if r.get("health") != "ok"]
+if len(rules) < 5 or bad:
+    sys.exit(f"alert rules not healthy: {len(rules)} loaded, unhealthy {bad}")
+print(f"[dashboards] {len(rules)} alert rules loaded and evaluated", file=sys.stderr)'
+curl -fsS --max-time 5 "$PROM/api/v1/query" --data-urlencode 'query=karpenter_rs_webhook_certificate_expiration_timestamp_seconds - time() > 0' |
+  "$LOCAL_CLUSTER_PYTHON" -c 'import json, sys; sys.exit(0 if json.load(sys.stdin)["data"]["result"] else "the webhook certificate expiry was not scraped")'

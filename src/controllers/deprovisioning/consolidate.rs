@@ -182,6 +182,14 @@ async fn candidates_now(ctx: &Context) -> Result<Vec<Candidate>, DeprovisioningE
 async fn candidates(ctx: &Context, snapshot: &Snapshot, report: bool) -> Vec<Candidate> {
     let (candidates, blocked) = candidates_and_blocked(ctx, snapshot, false);
     if report {
+        let mut kinds = std::collections::BTreeMap::<&str, i64>::new();
+        for (_, why) in &blocked {
+            *kinds.entry(consolidation::blocker_kind(why)).or_default() += 1;
+        }
+        ctx.metrics.consolidation_blocked.reset();
+        for (kind, nodes) in kinds {
+            ctx.metrics.consolidation_blocked.with_label_values(&[kind]).set(nodes);
+        }
         for (node, why) in &blocked {
             unconsolidatable(ctx, node, why).await;
         }

@@ -149,6 +149,24 @@ pub enum Ineligible {
     Blocked(String),
 }
 
+/// What blocks a node, as the `reason` of `karpenter_rs_nodes_consolidation_blocked`: one of the
+/// blockers `candidate` reports.
+pub fn blocker_kind(why: &str) -> &'static str {
+    if why.ends_with("annotation exists") {
+        "opted_out"
+    } else if why.starts_with("pdb ") {
+        "pdb"
+    } else if why.contains("do not evict") {
+        "do_not_evict_pod"
+    } else if why.contains("nominated") {
+        "nominated"
+    } else if why.contains("not initialized") {
+        "not_initialized"
+    } else {
+        "other"
+    }
+}
+
 /// One node as candidate selection sees it.
 #[derive(Clone, Copy, Debug)]
 pub struct NodeView<'a> {
@@ -941,6 +959,21 @@ mod tests {
         let mut names = empty(&world.candidates());
         names.sort();
         assert_eq!(names, ["a", "c"]);
+    }
+
+    #[test]
+    fn every_blocker_has_a_kind_for_the_metric() {
+        for (why, kind) in [
+            ("node is nominated for a pending pod", "nominated"),
+            ("karpenter.sh/do-not-consolidate annotation exists", "opted_out"),
+            ("karpenter.sh/do-not-disrupt annotation exists", "opted_out"),
+            ("node is not initialized", "not_initialized"),
+            ("pod default/pinned has do not evict annotation", "do_not_evict_pod"),
+            ("pdb default/web prevents pod evictions", "pdb"),
+            ("something new", "other"),
+        ] {
+            assert_eq!(blocker_kind(why), kind, "{why}");
+        }
     }
 
     #[test]

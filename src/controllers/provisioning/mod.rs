@@ -324,14 +324,16 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
     // neither up; a panic in one is carried to this controller's supervisor, and dropping this
     // future (a lost lease) aborts both.
     let mut loops = JoinSet::new();
-    loops.spawn(binder::bind_loop(ctx.clone(), stores.clone(), shutdown.clone()));
-    loops.spawn(status::status_loop(
-        ctx.clone(),
-        stores.clone(),
-        startups,
-        leading.clone(),
-        shutdown.clone(),
-    ));
+    // Named in every log line as the controller they belong to (`controller` in JSON logs).
+    use tracing::Instrument;
+    loops.spawn(
+        binder::bind_loop(ctx.clone(), stores.clone(), shutdown.clone())
+            .instrument(tracing::info_span!("controller", controller = "binder")),
+    );
+    loops.spawn(
+        status::status_loop(ctx.clone(), stores.clone(), startups, leading.clone(), shutdown.clone())
+            .instrument(tracing::info_span!("controller", controller = "nodelifecycle")),
+    );
     let loops = async move {
         while let Some(ended) = loops.join_next().await {
             if let Err(e) = ended {
@@ -703,6 +705,13 @@ async fn provision(
         unschedulable = plan.unschedulable.len(),
         "scheduling simulated"
     );
+    ctx.metrics.pods_unschedulable.reset();
+    for ((provisioner, reason), pods) in &plan.unschedulable_by {
+        ctx.metrics
+            .pods_unschedulable
+            .with_label_values(&[provisioner, reason])
+            .set(i64::try_from(*pods).unwrap_or(i64::MAX));
+    }
     for (key, reason) in &plan.unschedulable {
         if let Some(&pod) = by_key.get(key) {
             debug!(pod = %pods::pod_key(pod), %reason, "pod cannot be provisioned for");
