@@ -743,6 +743,12 @@ fn a_pod_too_big_for_every_instance_type_gets_events_and_launches_nothing() {
             (!out.trim().is_empty()).then_some(())
         });
         assert!(our_nodes(cluster, &provisioner).is_empty(), "nothing launched");
+        // And the metric says so, by Provisioner and reason (the pass after the pod appeared).
+        wait_for("karpenter_rs_pods_unschedulable for the Provisioner", Duration::from_secs(60), || {
+            let text = controller.metrics.render();
+            let labels = [("provisioner", provisioner.as_str()), ("reason", "no_room")];
+            (sample(&text, "karpenter_rs_pods_unschedulable", &labels) >= Some(1.0)).then_some(())
+        });
     });
 }
 
