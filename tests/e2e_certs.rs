@@ -2,7 +2,7 @@
 //! binary (`karpenter-rs webhook` with an empty --cert-dir) share one Secret, fill the caBundle of
 //! their webhook configurations and keep `kubectl apply` working when the Secret is deleted and
 //! when a short-lived certificate is rotated. The replicas run as a ServiceAccount with only the
-//! RBAC rules the README lists for self-managed certificates. Each test has its own namespace, Secret and
+//! RBAC rules docs/webhook.md lists for self-managed certificates. Each test has its own namespace, Secret and
 //! configurations; the configurations only match objects carrying the test's own label, so other
 //! tests running against the same cluster never go through them.
 
@@ -112,7 +112,7 @@ impl Scenario {
         }
     }
 
-    /// A kubeconfig for a ServiceAccount holding only what the README says self-managed
+    /// A kubeconfig for a ServiceAccount holding only what docs/webhook.md says self-managed
     /// certificates need, so the replicas prove those rules enough: in the namespace, `create`
     /// on secrets and `get`, `list`, `watch`, `update` on the one Secret; cluster-wide `get`,
     /// `list`, `watch`, `update` on the two named configurations.

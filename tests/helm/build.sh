@@ -9,7 +9,7 @@
 # the expected version, so an interrupted build never looks complete. Does nothing when the binary
 # is there (well under a second). Prints `HELM=<path>` as its last line of stdout; the tests
 # (tests/support/helm.rs) and tests/helm/render.sh run this script to find helm, unless $HELM is set.
-# Cold build: about a minute (README.md, "Running the tests").
+# Cold build: about a minute (tests/README.md).
 set -euo pipefail
 
 HELM_VERSION=v3.22.0
