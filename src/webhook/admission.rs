@@ -505,21 +505,35 @@ fn respond(mut outcome: Outcome, uid: &str, decision: Decision) -> Outcome {
 
 /// The body did not fit the envelope: find the uid if there is one, and say what is wrong.
 fn unreadable(body: &[u8]) -> Outcome {
-    match serde_json::from_slice::<Value>(body) {
-        Err(e) => invalid(None, format!("request body is not JSON: {e}")),
-        Ok(value) => match value.pointer("/request/uid").and_then(Value::as_str).filter(|u| !u.is_empty()) {
-            Some(uid) => {
-                // Read again for the path of the field at fault (`request.name: invalid type ...`).
-                let mut de = serde_json::Deserializer::from_slice(body);
-                let error = match serde_path_to_error::deserialize::<_, Envelope<'_, false>>(&mut de) {
-                    Err(e) => e.to_string(),
-                    Ok(_) => "unreadable".to_string(),
-                };
-                invalid(Some(uid), format!("malformed AdmissionReview: {error}"))
-            }
-            None => invalid(None, "not an AdmissionReview: request.uid is missing".to_string()),
+    let uid = match serde_json::from_slice::<Value>(body) {
+        Ok(value) => value.pointer("/request/uid").and_then(Value::as_str).map(str::to_string),
+        // A tree is read to 128 levels: a body nested deeper (its object, say) still has a uid.
+        Err(e) => match request_uid(body) {
+            Some(uid) => Some(uid),
+            None => return invalid(None, format!("request body is not JSON: {e}")),
         },
+    };
+    match uid.filter(|u| !u.is_empty()) {
+        Some(uid) => {
+            // Read again for the path of the field at fault (`request.name: invalid type ...`).
+            let mut de = serde_json::Deserializer::from_slice(body);
+            let error = match serde_path_to_error::deserialize::<_, Envelope<'_, false>>(&mut de) {
+                Err(e) => e.to_string(),
+                Ok(_) => "unreadable".to_string(),
+            };
+            invalid(Some(&uid), format!("malformed AdmissionReview: {error}"))
+        }
+        None => invalid(None, "not an AdmissionReview: request.uid is missing".to_string()),
     }
+}
+
+/// `request.uid` of a JSON body read without a tree: each level's members kept as raw text
+/// (skipped without a depth limit), the last of a repeated key as a tree would keep it.
+fn request_uid(body: &[u8]) -> Option<String> {
+    type Members<'a> = std::collections::BTreeMap<Cow<'a, str>, &'a RawValue>;
+    let review: Members<'_> = serde_json::from_slice(body).ok()?;
+    let request: Members<'_> = serde_json::from_str(review.get("request")?.get()).ok()?;
+    serde_json::from_str(request.get("uid")?.get()).ok()
 }
 
 /// The review itself could not be read. With a uid, an AdmissionReview the API server can match;
@@ -640,6 +654,28 @@ mod tests {
             response["status"]["message"].as_str().unwrap().contains("duplicate field `uid`"),
             "{response}"
         );
+    }
+
+    #[test]
+    fn a_malformed_review_nested_past_the_tree_readers_depth_is_answered_for_its_uid() {
+        // The object 200 levels deep (a denial of its own) and the envelope's name of the wrong
+        // type: the uid is still read, and the field at fault named, though no JSON tree holds
+        // the body.
+        let mut deep = json!("x");
+        for _ in 0..200 {
+            deep = json!([deep]);
+        }
+        let mut p = first_writeup_provisioner();
+        p["spec"]["labels"] = json!({"a": deep});
+        // The request's name is the body's first `name` (its keys are written sorted).
+        let body = String::from_utf8(create(&p)).unwrap().replacen(r#""name":"#, r#""name":7,"x":"#, 1);
+        for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
+            let outcome = review(endpoint, body.as_bytes(), &ApiSettings::new("c"));
+            let answer: Value = serde_json::from_slice(&outcome.body).unwrap();
+            assert_eq!((outcome.http_status, &answer["response"]["uid"]), (200, &json!("u-1")), "{answer}");
+            let message = answer["response"]["status"]["message"].as_str().unwrap();
+            assert!(message.starts_with("malformed AdmissionReview: request.name: invalid type"), "{message}");
+        }
     }
 
     #[test]
