@@ -76,11 +76,22 @@ pub fn decode<T: DeserializeOwned + JsonSchema>(value: &serde_json::Value, root:
 /// `metadata` and `status`): the fast path of the webhook; `None` sends the caller to `decode`
 /// for the error.
 pub fn from_str_exact<T: DeserializeOwned>(json: &str) -> Option<T> {
-    let mut exact = true;
     let mut de = serde_json::Deserializer::from_str(json);
-    let typed: T = serde_ignored::deserialize(&mut de, |ignored| exact &= !reportable(&steps(&ignored))).ok()?;
+    let typed: T = deserialize_exact(&mut de).ok()?;
     de.end().ok()?;
-    exact.then_some(typed)
+    Some(typed)
+}
+
+/// `T` read from any deserializer when it fits exactly, as `from_str_exact`: a key the types
+/// ignore and the user must not write is an error (without its path: `decode` names it).
+pub fn deserialize_exact<'de, D: serde::Deserializer<'de>, T: serde::Deserialize<'de>>(deserializer: D) -> Result<T, D::Error> {
+    let mut exact = true;
+    let typed = serde_ignored::deserialize(deserializer, |ignored| exact &= !reportable(&steps(&ignored)))?;
+    if exact {
+        Ok(typed)
+    } else {
+        Err(serde::de::Error::custom("unknown field"))
+    }
 }
 
 /// Whether an ignored key is the user's mistake: anything outside `metadata` and `status`, which

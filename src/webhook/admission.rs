@@ -19,7 +19,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use schemars::JsonSchema;
-use crate::apis::decode::{decode, from_str_exact};
+use crate::apis::decode::{decode, deserialize_exact, from_str_exact};
 use crate::apis::field_error::{FieldError, FieldErrors, Path};
 use crate::apis::v1alpha1::{self, AwsNodeTemplate};
 use crate::apis::v1alpha5::{self, Provisioner};
@@ -240,8 +240,9 @@ impl<'de> Deserialize<'de> for RequestField {
     }
 }
 
-/// `T` read only from a JSON object: a derived struct would also take an array of its fields in
-/// order, which no API object is.
+/// `T` read only from a JSON object (a derived struct would also take an array of its fields in
+/// order, which no API object is) and exactly: the types ignore keys they do not know, which the
+/// webhook refuses (`decode` names them when the object is read again).
 struct ObjectOnly<T>(T);
 
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for ObjectOnly<T> {
@@ -253,7 +254,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for ObjectOnly<T> {
                 f.write_str("an object")
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
-                T::deserialize(MapAccessDeserializer::new(map))
+                deserialize_exact(MapAccessDeserializer::new(map))
             }
         }
         deserializer.deserialize_map(ObjectVisitor(PhantomData)).map(ObjectOnly)
@@ -654,6 +655,29 @@ mod tests {
             response["status"]["message"].as_str().unwrap().contains("duplicate field `uid`"),
             "{response}"
         );
+    }
+
+    #[test]
+    fn a_key_the_kind_does_not_know_is_denied_whichever_order_the_review_comes_in() {
+        let mut p = first_writeup_provisioner();
+        p["spec"]["ttlSecondsAfterEmtpy"] = json!(30);
+        let mut t: Value = serde_yaml_ng::from_str(
+            &std::fs::read_to_string(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/first-writeup/awsnodetemplate.yaml"),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        t["spec"]["subnetSelectr"] = json!({"a": "b"});
+        for (object, field) in [(&p, "spec.ttlSecondsAfterEmtpy"), (&t, "spec.subnetSelectr")] {
+            // `create` names the kind before the object: the object is read in the first pass.
+            for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
+                let response = answer(endpoint, &create(object));
+                let message = response["status"]["message"].as_str().unwrap_or_default();
+                assert_eq!(response["allowed"], false, "{response}");
+                assert!(message.contains(&format!("{field}: forbidden: unknown field")), "{message}");
+            }
+        }
     }
 
     #[test]
