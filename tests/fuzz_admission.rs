@@ -8,15 +8,25 @@
 //!   object is a seed (both write-ups' manifests, `tests/fuzz/corpus/*.json`) with random fields
 //!   replaced, removed or added, at every depth, and envelopes with random fields.
 //!
-//! Each input must give an answer without a panic: HTTP 200 with an AdmissionReview carrying the
-//! request's uid, or 400 when no uid could be read; a denial of a served kind's object must name
-//! a field (its message holds a field path). A failing input is written to
-//! `target/fuzz-failures/` and the test fails naming the file.
+//! Each input must give an answer without a panic, and the answer must satisfy the oracle
+//! (`tests/fuzz/oracle.rs`, whose comment states each rule exactly): HTTP 200 with the request's
+//! uid whenever the body is JSON holding a `request.uid`, 400 only when it holds none; an allowed
+//! `/mutate` answer's patch decodes, applies to the object, touches only its spec, leaves an
+//! object `/validate` allows when it allowed the unpatched one, and a second `/mutate` of the
+//! patched object patches nothing; every denial's message names a field path present in the
+//! object or the review (or, for a missing field, its parent). An input whose object holds a JSON
+//! array where its CRD's schema has an object breaks these rules through a bug still open (the
+//! oracle's `KNOWN_ARRAY_FOR_AN_OBJECT`): it is counted apart, not as a failure. A failing input
+//! is written to `target/fuzz-failures/` and the test fails naming the file.
 //!
-//! Stable Rust, no cargo-fuzz: a seeded generator (splitmix64), reproducible with `FUZZ_SEED`.
-//! The default run (`cargo test`) tries `FUZZ_INPUTS` = 5,000 inputs; the long run is
+//! A seeded generator (splitmix64), reproducible with `FUZZ_SEED`; not coverage-guided. The
+//! default run (`cargo test`) tries `FUZZ_INPUTS` = 5,000 inputs; the long run is
 //!   FUZZ_INPUTS=10000000 FUZZ_SECONDS=3600 cargo test --release --test fuzz_admission -- --nocapture
-//! which stops at whichever comes first and prints what it tried (README, "Failure behaviour").
+//! which stops at whichever comes first and prints what it tried (docs/failure-behaviour.md; the
+//! last run's figures: tests/benches/results/fuzz.md).
+
+#[path = "fuzz/oracle.rs"]
+mod oracle;
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -360,8 +370,6 @@ struct Input {
     case: Case,
     endpoint: Endpoint,
     body: Vec<u8>,
-    /// Whether a denial must name a field: a served kind's CREATE or UPDATE with an object.
-    names_a_field: bool,
 }
 
 fn generate(rng: &mut Rng, seeds: &[Value]) -> Input {
@@ -397,7 +405,6 @@ fn generate(rng: &mut Rng, seeds: &[Value]) -> Input {
             case: Case::Bytes,
             endpoint,
             body: (0..rng.below(300)).map(|_| rng.next() as u8).collect(),
-            names_a_field: false,
         },
         1 => {
             let mut object = seed.clone();
@@ -426,14 +433,12 @@ fn generate(rng: &mut Rng, seeds: &[Value]) -> Input {
                 case: Case::Damaged,
                 endpoint,
                 body,
-                names_a_field: false,
-            }
+                }
         }
         2 => Input {
             case: Case::AnyJson,
             endpoint,
             body: serde_json::to_vec(&random_json(rng, 6)).unwrap(),
-            names_a_field: false,
         },
         3 => {
             let mut review = review_of(rng, seed.clone(), "CREATE");
@@ -442,21 +447,17 @@ fn generate(rng: &mut Rng, seeds: &[Value]) -> Input {
                 case: Case::Envelope,
                 endpoint,
                 body: serde_json::to_vec(&review).unwrap(),
-                names_a_field: false,
-            }
+                }
         }
         _ => {
             let mut object = seed.clone();
             mutate(rng, &mut object);
             let operation = *rng.pick(&["CREATE", "CREATE", "CREATE", "UPDATE", "UPDATE", "DELETE", "CONNECT"]);
-            let served = matches!(object.get("kind").and_then(Value::as_str), Some("Provisioner" | "AWSNodeTemplate"));
-            let names_a_field = served && matches!(operation, "CREATE" | "UPDATE");
             let body = serde_json::to_vec(&review_of(rng, object, operation)).unwrap();
             Input {
                 case: Case::Review,
                 endpoint,
                 body,
-                names_a_field,
             }
         }
     }
@@ -491,57 +492,17 @@ fn seeds() -> Vec<Value> {
     seeds
 }
 
-/// What is wrong with `review`'s answer to `input`, if anything.
+/// What is wrong with `review`'s answer to `input`, if anything: a panic, or a broken rule of
+/// the oracle.
 fn check(input: &Input, settings: &ApiSettings) -> Result<&'static str, String> {
-    let outcome = catch_unwind(AssertUnwindSafe(|| review(input.endpoint, &input.body, settings))).map_err(|panic| {
+    catch_unwind(AssertUnwindSafe(|| oracle::check(input.endpoint, &input.body, settings))).unwrap_or_else(|panic| {
         let message = panic
             .downcast_ref::<String>()
             .cloned()
             .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
             .unwrap_or_default();
-        format!("panicked: {message}")
-    })?;
-    let answer: Value = serde_json::from_slice(&outcome.body).map_err(|e| format!("answer is not JSON: {e}"))?;
-    match outcome.http_status {
-        400 => return Ok("refused (400)"),
-        200 => {}
-        other => return Err(format!("HTTP status {other}")),
-    }
-    if answer["kind"] != "AdmissionReview" || !answer["response"]["uid"].is_string() || !answer["response"]["allowed"].is_boolean() {
-        return Err(format!("not an AdmissionReview with uid and allowed: {answer}"));
-    }
-    if answer["response"]["allowed"] == true {
-        return Ok(if answer["response"]["patch"].is_string() {
-            "allowed with a patch"
-        } else {
-            "allowed"
-        });
-    }
-    let message = answer["response"]["status"]["message"].as_str().unwrap_or_default();
-    if message.is_empty() {
-        return Err(format!("a denial without a message: {answer}"));
-    }
-    if input.names_a_field && !names_a_field(message) {
-        return Err(format!("a denial naming no field: {message:?}"));
-    }
-    Ok("denied")
-}
-
-/// Whether a denial message names the field at fault: `<Kind> "<name>" is invalid: <path>: …`
-/// (every field error, `; `-joined, starts with its path, which begins with a top-level field of
-/// the object), or `malformed AdmissionReview: request.<field>: …` for the review's own fields.
-/// A path may hold any key the client sent, spaces included (`spec.limits. x: forbidden: …`).
-fn names_a_field(message: &str) -> bool {
-    let path = |rest: &str| rest.split_once(": ").map(|(p, _)| p.to_string()).unwrap_or_default();
-    if let Some((_, rest)) = message.split_once("is invalid: ") {
-        let path = path(rest);
-        return ["spec", "metadata", "status", "apiVersion", "kind", "object"]
-            .iter()
-            .any(|top| path == *top || path.starts_with(&format!("{top}.")) || path.starts_with(&format!("{top}[")));
-    }
-    message
-        .split_once("malformed AdmissionReview: ")
-        .is_some_and(|(_, rest)| path(rest).starts_with("request."))
+        Err(format!("panicked: {message}"))
+    })
 }
 
 fn env_number(name: &str, default: u64) -> u64 {
@@ -552,7 +513,7 @@ fn env_number(name: &str, default: u64) -> u64 {
 }
 
 #[test]
-fn no_input_panics_and_every_denial_names_a_field() {
+fn every_answer_satisfies_the_oracle() {
     let inputs = env_number("FUZZ_INPUTS", 5_000);
     let seconds = env_number("FUZZ_SECONDS", 600);
     let seed = env_number("FUZZ_SEED", 0x6b61_7270_656e_7465);
@@ -585,8 +546,13 @@ fn no_input_panics_and_every_denial_names_a_field() {
                     match checked {
                         Ok(result) => *tally.entry((input.case, result)).or_default() += 1,
                         Err(why) => {
+                            *tally.entry((input.case, "FAILED")).or_default() += 1;
                             failed.store(true, Ordering::Relaxed);
-                            if failures.len() < 5 {
+                            // The first three of each kind of input and broken rule (the
+                            // reason's words before its first colon), ten in all.
+                            let rule = |why: &str| why.split(':').next().unwrap_or_default().to_string();
+                            let seen = failures.iter().filter(|(i, w)| i.case == input.case && rule(w) == rule(&why)).count();
+                            if seen < 3 && failures.len() < 10 {
                                 failures.push((input, why));
                             }
                         }
@@ -611,10 +577,10 @@ fn no_input_panics_and_every_denial_names_a_field() {
     }
     std::panic::set_hook(hook);
     let elapsed = started.elapsed().as_secs_f64();
+    let failing: u64 = tally.iter().filter(|((_, result), _)| *result == "FAILED").map(|(_, n)| n).sum();
     eprintln!(
-        "fuzz_admission: {total} inputs in {elapsed:.1} s ({:.0}/s, {threads} threads, seed {seed:#x}), {} failing",
+        "fuzz_admission: {total} inputs in {elapsed:.1} s ({:.0}/s, {threads} threads, seed {seed:#x}), {failing} failing",
         total as f64 / elapsed,
-        failures.len()
     );
     // Where the time went, summed over the threads: making the inputs, and the webhook's answers
     // with their checks.
@@ -705,3 +671,4 @@ fn escaped_strings_in_the_envelope_are_read_as_their_text() {
     assert_eq!(a["response"]["allowed"], true, "{a}");
     assert_eq!((outcome.kind, outcome.operation), ("Provisioner", "CREATE"));
 }
+
