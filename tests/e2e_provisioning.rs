@@ -1240,8 +1240,12 @@ fn simulate_predicts_the_nodes_that_launch() {
     let suffix = unique("predict");
     let namespace = format!("ns-{suffix}");
     let types = ["t3.large", "t3.xlarge", "c5.xlarge", "c5.2xlarge", "m5.large", "m5.xlarge", "m5.2xlarge"];
+    // Limits of 0 CPU hold every launch until all the pods are pending: the controller's first pass
+    // then sees them together, as simulate does (pods created across two batches would be packed
+    // differently, rightly).
     let (template, provisioner, node_type) = service_provisioner(cluster, &suffix, |p| {
         set_requirement(p, "node.kubernetes.io/instance-type", &types);
+        p["spec"]["limits"] = json!({"resources": {"cpu": "0"}});
     });
     kubectl_ok(cluster, &["create", "namespace", &namespace], None);
     let sized = |name: &str, replicas: i64, cpu: &str, memory: &str| {
@@ -1258,6 +1262,18 @@ fn simulate_predicts_the_nodes_that_launch() {
     ]});
     let created = [(template.clone(), provisioner.clone())];
     with_clean_up(cluster, controller, &namespace, &created, || {
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&workloads.to_string()));
+        wait_for("6 pods pending", Duration::from_secs(60), || {
+            let out = kubectl_ok(cluster, &["get", "pods", "-n", &namespace, "-o", "json"], None);
+            let pods: Vec<Pod> = support::items(&out);
+            let pending = pods.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")).count();
+            (pending == 6).then_some(())
+        });
+        kubectl_ok(
+            cluster,
+            &["patch", "provisioner", &provisioner, "--type=json", "-p", r#"[{"op": "remove", "path": "/spec/limits"}]"#],
+            None,
+        );
         let dir = tempfile::tempdir().unwrap();
         let stored = kubectl_ok(
             cluster,
@@ -1290,7 +1306,6 @@ fn simulate_predicts_the_nodes_that_launch() {
             .collect();
         predicted.sort();
 
-        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&workloads.to_string()));
         wait_for("6 pods Running", Duration::from_secs(180), || {
             (running_pods(cluster, &namespace).len() == 6).then_some(())
         });
