@@ -640,9 +640,7 @@ async fn a_launch_for_the_same_need_gets_the_instance_already_launched() {
             let other = cloud.create(&request).await.expect("launching for another need");
             ids.lock().unwrap().push(other.id.clone());
             assert_ne!(other.id, first.id);
-            let tagged = Filter::builder().name("tag:karpenter.sh/provisioner-name").values(&provisioner).build();
-            let out = cloud.ec2().describe_instances().filters(tagged).send().await.unwrap();
-            let launched: BTreeSet<&str> = out.reservations().iter().flat_map(|r| r.instances()).filter_map(|i| i.instance_id()).collect();
+            let launched = support::instances_ever(cloud.ec2(), &provisioner).await;
             assert_eq!(launched.len(), 2, "two needs, two instances: {launched:?}");
         }
     })

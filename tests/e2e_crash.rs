@@ -332,19 +332,7 @@ impl Scenario {
     /// Every instance ever launched for the scenario's Provisioner, terminated ones included, as
     /// the EC2 emulator lists them.
     fn instances_ever(&self, setup: &Setup) -> std::collections::BTreeSet<String> {
-        let tagged = aws_sdk_ec2::types::Filter::builder()
-            .name("tag:karpenter.sh/provisioner-name")
-            .values(&self.provisioner)
-            .build();
-        let out = setup
-            .rt
-            .block_on(setup.cloud.ec2().describe_instances().filters(tagged).send())
-            .expect("describing instances");
-        out.reservations()
-            .iter()
-            .flat_map(|r| r.instances())
-            .filter_map(|i| i.instance_id().map(str::to_string))
-            .collect()
+        setup.rt.block_on(support::instances_ever(setup.cloud.ec2(), &self.provisioner))
     }
 
     /// Leaked instances (running, no Node names them), stuck Nodes (being deleted) and Nodes.

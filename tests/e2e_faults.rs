@@ -403,20 +403,7 @@ fn a_create_fleet_answer_lost_after_the_launch_is_answered_from_its_token_and_la
         // The SDK's retry carried the same ClientToken, which EC2 (and the emulator,
         // tests/cluster/moto_server.py) answers with the instance it already launched: one
         // instance ever, terminated ones included, and it is the Node's; nothing to collect.
-        let tagged = aws_sdk_ec2::types::Filter::builder()
-            .name("tag:karpenter.sh/provisioner-name")
-            .values(&s.provisioner)
-            .build();
-        let out = suite
-            .controller
-            .block_on(suite.moto.ec2().describe_instances().filters(tagged).send())
-            .unwrap();
-        let ever: BTreeSet<String> = out
-            .reservations()
-            .iter()
-            .flat_map(|r| r.instances())
-            .filter_map(|i| i.instance_id().map(str::to_string))
-            .collect();
+        let ever = suite.controller.block_on(support::instances_ever(suite.moto.ec2(), &s.provisioner));
         assert_eq!(s.nodes().len(), 1, "one node for one pod");
         assert_eq!(ever, instance_ids_of(&s.nodes()), "one instance ever launched, the node's");
         assert_eq!(s.running(), 1);

@@ -540,6 +540,21 @@ pub fn ec2_event(source: &str, detail_type: &str, detail: serde_json::Value) -> 
     .to_string()
 }
 
+/// Every instance ever launched for `provisioner` (by its `karpenter.sh/provisioner-name` tag),
+/// terminated ones included, as EC2 (the emulator) lists them.
+pub async fn instances_ever(ec2: &aws_sdk_ec2::Client, provisioner: &str) -> std::collections::BTreeSet<String> {
+    let tagged = aws_sdk_ec2::types::Filter::builder()
+        .name("tag:karpenter.sh/provisioner-name")
+        .values(provisioner)
+        .build();
+    let out = ec2.describe_instances().filters(tagged).send().await.expect("describing instances");
+    out.reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .filter_map(|i| i.instance_id().map(str::to_string))
+        .collect()
+}
+
 /// Messages on the queue at `url`, visible or being handled.
 pub async fn queued_messages(sqs: &aws_sdk_sqs::Client, url: &str) -> u64 {
     use aws_sdk_sqs::types::QueueAttributeName;
