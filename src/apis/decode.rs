@@ -9,6 +9,7 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 
 use super::field_error::{FieldError, Path, Raw};
+use super::objects_only::ObjectsOnly;
 
 /// A step into a JSON value: an object key or an array index.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,7 +24,7 @@ enum Step {
 pub fn decode<T: DeserializeOwned + JsonSchema>(value: &serde_json::Value, root: &Path) -> Result<T, FieldError> {
     let mut unknown: Option<Vec<Step>> = None;
     let mut track = serde_path_to_error::Track::new();
-    let typed = serde_ignored::deserialize(serde_path_to_error::Deserializer::new(value, &mut track), |ignored| {
+    let typed = serde_ignored::deserialize(serde_path_to_error::Deserializer::new(ObjectsOnly(value), &mut track), |ignored| {
         let steps = steps(&ignored);
         if unknown.is_none() && reportable(&steps) {
             unknown = Some(steps);
@@ -86,7 +87,7 @@ pub fn from_str_exact<T: DeserializeOwned>(json: &str) -> Option<T> {
 /// ignore and the user must not write is an error (without its path: `decode` names it).
 pub fn deserialize_exact<'de, D: serde::Deserializer<'de>, T: serde::Deserialize<'de>>(deserializer: D) -> Result<T, D::Error> {
     let mut exact = true;
-    let typed = serde_ignored::deserialize(deserializer, |ignored| exact &= !reportable(&steps(&ignored)))?;
+    let typed = serde_ignored::deserialize(ObjectsOnly(deserializer), |ignored| exact &= !reportable(&steps(&ignored)))?;
     if exact {
         Ok(typed)
     } else {

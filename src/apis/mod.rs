@@ -6,6 +6,7 @@ pub mod decode;
 pub mod field_error;
 pub mod hash;
 pub mod names;
+pub mod objects_only;
 pub mod quantity;
 pub mod schema;
 pub mod v1alpha1;

@@ -16,6 +16,23 @@ pub fn preserve_unknown_object(_: &mut SchemaGenerator) -> Schema {
     Schema::Object(schema)
 }
 
+/// Reads an optional object kept as JSON (see [`preserve_unknown_object`]): anything but an
+/// object or null is refused as its schema refuses it, so that the webhook never answers for an
+/// array or a string as if it were the object (`spec.provider: []`).
+pub fn deserialize_object<'de, D>(deserializer: D) -> Result<Option<serde_json::Value>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    use serde::de::Error;
+    use serde::Deserialize;
+    match Option::<serde_json::Value>::deserialize(deserializer)? {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(object @ serde_json::Value::Object(_)) => Ok(Some(object)),
+        Some(serde_json::Value::Array(_)) => Err(D::Error::custom(crate::apis::objects_only::ARRAY_FOR_AN_OBJECT)),
+        Some(other) => Err(D::Error::custom(format!("invalid type: {other}, expected an object"))),
+    }
+}
+
 /// The pattern the API server's own resource quantities follow.
 const QUANTITY_PATTERN: &str =
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";

@@ -658,6 +658,52 @@ mod tests {
     }
 
     #[test]
+    fn an_array_where_the_schema_has_an_object_is_denied_naming_the_array() {
+        // serde's derived structs read an array as their fields in order: `spec: []` was taken as
+        // an empty spec and answered with a patch under /spec that cannot apply to an array.
+        let template: Value = serde_yaml_ng::from_str(
+            &std::fs::read_to_string(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/first-writeup/awsnodetemplate.yaml"),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let mut cases = Vec::new();
+        for array in [json!([]), json!([null])] {
+            let mut p = first_writeup_provisioner();
+            p["spec"] = array;
+            cases.push((p, "spec"));
+        }
+        for (key, array) in [("consolidation", json!([true])), ("kubeletConfiguration", json!([]))] {
+            let mut p = first_writeup_provisioner();
+            p["spec"][key] = array;
+            cases.push((p, if key == "consolidation" { "spec.consolidation" } else { "spec.kubeletConfiguration" }));
+        }
+        let mut inline = first_writeup_provisioner();
+        inline["spec"].as_object_mut().unwrap().remove("providerRef");
+        inline["spec"]["provider"] = json!(["%"]);
+        cases.push((inline, "spec.provider"));
+        let mut t = template.clone();
+        t["spec"]["blockDeviceMappings"] = json!([{"deviceName": "/dev/xvda", "ebs": []}]);
+        cases.push((t, "spec.blockDeviceMappings[0].ebs"));
+        let mut t = template;
+        t["spec"]["metadataOptions"] = json!(["enabled"]);
+        cases.push((t, "spec.metadataOptions"));
+        for (object, field) in &cases {
+            for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
+                let response = answer(endpoint, &create(object));
+                let message = response["status"]["message"].as_str().unwrap_or_default();
+                assert_eq!(response["allowed"], false, "{endpoint:?} {object}: {response}");
+                assert!(response["patch"].is_null(), "{response}");
+                assert!(
+                    message.contains(&format!("{field}: invalid value")) && message.contains("expected an object"),
+                    "{endpoint:?} {field}: {message}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn a_key_the_kind_does_not_know_is_denied_whichever_order_the_review_comes_in() {
         let mut p = first_writeup_provisioner();
         p["spec"]["ttlSecondsAfterEmtpy"] = json!(30);

@@ -49,7 +49,11 @@ pub struct ProvisionerSpec {
     pub kubelet_configuration: Option<KubeletConfiguration>,
     /// Inline AWS settings (subnetSelector, securityGroupSelector, ...). Mutually exclusive with
     /// providerRef; prefer an AWSNodeTemplate referenced by providerRef.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::apis::schema::deserialize_object"
+    )]
     #[schemars(schema_with = "crate::apis::schema::preserve_unknown_object")]
     pub provider: Option<serde_json::Value>,
     /// Reference to the AWSNodeTemplate that holds this Provisioner's AWS settings.

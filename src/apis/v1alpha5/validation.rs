@@ -562,8 +562,21 @@ mod tests {
         );
         let got = inline(json!({"subnetSelector": {"a": ""}, "securityGroupSelector": {"a": "b"}}));
         assert!(got.contains("spec.provider.subnetSelector[a]: invalid value \"\""), "{got}");
-        let got = inline(json!("a string"));
-        assert!(got.contains("spec.provider: invalid value"), "{got}");
+        // Not an object: refused when read, as the CRD's schema refuses it.
+        for provider in [json!("a string"), json!(["%"]), json!(7)] {
+            let mut spec = service();
+            spec.as_object_mut().unwrap().remove("providerRef");
+            spec["provider"] = provider.clone();
+            let object =
+                json!({"apiVersion": "karpenter.sh/v1alpha5", "kind": "Provisioner", "metadata": {"name": "service"}, "spec": spec});
+            let got = crate::apis::decode::decode::<Provisioner>(&object, &crate::apis::field_error::Path::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                got.starts_with(&format!("spec.provider: invalid value {provider}")) && got.contains("expected an object"),
+                "{got}"
+            );
+        }
     }
 
     #[test]
