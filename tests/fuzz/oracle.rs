@@ -49,6 +49,8 @@
 //! 4. **An array is not an object.** A CREATE or UPDATE whose object holds a JSON array where
 //!    its CRD's schema has an object (for an inline `spec.provider`, the AWSNodeTemplate spec's
 //!    schema) is denied: serde's derived structs would read the array as their fields in order.
+//!    `/mutate` may allow one inside an inline `spec.provider`, whose contents it keeps as they
+//!    are (the Provisioner's schema keeps any object there); `/validate` reads them and must deny.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -67,7 +69,12 @@ pub fn check(endpoint: Endpoint, body: &[u8], settings: &ApiSettings) -> Result<
     let answer = rules(endpoint, body, settings)?;
     if answer.starts_with("allowed") && writes(body) {
         if let Some(path) = array_for_an_object(body) {
-            return Err(format!("allowed an object holding an array at {path} where its schema has an object"));
+            // `/mutate` keeps an inline provider's contents as they are (no defaults there), as
+            // the Provisioner's schema does: only `/validate` reads them.
+            let inside_provider = path.starts_with(".spec.provider.") || path.starts_with(".spec.provider[");
+            if endpoint == Endpoint::Validate || !inside_provider {
+                return Err(format!("allowed an object holding an array at {path} where its schema has an object"));
+            }
         }
     }
     Ok(answer)
