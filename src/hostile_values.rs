@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::chrono::{DateTime, Duration, TimeZone, Utc};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -137,8 +137,8 @@ prop_compose! {
     }
 }
 
-fn at(seconds: i64) -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2023, 6, 1, 12, 0, 0).unwrap() + Duration::seconds(seconds)
+fn at(seconds: i64) -> Timestamp {
+    "2023-06-01T12:00:00Z".parse::<Timestamp>().unwrap() + SignedDuration::from_secs(seconds)
 }
 
 /// A Ready, initialised t3.large of Provisioner `default`, created at `at(0)`, marked empty since
@@ -147,7 +147,7 @@ fn our_node() -> Node {
     serde_json::from_value(json!({
         "metadata": {
             "name": "n1",
-            "creationTimestamp": at(0).to_rfc3339(),
+            "creationTimestamp": at(0).to_string(),
             "labels": {
                 PROVISIONER_NAME_LABEL: "default", INITIALIZED_LABEL: "true", INSTANCE_TYPE_LABEL: "t3.large",
                 ZONE_LABEL: "ap-northeast-2a", CAPACITY_TYPE_LABEL: "on-demand", "kubernetes.io/hostname": "n1",
@@ -170,7 +170,7 @@ fn decide_all(provisioner: &Provisioner, cpu: &str, memory: &str) {
     let node = our_node();
     let mut bound: Pod = pod("bound").cpu(cpu).memory(memory).build();
     bound.spec.as_mut().unwrap().node_name = Some("n1".into());
-    bound.status = Some(serde_json::from_value(json!({"phase": "Running", "startTime": at(0).to_rfc3339()})).unwrap());
+    bound.status = Some(serde_json::from_value(json!({"phase": "Running", "startTime": at(0).to_string()})).unwrap());
     let pods = [Arc::new(bound)];
     let mut existing = ExistingNode::from_node(&node, pods.to_vec());
     existing.allocatable = types[0].allocatable();
@@ -188,8 +188,8 @@ fn decide_all(provisioner: &Provisioner, cpu: &str, memory: &str) {
 
     let now = at(1_000_000);
     let spec = &provisioner.spec;
-    let _ = decide::emptiness(&node, &[], spec.ttl_seconds_after_empty, Duration::seconds(20), now);
-    let _ = decide::emptiness(&node, &pods, spec.ttl_seconds_after_empty, Duration::seconds(20), now);
+    let _ = decide::emptiness(&node, &[], spec.ttl_seconds_after_empty, SignedDuration::from_secs(20), now);
+    let _ = decide::emptiness(&node, &pods, spec.ttl_seconds_after_empty, SignedDuration::from_secs(20), now);
     let _ = decide::expires_at(&node, spec.ttl_seconds_until_expired);
     let candidate = decide::Candidate {
         node: &node,

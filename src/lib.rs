@@ -13,6 +13,7 @@ pub mod crds;
 pub mod failpoint;
 #[cfg(test)]
 mod hostile_values;
+pub mod kube_client;
 pub mod metrics;
 pub mod probes;
 pub mod ratelimit;

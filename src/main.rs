@@ -169,7 +169,7 @@ where
 /// The Kubernetes clients: the controllers' (rate-limited) and the Lease's own, and the CA the
 /// API server is trusted by.
 async fn connect(args: &RunArgs) -> anyhow::Result<(kube::Client, kube::Client, Option<Vec<Vec<u8>>>)> {
-    let mut kube_config = kube::Config::infer().await.context("reading the kube config")?;
+    let mut kube_config = karpenter_rs::kube_client::infer().await.context("reading the kube config")?;
     // Named in the API server's audit log and request metrics, as client-go programs are.
     kube_config
         .headers

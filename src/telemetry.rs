@@ -65,10 +65,7 @@ where
 {
     fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> std::fmt::Result {
         let mut line = Map::new();
-        line.insert(
-            "timestamp".into(),
-            Value::String(k8s_openapi::chrono::Utc::now().to_rfc3339_opts(k8s_openapi::chrono::SecondsFormat::Micros, true)),
-        );
+        line.insert("timestamp".into(), Value::String(format!("{:.6}", jiff::Timestamp::now())));
         line.insert("level".into(), Value::String(event.metadata().level().to_string()));
         if let Some(scope) = ctx.event_scope() {
             let mut names = Vec::new();

@@ -1165,7 +1165,10 @@ async fn termination_reads_pods_from_the_cache_and_works_on_at_most_16_nodes_at_
     )
     .await
     .unwrap();
-    let counted = kube::client::ClientBuilder::try_from(config).unwrap().with_layer(&layer).build();
+    let counted = kube::client::ClientBuilder::try_from(karpenter_rs::kube_client::configure(config))
+        .unwrap()
+        .with_layer(&layer)
+        .build();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let metrics = karpenter_rs::metrics::Metrics::new();
     let view = state::Cluster::start(&support::client(cluster).await, &shutdown, &metrics.liveness);

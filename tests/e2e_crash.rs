@@ -900,7 +900,7 @@ fn random_crashes_across_operations_converge_without_leaks_or_second_launches() 
                     // Expired now; its replacement, younger by the whole round, is not.
                     let node = s.node(old.as_deref().unwrap()).expect("the node to expire");
                     let created = node.metadata.creation_timestamp.as_ref().unwrap().0;
-                    let age = (k8s_openapi::chrono::Utc::now() - created).num_seconds().max(0);
+                    let age = jiff::Timestamp::now().duration_since(created).as_secs().max(0);
                     let ttl = age.max(150) + 1;
                     if age < ttl {
                         std::thread::sleep(Duration::from_secs((ttl - age) as u64));
@@ -1719,7 +1719,7 @@ fn a_leader_whose_api_server_turns_slow_writes_nothing_after_the_other_takes_ove
             ],
             None,
         );
-        let acquired: k8s_openapi::chrono::DateTime<k8s_openapi::chrono::Utc> = acquired.trim().parse().expect("an acquireTime");
+        let acquired: jiff::Timestamp = acquired.trim().parse().expect("an acquireTime");
         wait_for("3 pods Running", Duration::from_secs(180), || {
             let running = s
                 .pods()
@@ -1758,7 +1758,7 @@ fn a_leader_whose_api_server_turns_slow_writes_nothing_after_the_other_takes_ove
 
 /// The audit log's successful writes by the audited user (tests/cluster/up.sh), with when the API
 /// server received each and "verb resource[/subresource] name".
-fn audited_writes(audit_log: &str) -> Vec<(k8s_openapi::chrono::DateTime<k8s_openapi::chrono::Utc>, String)> {
+fn audited_writes(audit_log: &str) -> Vec<(jiff::Timestamp, String)> {
     audit_log
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())

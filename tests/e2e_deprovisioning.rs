@@ -275,7 +275,7 @@ fn first_write_up_node_is_removed_once_empty_for_ttl_seconds_after_empty() {
                 }
             });
             if let Some(marked) = marked {
-                k8s_openapi::chrono::DateTime::parse_from_rfc3339(&marked).expect("the annotation is RFC 3339");
+                marked.parse::<jiff::Timestamp>().expect("the annotation is RFC 3339");
             }
         }
         wait_for("the empty nodes to be gone", Duration::from_secs(150), || {
@@ -363,7 +363,7 @@ fn scaling_to_zero_and_back_within_the_ttl_keeps_the_node() {
                 s.node(name).and_then(|n| n.annotations().get(EMPTINESS_ANNOTATION).cloned())
             });
         }
-        let scaled_up_at = k8s_openapi::chrono::Utc::now();
+        let scaled_up_at = jiff::Timestamp::now();
         kubectl_ok(
             cluster,
             &["scale", "deployment", "nginx-karpenter", "-n", &s.namespace, "--replicas=2"],

@@ -63,7 +63,7 @@ async fn exactly_one_replica_leads_and_the_other_takes_over() {
 
 /// The audit log's successful writes of Lease `name` from `source`, with when the API server
 /// finished each.
-fn lease_writes_from(audit_log: &str, name: &str, source: &str) -> Vec<k8s_openapi::chrono::DateTime<k8s_openapi::chrono::Utc>> {
+fn lease_writes_from(audit_log: &str, name: &str, source: &str) -> Vec<jiff::Timestamp> {
     audit_log
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
@@ -94,7 +94,10 @@ async fn a_leader_on_a_slow_connection_stops_before_the_other_takes_over_and_wri
     .await
     .unwrap();
     slow_config.cluster_url = format!("https://127.0.0.1:{}", proxy.port()).parse().unwrap();
-    let slow: Api<Lease> = Api::namespaced(kube::Client::try_from(slow_config).unwrap(), "default");
+    let slow: Api<Lease> = Api::namespaced(
+        kube::Client::try_from(karpenter_rs::kube_client::configure(slow_config)).unwrap(),
+        "default",
+    );
 
     let (a_tx, a) = watch::channel(false);
     let (b_tx, b) = watch::channel(false);

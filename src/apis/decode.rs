@@ -4,9 +4,9 @@
 //! an object stored under another CRD (Karpenter's own, which accepts more fields) never stops
 //! a controller's watch; the strictness the webhook and the CLIs give users lives here. No I/O.
 
-use schemars::schema::{RootSchema, Schema, SchemaObject, SingleOrVec};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use super::field_error::{FieldError, Path, Raw};
 use super::objects_only::ObjectsOnly;
@@ -127,54 +127,67 @@ fn steps(path: &serde_ignored::Path<'_>) -> Vec<Step> {
 
 /// The property names of the object schema reached by `steps` from the root of `schema` (empty
 /// when the schema does not say).
-fn known_fields(schema: &RootSchema, steps: &[Step]) -> Vec<String> {
-    let mut at = Some(resolve(schema, &schema.schema));
+fn known_fields(schema: &schemars::Schema, steps: &[Step]) -> Vec<String> {
+    let root = schema.as_value();
+    let mut at = Some(resolve(root, root));
     for step in steps {
         at = at.and_then(|object| {
             let next = match step {
-                Step::Key(k) => object.object.as_ref().and_then(|o| o.properties.get(k).or(o.additional_properties.as_deref())),
-                Step::Index(_) => object.array.as_ref().and_then(|a| match a.items.as_ref()? {
-                    SingleOrVec::Single(item) => Some(&**item),
-                    SingleOrVec::Vec(items) => items.first(),
-                }),
+                Step::Key(k) => object
+                    .get("properties")
+                    .and_then(|p| p.get(k))
+                    .or_else(|| object.get("additionalProperties")),
+                Step::Index(_) => match object.get("items")? {
+                    Value::Array(items) => items.first(),
+                    item => Some(item),
+                },
             }?;
-            match next {
-                Schema::Object(o) => Some(resolve(schema, o)),
-                Schema::Bool(_) => None,
-            }
+            // `true`/`false` schemas say nothing about properties.
+            next.is_object().then(|| resolve(root, next))
         });
     }
-    at.and_then(|o| o.object.as_ref())
-        .map(|o| o.properties.keys().cloned().collect())
+    at.and_then(|o| o.get("properties"))
+        .and_then(Value::as_object)
+        .map(|properties| properties.keys().cloned().collect())
         .unwrap_or_default()
 }
 
-/// `object` with references and `allOf`/`anyOf`/`oneOf` wrappers (how an `Option` of a struct
-/// is written) followed to the schema that holds its properties.
-fn resolve<'a>(root: &'a RootSchema, object: &'a SchemaObject) -> &'a SchemaObject {
+/// Keywords that make a schema an object schema of its own.
+const OBJECT_KEYWORDS: [&str; 7] = [
+    "properties",
+    "additionalProperties",
+    "required",
+    "patternProperties",
+    "propertyNames",
+    "minProperties",
+    "maxProperties",
+];
+
+/// Keywords whose values are lists of subschemas.
+const SUBSCHEMA_LISTS: [&str; 3] = ["allOf", "anyOf", "oneOf"];
+
+/// `object` with references (`#/$defs/...`) and `allOf`/`anyOf`/`oneOf` wrappers (how an
+/// `Option` of a struct is written) followed to the schema that holds its properties.
+fn resolve<'a>(root: &'a Value, object: &'a Value) -> &'a Value {
+    let has_object_keywords = |v: &Value| OBJECT_KEYWORDS.iter().any(|k| v.get(k).is_some());
     let mut at = object;
     for _ in 0..16 {
-        if let Some(name) = at.reference.as_deref().and_then(|r| r.strip_prefix("#/definitions/")) {
-            match root.definitions.get(name) {
-                Some(Schema::Object(o)) => {
-                    at = o;
+        if let Some(pointer) = at.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix('#')) {
+            match root.pointer(pointer) {
+                Some(target) if target.is_object() => {
+                    at = target;
                     continue;
                 }
                 _ => return at,
             }
         }
-        let wrapped = at.subschemas.as_ref().and_then(|s| {
-            [&s.all_of, &s.any_of, &s.one_of]
-                .into_iter()
-                .flatten()
-                .flatten()
-                .find_map(|sub| match sub {
-                    Schema::Object(o) if o.reference.is_some() || o.object.is_some() || o.subschemas.is_some() => Some(o),
-                    _ => None,
-                })
-        });
+        let wrapped = SUBSCHEMA_LISTS
+            .iter()
+            .filter_map(|k| at.get(k).and_then(Value::as_array))
+            .flatten()
+            .find(|sub| sub.get("$ref").is_some() || has_object_keywords(sub) || SUBSCHEMA_LISTS.iter().any(|k| sub.get(k).is_some()));
         match wrapped {
-            Some(o) if at.object.is_none() => at = o,
+            Some(sub) if !has_object_keywords(at) => at = sub,
             _ => return at,
         }
     }

@@ -1,19 +1,11 @@
 //! Schema fragments the derived CRD schemas cannot express by themselves.
 
-use schemars::gen::SchemaGenerator;
-use schemars::schema::{InstanceType, Schema, SchemaObject};
+use schemars::{json_schema, Schema, SchemaGenerator};
 
 /// An object whose contents the API server keeps as they are (`x-kubernetes-preserve-unknown-fields`).
 /// Used for the inline `spec.provider`, which the webhook decodes strictly instead.
 pub fn preserve_unknown_object(_: &mut SchemaGenerator) -> Schema {
-    let mut schema = SchemaObject {
-        instance_type: Some(InstanceType::Object.into()),
-        ..Default::default()
-    };
-    schema
-        .extensions
-        .insert("x-kubernetes-preserve-unknown-fields".into(), serde_json::Value::Bool(true));
-    Schema::Object(schema)
+    json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
 }
 
 /// Reads an optional object kept as JSON (see [`preserve_unknown_object`]): anything but an
@@ -46,8 +38,36 @@ pub fn quantity_map(_: &mut SchemaGenerator) -> Schema {
         "pattern": QUANTITY_PATTERN,
         "x-kubernetes-int-or-string": true
     });
-    let schema = serde_json::json!({"type": "object", "nullable": true, "additionalProperties": value});
-    serde_json::from_value(schema).expect("a valid schema")
+    json_schema!({"type": "object", "nullable": true, "additionalProperties": value})
+}
+
+/// Declares the quantities of an optional field (`Option<Quantity>` or a map of them) strings
+/// (`"16Gi"`), as our CRDs always have: k8s-openapi declares `Quantity` int-or-string since 0.26.
+/// The webhook and the controllers still read numbers (Karpenter's CRDs allow them, see
+/// [`deserialize_quantity`]); [`quantity_map`] is where ours allow them too.
+pub fn quantities_as_strings(schema: &mut Schema) {
+    // The field's `None` is lost with a schema that has no type; kube restores it as `nullable`
+    // for int-or-string fields only, so it is restored here.
+    let optional_quantity = is_int_or_string(schema);
+    as_strings(schema);
+    if optional_quantity {
+        schema.insert("nullable".into(), true.into());
+    }
+}
+
+fn as_strings(schema: &mut Schema) {
+    schemars::transform::transform_subschemas(&mut as_strings, schema);
+    if is_int_or_string(schema) {
+        schema.remove("x-kubernetes-int-or-string");
+        schema.insert("type".into(), "string".into());
+    }
+}
+
+/// A bare int-or-string schema (k8s-openapi's `Quantity`), not one that spells out its types.
+fn is_int_or_string(schema: &Schema) -> bool {
+    schema.get("x-kubernetes-int-or-string") == Some(&serde_json::Value::Bool(true))
+        && schema.get("type").is_none()
+        && schema.get("anyOf").is_none()
 }
 
 /// Reads an optional quantity given as a string or a number: Karpenter's CRDs declare

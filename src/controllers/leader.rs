@@ -11,9 +11,9 @@
 
 use std::time::Duration;
 
+use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::chrono::Utc;
 use kube::api::PostParams;
 use kube::Api;
 use tokio::sync::watch;
@@ -202,7 +202,7 @@ async fn try_acquire_or_renew(api: &Api<Lease>, config: &LeaderConfig, observed:
     let current = api.get_opt(&config.name).await?;
     let unchanged_for = observed.see(current.as_ref(), Instant::now());
     // Only written into the Lease, for people reading it; no replica's decision depends on it.
-    let now = Utc::now();
+    let now = Timestamp::now();
     let action = decide(current.as_ref(), &config.identity, unchanged_for, config.lease_duration);
     let seconds = i32::try_from(config.lease_duration.as_secs()).unwrap_or(i32::MAX);
     let result = match (action, current) {
@@ -265,7 +265,6 @@ async fn release(api: &Api<Lease>, config: &LeaderConfig) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::chrono::TimeZone;
 
     fn lease(holder: Option<&str>, renewed_secs: Option<i64>) -> Lease {
         Lease {
@@ -273,7 +272,7 @@ mod tests {
             spec: Some(LeaseSpec {
                 holder_identity: holder.map(str::to_string),
                 lease_duration_seconds: Some(15),
-                renew_time: renewed_secs.map(|s| MicroTime(Utc.timestamp_opt(s, 0).unwrap())),
+                renew_time: renewed_secs.map(|s| MicroTime(Timestamp::from_second(s).unwrap())),
                 ..Default::default()
             }),
         }
@@ -302,8 +301,8 @@ mod tests {
     #[test]
     fn the_holders_clock_does_not_matter() {
         let d = Duration::from_secs(15);
-        let far_past = Utc::now().timestamp() - 86_400;
-        let far_future = Utc::now().timestamp() + 86_400;
+        let far_past = Timestamp::now().as_second() - 86_400;
+        let far_future = Timestamp::now().as_second() + 86_400;
         for renewed in [far_past, far_future] {
             assert_eq!(
                 decide(Some(&lease(Some("b"), Some(renewed))), "a", Duration::from_secs(1), d),

@@ -391,7 +391,7 @@ pub const VALIDATION_CONDITION: &str = "ValidationSucceeded";
 pub fn validation_conditions(
     object: &kube::api::DynamicObject,
     problem: Option<&str>,
-    now: k8s_openapi::chrono::DateTime<k8s_openapi::chrono::Utc>,
+    now: jiff::Timestamp,
 ) -> Option<Vec<serde_json::Value>> {
     let existing: Vec<serde_json::Value> = object.data["status"]["conditions"].as_array().cloned().unwrap_or_default();
     let current = existing.iter().find(|c| c["type"] == VALIDATION_CONDITION);
@@ -406,7 +406,7 @@ pub fn validation_conditions(
     let since = current
         .filter(|c| c["status"] == status)
         .and_then(|c| c["lastTransitionTime"].as_str().map(str::to_string))
-        .unwrap_or_else(|| now.to_rfc3339_opts(k8s_openapi::chrono::SecondsFormat::Secs, true));
+        .unwrap_or_else(|| format!("{now:.0}"));
     let mut condition = serde_json::json!({
         "type": VALIDATION_CONDITION,
         "status": status,
@@ -483,7 +483,7 @@ impl Watches<'_> {
                 let (event, unusable) = tolerant_event::<K>(event);
                 let problem = unusable.as_ref().map(|(_, why)| why.clone());
                 if let Some(stored) = stored {
-                    if let Some(conditions) = validation_conditions(&stored, problem.as_deref(), k8s_openapi::chrono::Utc::now()) {
+                    if let Some(conditions) = validation_conditions(&stored, problem.as_deref(), jiff::Timestamp::now()) {
                         let (api, name, kind) = (statuses.clone(), stored.metadata.name.clone().unwrap_or_default(), kind.clone());
                         tokio::spawn(async move {
                             let patch = serde_json::json!({"status": {"conditions": conditions}});
@@ -606,8 +606,8 @@ mod tests {
     /// readable; one that was always fine is never written; other conditions stay.
     #[test]
     fn the_validation_condition_follows_whether_the_object_can_be_read() {
-        let t0: k8s_openapi::chrono::DateTime<k8s_openapi::chrono::Utc> = "2026-12-05T10:00:00Z".parse().unwrap();
-        let t1 = t0 + k8s_openapi::chrono::Duration::minutes(5);
+        let t0: jiff::Timestamp = "2026-12-05T10:00:00Z".parse().unwrap();
+        let t1 = t0 + jiff::SignedDuration::from_mins(5);
         let other = serde_json::json!({"type": "Other", "status": "True", "reason": "R", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"});
         assert_eq!(
             validation_conditions(&stored(serde_json::json!([other.clone()])), None, t0),

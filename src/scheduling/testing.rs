@@ -317,7 +317,7 @@ impl PodBuilder {
 
     /// `metadata.creationTimestamp`, seconds after the epoch.
     pub fn created(mut self, secs: i64) -> Self {
-        let t = k8s_openapi::chrono::DateTime::from_timestamp(secs, 0).expect("valid test timestamp");
+        let t = jiff::Timestamp::from_second(secs).expect("valid test timestamp");
         self.0.metadata.creation_timestamp = Some(Time(t));
         self
     }

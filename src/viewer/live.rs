@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use futures::StreamExt;
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::chrono::Utc;
 use kube::config::KubeConfigOptions;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -55,7 +55,7 @@ impl Watched {
             selector: &args.node_selector,
             extra_labels: &args.extra_labels,
         };
-        let mut v = view(&nodes, &pods, &options, Utc::now(), prices.as_ref());
+        let mut v = view(&nodes, &pods, &options, Timestamp::now(), prices.as_ref());
         v.error = self.error();
         v
     }
@@ -87,7 +87,7 @@ pub async fn run(args: NodesArgs) -> anyhow::Result<()> {
             .await
             .context("no kubeconfig (KUBECONFIG, ~/.kube/config) and not in a cluster")?,
     };
-    let client = Client::try_from(config).context("kubeconfig")?;
+    let client = Client::try_from(crate::kube_client::configure(config)).context("kubeconfig")?;
     let watched = watch(client, &args.node_selector);
     let prices: SharedPrices = Arc::new(Mutex::new(if args.live_prices {
         fallback("loading live prices".to_string())

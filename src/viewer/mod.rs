@@ -17,8 +17,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use clap::Args;
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::chrono::{DateTime, Utc};
 use ratatui::backend::TestBackend;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -266,7 +266,7 @@ pub struct NodeRow {
     pub max_pods: i64,
     /// One entry per shown resource.
     pub usage: Vec<Usage>,
-    pub created: Option<DateTime<Utc>>,
+    pub created: Option<Timestamp>,
     /// Seconds since it was created.
     pub age_seconds: i64,
     pub status: NodeStatus,
@@ -325,7 +325,7 @@ pub struct ViewOptions<'a> {
 
 /// The view of `nodes` (already those the selector chose) and `pods` (all of the cluster's) at
 /// `now`.
-pub fn view(nodes: &[&Node], pods: &[&Pod], options: &ViewOptions, now: DateTime<Utc>, prices: &dyn PriceBook) -> View {
+pub fn view(nodes: &[&Node], pods: &[&Pod], options: &ViewOptions, now: Timestamp, prices: &dyn PriceBook) -> View {
     let mut on_node: HashMap<&str, Vec<&Pod>> = HashMap::new();
     let mut pods_pending = 0;
     for pod in pods.iter().copied().filter(|p| !is_terminal(p)) {
@@ -381,7 +381,7 @@ pub fn view(nodes: &[&Node], pods: &[&Pod], options: &ViewOptions, now: DateTime
     }
 }
 
-fn row(node: &Node, pods: &[&Pod], options: &ViewOptions, now: DateTime<Utc>, prices: &dyn PriceBook) -> NodeRow {
+fn row(node: &Node, pods: &[&Pod], options: &ViewOptions, now: Timestamp, prices: &dyn PriceBook) -> NodeRow {
     let labels = node.metadata.labels.clone().unwrap_or_default();
     let label = |key: &str| labels.get(key).cloned().unwrap_or_default();
     let allocatable = node
@@ -438,7 +438,7 @@ fn row(node: &Node, pods: &[&Pod], options: &ViewOptions, now: DateTime<Utc>, pr
             })
             .collect(),
         created,
-        age_seconds: created.map(|c| (now - c).num_seconds().max(0)).unwrap_or(0),
+        age_seconds: created.map(|c| now.duration_since(c).as_secs().max(0)).unwrap_or(0),
         status: NodeStatus {
             ready,
             cordoned: node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),

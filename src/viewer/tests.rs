@@ -1,16 +1,16 @@
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::chrono::{DateTime, TimeZone, Utc};
 use serde_json::json;
 
 use super::*;
 
-fn now() -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 12, 2, 12, 0, 0).unwrap()
+fn now() -> Timestamp {
+    "2026-12-02T12:00:00Z".parse::<Timestamp>().unwrap()
 }
 
 /// A node as karpenter-rs launches it: labels, allocatable, Ready, the price annotation.
 fn node(name: &str, instance_type: &str, zone: &str, age_seconds: i64, price: Option<f64>) -> serde_json::Value {
-    let created = now() - k8s_openapi::chrono::Duration::seconds(age_seconds);
+    let created = now() - jiff::SignedDuration::from_secs(age_seconds);
     let mut annotations = serde_json::Map::new();
     if let Some(price) = price {
         annotations.insert("karpenter-rs.io/price-per-hour".into(), json!(price.to_string()));
@@ -20,7 +20,7 @@ fn node(name: &str, instance_type: &str, zone: &str, age_seconds: i64, price: Op
     json!({
         "metadata": {
             "name": name,
-            "creationTimestamp": created.to_rfc3339(),
+            "creationTimestamp": created.to_string(),
             "labels": {
                 "karpenter.sh/provisioner-name": "service",
                 "node.kubernetes.io/instance-type": instance_type,
@@ -210,7 +210,7 @@ fn status_shows_not_ready_cordoned_and_deleting() {
     let mut v = node("n", "t3.large", "ap-northeast-2a", 10, None);
     v["status"]["conditions"][0]["status"] = json!("False");
     v["spec"] = json!({"unschedulable": true});
-    v["metadata"]["deletionTimestamp"] = json!(now().to_rfc3339());
+    v["metadata"]["deletionTimestamp"] = json!(now().to_string());
     let view = view_of(&[to_node(v)], &[], SortBy::Creation);
     assert_eq!(view.rows[0].status.text(), "NotReady,Cordoned,Deleting");
     let mut unknown = node("m", "t3.large", "ap-northeast-2a", 10, None);

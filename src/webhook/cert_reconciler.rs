@@ -136,7 +136,7 @@ pub async fn connect_and_run(config: SelfManagedCerts, store: Arc<CertStore>, me
         let wait = backoff.next_wait();
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            client = Client::try_default() => match client {
+            client = crate::kube_client::try_default() => match client {
                 Ok(c) => break c,
                 Err(e) => warn!(error = %telemetry::chain(&e), retry_in = ?wait, "webhook certificate: cannot reach the Kubernetes API"),
             }

@@ -274,8 +274,22 @@ pub fn not_after(der: &[u8]) -> Option<std::time::SystemTime> {
         0x18 => text.to_string(),
         _ => return None,
     };
-    let at = k8s_openapi::chrono::NaiveDateTime::parse_from_str(&full, "%Y%m%d%H%M%S").ok()?;
-    let seconds = u64::try_from(at.and_utc().timestamp()).ok()?;
+    // YYYYMMDDHHMMSS, read as the RFC 3339 timestamp it spells.
+    if full.len() != 14 {
+        return None;
+    }
+    let part = |range: std::ops::Range<usize>| full.get(range);
+    let rfc3339 = format!(
+        "{}-{}-{}T{}:{}:{}Z",
+        part(0..4)?,
+        part(4..6)?,
+        part(6..8)?,
+        part(8..10)?,
+        part(10..12)?,
+        part(12..14)?
+    );
+    let at: jiff::Timestamp = rfc3339.parse().ok()?;
+    let seconds = u64::try_from(at.as_second()).ok()?;
     Some(std::time::UNIX_EPOCH + Duration::from_secs(seconds))
 }
 
@@ -388,12 +402,10 @@ mod tests {
             params.not_after = rcgen::date_time_ymd(year, month, day);
             let cert = params.self_signed(&rcgen::KeyPair::generate().unwrap()).unwrap();
             let at = not_after(cert.der()).expect("a notAfter");
-            let want = k8s_openapi::chrono::NaiveDate::from_ymd_opt(year, month.into(), day.into())
+            let want = format!("{year:04}-{month:02}-{day:02}T00:00:00Z")
+                .parse::<jiff::Timestamp>()
                 .unwrap()
-                .and_hms_opt(0, 0, 0)
-                .unwrap()
-                .and_utc()
-                .timestamp();
+                .as_second();
             assert_eq!(at.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs(), want as u64, "{year}");
         }
         assert_eq!(not_after(b"not DER"), None);

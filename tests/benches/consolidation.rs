@@ -32,8 +32,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fixture::{allowed, catalogue, lower_bound, provisioner, Rng, Variant};
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::chrono::{TimeZone, Utc};
 use karpenter_rs::apis::v1alpha5::labels::INSTANCE_TYPE_LABEL;
 use karpenter_rs::apis::v1alpha5::{Consolidation, Provisioner};
 use karpenter_rs::controllers::deprovisioning::consolidation::{self, Action, Candidate, Choice, NodeView};
@@ -70,7 +70,7 @@ fn node_object(name: &str, it: &InstanceType, zone: &str, capacity_type: &str) -
     serde_json::from_value(json!({
         "metadata": {
             "name": name,
-            "creationTimestamp": Utc.with_ymd_and_hms(2023, 6, 1, 0, 0, 0).unwrap().to_rfc3339(),
+            "creationTimestamp": "2023-06-01T00:00:00Z".parse::<Timestamp>().unwrap().to_string(),
             "labels": {
                 "karpenter.sh/provisioner-name": "default",
                 "karpenter.sh/initialized": "true",
@@ -90,7 +90,7 @@ fn node_object(name: &str, it: &InstanceType, zone: &str, capacity_type: &str) -
 fn bind(mut pod: Pod, node: &str) -> Pod {
     pod.spec.as_mut().expect("bench pods have a spec").node_name = Some(node.to_string());
     pod.status = Some(
-        serde_json::from_value(json!({"phase": "Running", "startTime": Utc.with_ymd_and_hms(2023, 6, 1, 0, 0, 0).unwrap().to_rfc3339()}))
+        serde_json::from_value(json!({"phase": "Running", "startTime": "2023-06-01T00:00:00Z".parse::<Timestamp>().unwrap().to_string()}))
             .expect("status decodes"),
     );
     pod
@@ -186,7 +186,7 @@ impl Cluster {
     }
 
     fn candidates(&self) -> Vec<Candidate> {
-        let now = Utc.with_ymd_and_hms(2023, 6, 2, 0, 0, 0).unwrap();
+        let now = "2023-06-02T00:00:00Z".parse::<Timestamp>().unwrap();
         let mut out: Vec<Candidate> = self
             .members
             .iter()

@@ -283,7 +283,7 @@ pub async fn client(cluster: &Cluster) -> kube::Client {
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
         .await
         .expect("kube config");
-    kube::Client::try_from(config).expect("kube client")
+    kube::Client::try_from(karpenter_rs::kube_client::configure(config)).expect("kube client")
 }
 
 /// Polls `check` every 250 ms until it returns a value; panics naming `what` after `timeout`.
@@ -534,7 +534,7 @@ impl AdmissionWebhook {
 pub fn ec2_event(source: &str, detail_type: &str, detail: serde_json::Value) -> String {
     serde_json::json!({
         "version": "0", "id": unique("event"), "detail-type": detail_type, "source": source,
-        "account": "123456789012", "time": k8s_openapi::chrono::Utc::now().to_rfc3339(),
+        "account": "123456789012", "time": jiff::Timestamp::now().to_string(),
         "region": "ap-northeast-2", "resources": [], "detail": detail
     })
     .to_string()

@@ -222,6 +222,7 @@ pub struct BlockDevice {
     pub throughput: Option<i64>,
     /// Size, 1G to 64T (decimal), required unless snapshotID is set.
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::apis::schema::deserialize_quantity")]
+    #[schemars(transform = crate::apis::schema::quantities_as_strings)]
     pub volume_size: Option<Quantity>,
     /// standard, io1, io2, gp2, sc1, st1 or gp3.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -158,6 +158,7 @@ pub struct KubeletConfiguration {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "crate::apis::schema::deserialize_quantity_map"
     )]
+    #[schemars(transform = crate::apis::schema::quantities_as_strings)]
     pub kube_reserved: Option<BTreeMap<String, Quantity>>,
     /// Resources reserved for OS system daemons (cpu, memory, ephemeral-storage, pid).
     #[serde(
@@ -165,6 +166,7 @@ pub struct KubeletConfiguration {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "crate::apis::schema::deserialize_quantity_map"
     )]
+    #[schemars(transform = crate::apis::schema::quantities_as_strings)]
     pub system_reserved: Option<BTreeMap<String, Quantity>>,
     /// Maximum number of pods per node, overriding the ENI-based limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -189,6 +191,7 @@ pub struct ProvisionerStatus {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "crate::apis::schema::deserialize_quantity_map"
     )]
+    #[schemars(transform = crate::apis::schema::quantities_as_strings)]
     pub resources: Option<BTreeMap<String, Quantity>>,
     /// Conditions of this Provisioner.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -16,8 +16,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::chrono::Utc;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
@@ -217,7 +217,7 @@ fn candidates_and_blocked(ctx: &Context, snapshot: &Snapshot, resuming: bool) ->
         }
         snapshot.volumes.constrain(pod)
     };
-    let now = Utc::now();
+    let now = Timestamp::now();
     let no_pods = Vec::new();
     let mut out = Vec::new();
     let mut blocked = Vec::new();

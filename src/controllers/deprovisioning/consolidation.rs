@@ -13,9 +13,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::chrono::{DateTime, Duration, Utc};
 
 use super::decide::{blocking_pdb, do_not_evict};
 use super::VOLUNTARY_DISRUPTION_ANNOTATION;
@@ -198,7 +198,7 @@ pub fn candidate(
     view: NodeView<'_>,
     pdbs: &[PodDisruptionBudget],
     prepare: &dyn Fn(&Pod) -> Pod,
-    now: DateTime<Utc>,
+    now: Timestamp,
 ) -> Result<Candidate, Ineligible> {
     let node = view.node;
     let name = node.metadata.name.clone().unwrap_or_default();
@@ -285,12 +285,12 @@ pub fn candidate(
     })
 }
 
-fn ttl() -> Duration {
-    Duration::from_std(CONSOLIDATION_TTL).unwrap_or_default()
+fn ttl() -> SignedDuration {
+    SignedDuration::try_from(CONSOLIDATION_TTL).unwrap_or_default()
 }
 
 /// When the pod was bound: its `PodScheduled=True` transition, else its start time.
-fn scheduled_at(pod: &Pod) -> Option<DateTime<Utc>> {
+fn scheduled_at(pod: &Pod) -> Option<Timestamp> {
     let status = pod.status.as_ref()?;
     status
         .conditions
@@ -322,11 +322,11 @@ pub fn disruption_cost(pods: &[Pod]) -> f64 {
 
 /// `clamp(0, (ttl − age) / ttl, 1)`, 1 without a TTL: a node about to expire costs little to
 /// disrupt now (Karpenter's `calculateLifetimeRemaining`).
-pub fn lifetime_remaining(created: Option<DateTime<Utc>>, ttl_seconds_until_expired: Option<i64>, now: DateTime<Utc>) -> f64 {
+pub fn lifetime_remaining(created: Option<Timestamp>, ttl_seconds_until_expired: Option<i64>, now: Timestamp) -> f64 {
     let (Some(created), Some(ttl)) = (created, ttl_seconds_until_expired.filter(|t| *t > 0)) else {
         return 1.0;
     };
-    let age = (now - created).num_milliseconds() as f64 / 1000.0;
+    let age = now.duration_since(created).as_secs_f64();
     ((ttl as f64 - age) / ttl as f64).clamp(0.0, 1.0)
 }
 
@@ -629,15 +629,14 @@ mod tests {
     use crate::scheduling::nodes::INITIALIZED_LABEL;
     use crate::scheduling::testing::{instance_type, pod, provisioner, ZONES};
     use crate::scheduling::{ExistingNode, ProvisionerInput};
-    use k8s_openapi::chrono::TimeZone;
     use serde_json::json;
 
     const SMALL: &str = "m5.large";
     const MEDIUM: &str = "m5.xlarge";
     const LARGE: &str = "m5.2xlarge";
 
-    fn at(seconds: i64) -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2023, 6, 1, 12, 0, 0).unwrap() + Duration::seconds(seconds)
+    fn at(seconds: i64) -> Timestamp {
+        "2023-06-01T12:00:00Z".parse::<Timestamp>().unwrap() + SignedDuration::from_secs(seconds)
     }
 
     /// Provisioner `default`, consolidating, limited to the m5 sizes and the capacity types given.
@@ -665,7 +664,7 @@ mod tests {
         serde_json::from_value(json!({
             "metadata": {
                 "name": name,
-                "creationTimestamp": at(0).to_rfc3339(),
+                "creationTimestamp": at(0).to_string(),
                 "labels": {
                     PROVISIONER_NAME_LABEL: "default",
                     INITIALIZED_LABEL: "true",
@@ -682,7 +681,7 @@ mod tests {
 
     fn on(mut p: Pod, node: &str) -> Pod {
         p.spec.as_mut().unwrap().node_name = Some(node.to_string());
-        p.status = Some(serde_json::from_value(json!({"phase": "Running", "startTime": at(0).to_rfc3339()})).unwrap());
+        p.status = Some(serde_json::from_value(json!({"phase": "Running", "startTime": at(0).to_string()})).unwrap());
         p
     }
 
@@ -1078,7 +1077,7 @@ mod tests {
         let mut fresh = bound("web", "1", "a");
         fresh.status = Some(
             serde_json::from_value(json!({"phase": "Running", "conditions": [
-                {"type": "PodScheduled", "status": "True", "lastTransitionTime": at(590).to_rfc3339()}
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": at(590).to_string()}
             ]}))
             .unwrap(),
         );

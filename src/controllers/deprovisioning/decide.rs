@@ -7,9 +7,9 @@
 
 use std::sync::Arc;
 
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::chrono::{DateTime, Duration, Utc};
 
 use super::VOLUNTARY_DISRUPTION_ANNOTATION;
 use crate::apis::v1alpha5::labels::{
@@ -34,7 +34,7 @@ pub enum Emptiness {
     /// Empty since the timestamp; delete it at `until`.
     Wait {
         /// When it will have been empty for the TTL.
-        until: DateTime<Utc>,
+        until: Timestamp,
     },
     /// Empty for the TTL (or the timestamp cannot be read): delete it.
     Delete,
@@ -102,7 +102,7 @@ pub fn selects(selector: &str, labels: &std::collections::BTreeMap<String, Strin
     })
 }
 
-fn created(node: &Node) -> Option<DateTime<Utc>> {
+fn created(node: &Node) -> Option<Timestamp> {
     node.metadata.creation_timestamp.as_ref().map(|t| t.0)
 }
 
@@ -113,8 +113,8 @@ pub fn emptiness(
     node: &Node,
     pods: &[Arc<Pod>],
     ttl_seconds_after_empty: Option<i64>,
-    nomination: Duration,
-    now: DateTime<Utc>,
+    nomination: SignedDuration,
+    now: Timestamp,
 ) -> Emptiness {
     let Some(ttl) = ttl_seconds_after_empty.filter(|t| *t >= 0) else {
         return Emptiness::Ignore;
@@ -150,11 +150,11 @@ pub fn emptiness(
         return Emptiness::Delete;
     }
     let Some(annotation) = annotation else { return Emptiness::Mark };
-    match DateTime::parse_from_rfc3339(annotation) {
+    match annotation.parse::<Timestamp>() {
         Ok(since) => {
             // A TTL past the end of the calendar (one that bypassed the webhook's bound) never
             // runs out.
-            match after_seconds(since.with_timezone(&Utc), ttl) {
+            match after_seconds(since, ttl) {
                 Some(until) if now >= until => Emptiness::Delete,
                 Some(until) => Emptiness::Wait { until },
                 None => Emptiness::Ignore,
@@ -165,8 +165,8 @@ pub fn emptiness(
 }
 
 /// The emptiness timestamp for `now`, as the annotation holds it (RFC 3339, seconds, UTC).
-pub fn emptiness_timestamp(now: DateTime<Utc>) -> String {
-    now.to_rfc3339_opts(k8s_openapi::chrono::SecondsFormat::Secs, true)
+pub fn emptiness_timestamp(now: Timestamp) -> String {
+    format!("{now:.0}")
 }
 
 /// A node of ours with the pods bound to it and its Provisioner's TTLs, as expiration sees it.
@@ -181,15 +181,15 @@ pub struct Candidate<'a> {
 }
 
 /// When `node` expires, if its Provisioner sets `ttlSecondsUntilExpired`.
-pub fn expires_at(node: &Node, ttl_seconds_until_expired: Option<i64>) -> Option<DateTime<Utc>> {
+pub fn expires_at(node: &Node, ttl_seconds_until_expired: Option<i64>) -> Option<Timestamp> {
     let ttl = ttl_seconds_until_expired.filter(|t| *t >= 0)?;
     after_seconds(created(node)?, ttl)
 }
 
 /// `at + seconds`, or None when the date would not be representable (a TTL of a Provisioner that
 /// bypassed the webhook's bound never expires).
-fn after_seconds(at: DateTime<Utc>, seconds: i64) -> Option<DateTime<Utc>> {
-    at.checked_add_signed(Duration::try_seconds(seconds)?)
+fn after_seconds(at: Timestamp, seconds: i64) -> Option<Timestamp> {
+    at.checked_add(SignedDuration::from_secs(seconds)).ok()
 }
 
 /// The outcome of an expiration pass.
@@ -221,7 +221,7 @@ pub struct Deletions {
 /// waited for every deletion for ≈9.5 min and then retried the same wait
 /// (`core@v0.27.0:pkg/controllers/deprovisioning/controller.go` `waitForDeletion`), which stalled
 /// all deprovisioning behind one PodDisruptionBudget.
-pub fn deletions<'a>(nodes: impl IntoIterator<Item = &'a Node>, timeout: Duration, now: DateTime<Utc>) -> Deletions {
+pub fn deletions<'a>(nodes: impl IntoIterator<Item = &'a Node>, timeout: SignedDuration, now: Timestamp) -> Deletions {
     let mut outcome = Deletions::default();
     for node in nodes {
         let Some(since) = node.metadata.deletion_timestamp.as_ref().map(|t| t.0) else {
@@ -237,7 +237,7 @@ pub fn deletions<'a>(nodes: impl IntoIterator<Item = &'a Node>, timeout: Duratio
         }
         let name = node.metadata.name.clone().unwrap_or_default();
         // A timeout too long to add is no timeout.
-        if since.checked_add_signed(timeout).is_none_or(|until| now < until) {
+        if since.checked_add(timeout).ok().is_none_or(|until| now < until) {
             outcome.awaited.push(name);
         } else {
             outcome.overdue.push(name);
@@ -288,7 +288,7 @@ pub fn replacements(nodes: &[Option<&Node>], seen: &mut [bool], done: impl Fn(&N
 /// At most one expired node to replace, oldest expiry first, skipping nodes already being deleted
 /// and nodes that run a do-not-evict pod or a pod whose PodDisruptionBudget allows no disruption
 /// now. (The pass does not call this while it waits for a deletion of its own, see [`deletions`].)
-pub fn expiration(candidates: &[Candidate<'_>], pdbs: &[PodDisruptionBudget], now: DateTime<Utc>) -> Expiration {
+pub fn expiration(candidates: &[Candidate<'_>], pdbs: &[PodDisruptionBudget], now: Timestamp) -> Expiration {
     let ours = |c: &&Candidate<'_>| {
         c.node
             .metadata
@@ -296,7 +296,7 @@ pub fn expiration(candidates: &[Candidate<'_>], pdbs: &[PodDisruptionBudget], no
             .as_ref()
             .is_some_and(|l| l.contains_key(PROVISIONER_NAME_LABEL))
     };
-    let mut expired: Vec<(DateTime<Utc>, &Candidate<'_>)> = candidates
+    let mut expired: Vec<(Timestamp, &Candidate<'_>)> = candidates
         .iter()
         .filter(ours)
         .filter(|c| c.node.metadata.deletion_timestamp.is_none())
@@ -343,18 +343,17 @@ pub fn first_unblocked<'a, 'b: 'a>(candidates: impl IntoIterator<Item = &'a Cand
 mod tests {
     use super::*;
     use crate::scheduling::nodes::INITIALIZED_LABEL;
-    use k8s_openapi::chrono::TimeZone;
     use serde_json::json;
 
     const NOMINATION: i64 = 20;
 
-    fn at(seconds: i64) -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2023, 6, 1, 12, 0, 0).unwrap() + Duration::seconds(seconds)
+    fn at(seconds: i64) -> Timestamp {
+        "2023-06-01T12:00:00Z".parse::<Timestamp>().unwrap() + SignedDuration::from_secs(seconds)
     }
 
     fn node(name: &str, created: i64) -> Node {
         serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {PROVISIONER_NAME_LABEL: "default", INITIALIZED_LABEL: "true"}, "creationTimestamp": at(created).to_rfc3339()},
+            "metadata": {"name": name, "labels": {PROVISIONER_NAME_LABEL: "default", INITIALIZED_LABEL: "true"}, "creationTimestamp": at(created).to_string()},
             "status": {"conditions": [{"type": "Ready", "status": "True"}]}
         }))
         .unwrap()
@@ -382,7 +381,7 @@ mod tests {
     }
 
     fn decide(n: &Node, pods: &[Arc<Pod>], ttl: Option<i64>, now: i64) -> Emptiness {
-        emptiness(n, pods, ttl, Duration::seconds(NOMINATION), at(now))
+        emptiness(n, pods, ttl, SignedDuration::from_secs(NOMINATION), at(now))
     }
 
     #[test]
@@ -440,7 +439,7 @@ mod tests {
 
     #[test]
     fn a_terminating_pod_still_occupies_its_node() {
-        let leaving = pod("web", json!({"metadata": {"deletionTimestamp": at(90).to_rfc3339()}}));
+        let leaving = pod("web", json!({"metadata": {"deletionTimestamp": at(90).to_string()}}));
         assert_eq!(decide(&node("n1", 0), &[leaving], Some(30), 100), Emptiness::Occupied);
     }
 
@@ -588,7 +587,7 @@ mod tests {
         let theirs = deleted(node("theirs", 0), 100);
         let stuck = deleted(annotated(node("stuck", 0), VOLUNTARY_DISRUPTION_ANNOTATION, "expired"), 0);
         let live = node("live", 0);
-        let timeout = Duration::seconds(120);
+        let timeout = SignedDuration::from_secs(120);
         assert_eq!(
             deletions([&ours, &theirs, &stuck, &live], timeout, at(200)),
             Deletions {
@@ -605,7 +604,7 @@ mod tests {
             }
         );
         assert_eq!(deletions([&theirs, &live], timeout, at(200)), Deletions::default());
-        assert_eq!(deletions([&stuck], Duration::MAX, at(1_000_000)).awaited, ["stuck"]);
+        assert_eq!(deletions([&stuck], SignedDuration::MAX, at(1_000_000)).awaited, ["stuck"]);
     }
 
     #[test]

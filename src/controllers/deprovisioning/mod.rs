@@ -26,8 +26,8 @@ use std::sync::Arc;
 use std::sync::Mutex as StdMutex;
 use std::time::{Duration, Instant};
 
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::chrono::Utc;
 use kube::runtime::events::{EventType, Recorder};
 use kube::ResourceExt;
 use tokio::sync::watch;
@@ -169,7 +169,7 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
         debug!(reason = %why, "deprovisioning waits for the cluster view to settle");
         return Ok(());
     }
-    let now = Utc::now();
+    let now = Timestamp::now();
     let nodes = considered(ctx);
     debug!(nodes = nodes.len(), "deprovisioning pass");
     let pods_by_node = stores.pods_by_node();
@@ -177,8 +177,7 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
     let provisioner_of = |node: &Node| node.labels().get(PROVISIONER_NAME_LABEL).and_then(|name| provisioners.get(name));
     let no_pods: Vec<Arc<Pod>> = Vec::new();
     // Only a deletion of our own command holds the pass, and only up to the deletion timeout.
-    let deletion_timeout =
-        k8s_openapi::chrono::Duration::from_std(ctx.config.deletion_timeout).unwrap_or(k8s_openapi::chrono::Duration::MAX);
+    let deletion_timeout = jiff::SignedDuration::try_from(ctx.config.deletion_timeout).unwrap_or(jiff::SignedDuration::MAX);
     let deletions = decide::deletions(nodes.iter().map(|n| n.as_ref()), deletion_timeout, now);
     for name in &deletions.overdue {
         warn!(node = %name, timeout = ?ctx.config.deletion_timeout, "node deleted by deprovisioning is still there after the deletion timeout; no longer waiting for it");
@@ -296,7 +295,7 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
         .deprovisioning_evaluation
         .with_label_values(&[metrics::reason::EMPTINESS])
         .start_timer();
-    let nomination = k8s_openapi::chrono::Duration::from_std(ctx.config.nomination).unwrap_or_default();
+    let nomination = jiff::SignedDuration::try_from(ctx.config.nomination).unwrap_or_default();
     let mut errors = Vec::new();
     let mut deleted = false;
     for node in &nodes {
@@ -557,12 +556,7 @@ async fn mark(ctx: &Context, node: &Node, timestamp: Option<String>, ttl: i64) -
 
 /// Deletes a node the stores say has been empty for its TTL, after checking its pods with the API
 /// server (the store may not have seen a pod bound a moment ago).
-async fn delete_empty(
-    ctx: &Context,
-    node: &Node,
-    ttl: Option<i64>,
-    nomination: k8s_openapi::chrono::Duration,
-) -> Result<bool, DeprovisioningError> {
+async fn delete_empty(ctx: &Context, node: &Node, ttl: Option<i64>, nomination: jiff::SignedDuration) -> Result<bool, DeprovisioningError> {
     let name = node.name_any();
     let fresh = node_ops::pods_on(&ctx.client, &name)
         .await
@@ -571,7 +565,7 @@ async fn delete_empty(
             source,
         })?;
     let fresh: Vec<Arc<Pod>> = fresh.into_iter().map(Arc::new).collect();
-    if decide::emptiness(node, &fresh, ttl, nomination, Utc::now()) != Emptiness::Delete {
+    if decide::emptiness(node, &fresh, ttl, nomination, Timestamp::now()) != Emptiness::Delete {
         debug!(node = %name, "node is no longer empty; keeping it");
         return Ok(false);
     }

@@ -5,8 +5,8 @@
 
 use std::time::{Duration, SystemTime};
 
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::chrono::{DateTime, Utc};
 
 use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
 use crate::cloudprovider::{instance_id_from_provider_id, instances_named_by, Instance, LAUNCH_CONFIG_TAG};
@@ -37,13 +37,18 @@ pub fn leaked_instances(instances: &[Instance], nodes: &[Node], grace: Duration,
 /// Our Nodes (provisioner label, not being deleted, created more than `grace` ago) with the
 /// instance their providerID names: (node, instance id). Younger ones may not be visible in
 /// the cloud's eventually consistent reads yet.
-pub fn nodes_to_check(nodes: &[Node], grace: Duration, now: DateTime<Utc>) -> Vec<(String, String)> {
-    let grace = k8s_openapi::chrono::Duration::from_std(grace).unwrap_or_default();
+pub fn nodes_to_check(nodes: &[Node], grace: Duration, now: Timestamp) -> Vec<(String, String)> {
+    let grace = jiff::SignedDuration::try_from(grace).unwrap_or_default();
     nodes
         .iter()
         .filter(|n| n.metadata.labels.as_ref().is_some_and(|l| l.contains_key(PROVISIONER_NAME_LABEL)))
         .filter(|n| n.metadata.deletion_timestamp.is_none())
-        .filter(|n| n.metadata.creation_timestamp.as_ref().is_some_and(|t| now - t.0 > grace))
+        .filter(|n| {
+            n.metadata
+                .creation_timestamp
+                .as_ref()
+                .is_some_and(|t| now.duration_since(t.0) > grace)
+        })
         .filter_map(|n| {
             let id = instance_id_from_provider_id(n.spec.as_ref()?.provider_id.as_deref()?)?;
             Some((n.metadata.name.clone()?, id.to_string()))
@@ -90,7 +95,6 @@ pub fn bounded<T>(mut found: Vec<T>, seen: usize, cap: usize) -> Removal<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::chrono::TimeZone;
     use serde_json::json;
 
     fn instance(id: &str, age_seconds: Option<u64>, now: SystemTime) -> Instance {
@@ -110,9 +114,9 @@ mod tests {
         }
     }
 
-    fn node(name: &str, provider_id: &str, created: DateTime<Utc>) -> Node {
+    fn node(name: &str, provider_id: &str, created: Timestamp) -> Node {
         serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {PROVISIONER_NAME_LABEL: "default"}, "creationTimestamp": created.to_rfc3339()},
+            "metadata": {"name": name, "labels": {PROVISIONER_NAME_LABEL: "default"}, "creationTimestamp": created.to_string()},
             "spec": {"providerID": provider_id}
         }))
         .unwrap()
@@ -121,7 +125,7 @@ mod tests {
     #[test]
     fn collects_instances_without_a_node_after_the_grace_period_only() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-        let created = Utc.timestamp_opt(1_699_999_000, 0).unwrap();
+        let created = Timestamp::from_second(1_699_999_000).unwrap();
         let nodes = [node("a", "aws:///ap-northeast-2a/i-0aaa", created)];
         let instances = [
             instance("i-0aaa", Some(600), now),
@@ -167,8 +171,8 @@ mod tests {
 
     #[test]
     fn checks_our_settled_nodes_that_name_an_instance() {
-        let now = Utc.timestamp_opt(1_700_000_000, 0).unwrap();
-        let old = now - k8s_openapi::chrono::Duration::seconds(600);
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        let old = now - jiff::SignedDuration::from_secs(600);
         let mut foreign = node("foreign", "aws:///ap-northeast-2a/i-0f", old);
         foreign.metadata.labels = None;
         let mut deleting = node("deleting", "aws:///ap-northeast-2a/i-0d", old);

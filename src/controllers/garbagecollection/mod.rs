@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::chrono::Utc;
 use kube::api::ListParams;
 use kube::runtime::events::{EventType, Recorder};
 use kube::{Api, ResourceExt};
@@ -180,7 +180,7 @@ async fn pass(ctx: &Context) -> Result<(), GarbageCollectionError> {
         .await
         .map_err(|source| GarbageCollectionError::ListNodes { source })?
         .items;
-    let checked = collect::nodes_to_check(&selected, ctx.config.grace_period, Utc::now());
+    let checked = collect::nodes_to_check(&selected, ctx.config.grace_period, Timestamp::now());
     let mut gone = Vec::new();
     for (node_name, instance_id) in &checked {
         // Timed by hand: a gone instance is the answer looked for here, not an error to count.

@@ -18,7 +18,7 @@
 use std::fmt;
 use std::time::SystemTime;
 
-use k8s_openapi::chrono::DateTime;
+use jiff::Timestamp;
 use serde_json::{Map, Value};
 
 /// What a message asks for (Karpenter's kinds; `as_str` gives the `message_type` metric label).
@@ -311,9 +311,54 @@ fn truncate(s: &str) -> String {
     }
 }
 
-/// RFC 3339 date-time, as EventBridge writes `time`.
+/// RFC 3339 date-time, as EventBridge writes `time`: `2022-10-01T10:00:00Z`, with `T` or `Z` in
+/// either case, a space for the `T`, a fraction of any length (read to the nanosecond) or an offset
+/// of at most ±23:59 allowed. jiff reads more (no seconds, `+0200`, `[UTC]` annotations) and no
+/// more than nine fractional digits, so the shape is checked here and jiff reads the values.
 fn parse_rfc3339(s: &str) -> Option<SystemTime> {
-    DateTime::parse_from_rfc3339(s).ok().map(SystemTime::from)
+    let bytes = s.as_bytes();
+    let digits = |b: &[u8], at: usize, n: usize| b.get(at..at + n).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    let two = |b: &[u8], at: usize| digits(b, at, 2).then(|| (b[at] - b'0') * 10 + (b[at + 1] - b'0'));
+    let date_time = digits(bytes, 0, 4)
+        && bytes.get(4) == Some(&b'-')
+        && digits(bytes, 5, 2)
+        && bytes.get(7) == Some(&b'-')
+        && digits(bytes, 8, 2)
+        && matches!(bytes.get(10), Some(b'T' | b't' | b' '))
+        && digits(bytes, 11, 2)
+        && bytes.get(13) == Some(&b':')
+        && digits(bytes, 14, 2)
+        && bytes.get(16) == Some(&b':')
+        && digits(bytes, 17, 2);
+    if !date_time {
+        return None;
+    }
+    // The first 19 bytes are ASCII, so these are character boundaries.
+    let (whole, mut rest) = s.split_at(19);
+    let mut fraction = "";
+    if let Some(after_dot) = rest.strip_prefix('.') {
+        let count = after_dot.bytes().take_while(u8::is_ascii_digit).count();
+        if count == 0 {
+            return None;
+        }
+        fraction = &after_dot[..count.min(9)];
+        rest = &after_dot[count..];
+    }
+    let offset = rest.as_bytes();
+    let valid_offset = matches!(rest, "Z" | "z")
+        || (offset.len() == 6
+            && matches!(offset[0], b'+' | b'-')
+            && two(offset, 1).is_some_and(|h| h <= 23)
+            && offset[3] == b':'
+            && two(offset, 4).is_some_and(|m| m <= 59));
+    if !valid_offset {
+        return None;
+    }
+    let dot = if fraction.is_empty() { "" } else { "." };
+    format!("{whole}{dot}{fraction}{rest}")
+        .parse::<Timestamp>()
+        .ok()
+        .map(SystemTime::from)
 }
 
 #[cfg(test)]
@@ -729,6 +774,8 @@ mod tests {
             "2022-10-01T10:00:00+0200",
             "2022-10-01T10:00:00+24:00",
             "2022-10-01T10:00:00+02:60",
+            "2022-10-01T10:00:00++2:00",
+            "2022-10-01T10:00+02:00",
             "2022-10-01T24:00:00Z",
             "2022-10-01T10:60:00Z",
             "2023-02-29T10:00:00Z",

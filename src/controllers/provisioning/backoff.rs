@@ -27,8 +27,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::chrono::{DateTime, Utc};
 
 use super::bind;
 
@@ -141,7 +141,7 @@ impl LaunchBackoff {
     /// `now` (`wall` is the same moment by the wall clock, for the pods' condition times): a
     /// watched pod that is lost (see the module) is a loss for its owner; one Ready for
     /// `STABLE_RUN` resets its owner; one whose room others took is no longer watched.
-    pub fn observe(&mut self, all: &HashMap<String, &Pod>, nodes: &HashMap<String, &Node>, now: Instant, wall: DateTime<Utc>) {
+    pub fn observe(&mut self, all: &HashMap<String, &Pod>, nodes: &HashMap<String, &Node>, now: Instant, wall: Timestamp) {
         let mut done = Vec::new();
         for (uid, watched) in &mut self.watched {
             let lost = match all.get(uid) {
@@ -246,7 +246,7 @@ pub fn delay(losses: u32) -> Option<Duration> {
 }
 
 /// How long the pod has been Ready, from its Ready condition.
-fn ready_for(pod: &Pod, now: DateTime<Utc>) -> Option<Duration> {
+fn ready_for(pod: &Pod, now: Timestamp) -> Option<Duration> {
     let ready = pod
         .status
         .as_ref()?
@@ -254,7 +254,7 @@ fn ready_for(pod: &Pod, now: DateTime<Utc>) -> Option<Duration> {
         .as_ref()?
         .iter()
         .find(|c| c.type_ == "Ready" && c.status == "True")?;
-    (now - ready.last_transition_time.as_ref()?.0).to_std().ok()
+    Duration::try_from(now.duration_since(ready.last_transition_time.as_ref()?.0)).ok()
 }
 
 /// At most `per_minute` launches in any minute per Provisioner: a bucket of `per_minute`
@@ -352,7 +352,7 @@ mod tests {
 
     #[test]
     fn an_owner_whose_pods_keep_getting_lost_backs_off_and_a_stable_pod_resets_it() {
-        let wall = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").unwrap().with_timezone(&Utc);
+        let wall = "2026-12-01T10:00:00Z".parse::<Timestamp>().unwrap();
         let t0 = Instant::now();
         let mut b = LaunchBackoff::default();
         // First launch: no back-off before it, none after it until a pod is lost.
@@ -402,7 +402,7 @@ mod tests {
     }
 
     fn deleting(mut pod: Pod, disruption: Option<&str>) -> Pod {
-        pod.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Utc::now()));
+        pod.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()));
         if let Some(reason) = disruption {
             pod.status.get_or_insert_with(Default::default).conditions = Some(vec![serde_json::from_value(
                 json!({"type": "DisruptionTarget", "status": "True", "reason": reason}),
@@ -414,7 +414,7 @@ mod tests {
 
     #[test]
     fn a_scale_down_is_no_loss_but_a_disruption_is() {
-        let wall = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").unwrap().with_timezone(&Utc);
+        let wall = "2026-12-01T10:00:00Z".parse::<Timestamp>().unwrap();
         let t0 = Instant::now();
         let later = t0 + Duration::from_secs(5);
         // Scaled down (deleted by its ReplicaSet, seen by the pod watch and by a pass): no wait.
@@ -449,7 +449,7 @@ mod tests {
 
     #[test]
     fn a_pod_whose_seat_others_took_waits_no_longer_and_costs_its_owner_nothing() {
-        let wall = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").unwrap().with_timezone(&Utc);
+        let wall = "2026-12-01T10:00:00Z".parse::<Timestamp>().unwrap();
         let t0 = Instant::now();
         let mut b = LaunchBackoff::default();
         let p = pod("p1", "rs", None, None);
@@ -470,7 +470,7 @@ mod tests {
     fn a_pod_its_ready_node_could_take_is_released_after_a_few_seconds_at_no_cost() {
         // A zonal-spread pod: the scheduler filled the node launched for it with other pods, or
         // put the pod's siblings where its zone is now one too many. The node could take it.
-        let wall = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").unwrap().with_timezone(&Utc);
+        let wall = "2026-12-01T10:00:00Z".parse::<Timestamp>().unwrap();
         let t0 = Instant::now();
         let mut b = LaunchBackoff::default();
         let p = pod("p1", "rs", None, None);
@@ -505,7 +505,7 @@ mod tests {
 
     #[test]
     fn a_pod_waits_for_its_node_and_is_lost_when_that_node_cannot_take_it() {
-        let wall = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").unwrap().with_timezone(&Utc);
+        let wall = "2026-12-01T10:00:00Z".parse::<Timestamp>().unwrap();
         let t0 = Instant::now();
         let mut b = LaunchBackoff::default();
         let p = pod("p1", "rs", None, None);
@@ -552,7 +552,7 @@ mod tests {
     fn a_pod_still_on_the_deleting_node_it_is_placed_again_from_is_not_placed() {
         // A pod a PodDisruptionBudget keeps on a node being deleted: capacity is launched for it,
         // it stays where it is (Ready for long), and the new node cannot get it.
-        let wall = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").unwrap().with_timezone(&Utc);
+        let wall = "2026-12-01T10:00:00Z".parse::<Timestamp>().unwrap();
         let t0 = Instant::now();
         let mut b = LaunchBackoff::default();
         let stuck = pod("web", "rs", Some("old"), Some("2026-12-01T08:00:00Z"));
@@ -574,7 +574,7 @@ mod tests {
 
     #[test]
     fn a_pod_that_runs_is_not_a_loss_and_watching_ends() {
-        let wall = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").unwrap().with_timezone(&Utc);
+        let wall = "2026-12-01T10:00:00Z".parse::<Timestamp>().unwrap();
         let t0 = Instant::now();
         let mut b = LaunchBackoff::default();
         let p = pod("p1", "rs", None, None);

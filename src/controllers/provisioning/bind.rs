@@ -267,9 +267,8 @@ pub async fn bind(pods: &Api<Pod>, pod: &str, node: &str) -> Result<BindOutcome,
             ..Default::default()
         },
     };
-    let body = serde_json::to_vec(&binding).expect("a Binding serializes");
     match pods
-        .create_subresource::<serde_json::Value>("binding", pod, &PostParams::default(), body)
+        .create_subresource::<_, serde_json::Value>("binding", pod, &PostParams::default(), &binding)
         .await
     {
         Ok(_) => Ok(BindOutcome::Bound),
@@ -488,7 +487,7 @@ mod tests {
         );
         let bound = pod_on("bound", "1500m", Some("other"), "Running");
         let mut leaving = pod_on("leaving", "1500m", None, "Pending");
-        leaving.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::chrono::Utc::now()));
+        leaving.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()));
         let failed = pod_on("failed", "1500m", None, "Failed");
         let (taken, left) = bind(&[&small, &too_big, &elsewhere, &gated, &daemon, &bound, &leaving, &failed]);
         assert_eq!(taken, ["a"], "{left:?}");

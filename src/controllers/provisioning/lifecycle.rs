@@ -13,8 +13,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Taint};
-use k8s_openapi::chrono::{DateTime, Utc};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
@@ -75,7 +75,7 @@ pub fn decide(
     startup_taints: &[Taint],
     instance_type: Option<&InstanceType>,
     registration_ttl: Duration,
-    now: DateTime<Utc>,
+    now: Timestamp,
 ) -> Lifecycle {
     let labels = node.metadata.labels.as_ref();
     let ours = labels.is_some_and(|l| l.contains_key(PROVISIONER_NAME_LABEL));
@@ -97,7 +97,7 @@ pub fn decide(
         .metadata
         .creation_timestamp
         .as_ref()
-        .and_then(|c| (now - c.0).to_std().ok())
+        .and_then(|c| Duration::try_from(now.duration_since(c.0)).ok())
         .unwrap_or_default();
     if !is_ready(node) && age > registration_ttl {
         Lifecycle::RegistrationFailed { age }
@@ -109,7 +109,7 @@ pub fn decide(
 /// One look at every node of ours: labels those initialised and deletes those that never
 /// registered. Run by the provisioning controller's status loop every 2 s on the leader.
 pub(super) async fn step(ctx: &Context, stores: &Stores) {
-    let now = Utc::now();
+    let now = Timestamp::now();
     let provisioners = stores.provisioners.state();
     for node in stores.nodes.state() {
         let Some(owner) = node.labels().get(PROVISIONER_NAME_LABEL) else {
@@ -170,15 +170,15 @@ mod tests {
     use crate::scheduling::testing;
     use serde_json::json;
 
-    fn node(age_seconds: i64, labels: serde_json::Value, taints: serde_json::Value, status: serde_json::Value) -> (Node, DateTime<Utc>) {
-        let created = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").unwrap().with_timezone(&Utc);
+    fn node(age_seconds: i64, labels: serde_json::Value, taints: serde_json::Value, status: serde_json::Value) -> (Node, Timestamp) {
+        let created = "2026-12-01T10:00:00Z".parse::<Timestamp>().unwrap();
         let node = serde_json::from_value(json!({
             "metadata": {"name": "n", "labels": labels, "creationTimestamp": "2026-12-01T10:00:00Z"},
             "spec": {"taints": taints},
             "status": status,
         }))
         .unwrap();
-        (node, created + k8s_openapi::chrono::Duration::seconds(age_seconds))
+        (node, created + jiff::SignedDuration::from_secs(age_seconds))
     }
 
     const TTL: Duration = Duration::from_secs(15 * 60);

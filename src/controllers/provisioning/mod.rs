@@ -34,7 +34,7 @@ use kube::runtime::reflector;
 use kube::{Resource, ResourceExt};
 use std::sync::Mutex as StdMutex;
 
-use k8s_openapi::chrono::Utc;
+use jiff::Timestamp;
 use tokio::sync::{watch, Mutex};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -179,7 +179,7 @@ impl Context {
                 NOMINATION_EVENTS_BURST,
                 Instant::now(),
             )),
-            startups: Arc::new(StdMutex::new(pods::Startups::new(Utc::now()))),
+            startups: Arc::new(StdMutex::new(pods::Startups::new(Timestamp::now()))),
             background: StdMutex::new(tokio::task::JoinSet::new()),
             adoptable: Mutex::new(None),
             config,
@@ -459,7 +459,7 @@ fn held_back(ctx: &Context, pending: &[Arc<Pod>], all_pods: &[Arc<Pod>], nodes: 
         .collect();
     let by_name: HashMap<String, &Node> = nodes.iter().map(|n| (n.name_any(), n.as_ref())).collect();
     let mut history = ctx.backoff.lock().unwrap_or_else(|e| e.into_inner());
-    history.observe(&by_uid, &by_name, now, Utc::now());
+    history.observe(&by_uid, &by_name, now, Timestamp::now());
     let mut held = HashSet::new();
     for pod in pending {
         if let Some(until) = history.blocked_until(pod, now) {

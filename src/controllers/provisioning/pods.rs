@@ -150,7 +150,7 @@ pub fn startup_seconds(pod: &Pod) -> Option<f64> {
         .flatten()
         .find(|c| c.type_ == "Ready" && c.status == "True")?;
     let created = pod.metadata.creation_timestamp.as_ref()?;
-    let seconds = (ready.last_transition_time.as_ref()?.0 - created.0).num_milliseconds() as f64 / 1000.0;
+    let seconds = ready.last_transition_time.as_ref()?.0.duration_since(created.0).as_secs_f64();
     Some(seconds.max(0.0))
 }
 
@@ -158,14 +158,14 @@ pub fn startup_seconds(pod: &Pod) -> Option<f64> {
 /// after having been pending (seen pending, or created since `since`, when tracking started),
 /// as Karpenter's pod metrics controller (`core@v0.31.0:pkg/controllers/metrics/pod/controller.go`).
 pub struct Startups {
-    since: k8s_openapi::chrono::DateTime<k8s_openapi::chrono::Utc>,
+    since: jiff::Timestamp,
     pending: std::collections::HashSet<String>,
     observed: std::collections::HashSet<String>,
 }
 
 impl Startups {
     /// Tracking from `since`.
-    pub fn new(since: k8s_openapi::chrono::DateTime<k8s_openapi::chrono::Utc>) -> Self {
+    pub fn new(since: jiff::Timestamp) -> Self {
         Startups {
             since,
             pending: Default::default(),
@@ -258,7 +258,7 @@ mod tests {
 
     #[test]
     fn each_pod_that_was_pending_is_observed_once_when_ready() {
-        let at = |t: &str| k8s_openapi::chrono::DateTime::parse_from_rfc3339(t).unwrap().to_utc();
+        let at = |t: &str| t.parse::<jiff::Timestamp>().unwrap();
         let mut startups = Startups::new(at("2026-01-01T00:00:10Z"));
         let phase = |name: &str, created: &str, phase: &str| {
             pod(json!({

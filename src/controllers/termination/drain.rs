@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::scheduling::pods::{is_daemon_or_mirror, is_terminal};
-use k8s_openapi::chrono::{DateTime, Duration, Utc};
+use jiff::{SignedDuration, Timestamp};
 
 /// The taint a cordoned node carries; pods tolerating it (DaemonSet pods) are not drained.
 pub const UNSCHEDULABLE_TAINT_KEY: &str = "node.kubernetes.io/unschedulable";
@@ -95,8 +95,8 @@ impl DrainPlan {
 /// The drain plan for the pods bound to a node at `now`. Terminal, DaemonSet, mirror and
 /// unschedulable-tolerating pods stay; pods deleted more than a minute ago are presumed stuck
 /// and ignored; `karpenter.sh/do-not-evict` is not consulted (nor is it by Karpenter's drain since v0.26).
-pub fn plan<'a>(pods: impl IntoIterator<Item = &'a Pod>, now: DateTime<Utc>) -> DrainPlan {
-    let stuck_before = now - Duration::seconds(STUCK_TERMINATING_AFTER_SECONDS);
+pub fn plan<'a>(pods: impl IntoIterator<Item = &'a Pod>, now: Timestamp) -> DrainPlan {
+    let stuck_before = now - SignedDuration::from_secs(STUCK_TERMINATING_AFTER_SECONDS);
     let mut plan = DrainPlan::default();
     let (mut critical, mut non_critical) = (Vec::new(), Vec::new());
     for pod in pods {
@@ -129,11 +129,10 @@ pub fn plan<'a>(pods: impl IntoIterator<Item = &'a Pod>, now: DateTime<Utc>) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::chrono::TimeZone;
     use serde_json::json;
 
-    fn now() -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2023, 6, 1, 12, 0, 0).unwrap()
+    fn now() -> Timestamp {
+        "2023-06-01T12:00:00Z".parse::<Timestamp>().unwrap()
     }
 
     fn pod(name: &str, extra: serde_json::Value) -> Pod {
@@ -195,7 +194,7 @@ mod tests {
 
     #[test]
     fn terminating_pods_are_waited_on_and_do_not_hold_back_critical_ones() {
-        let deleted = (now() - Duration::seconds(10)).to_rfc3339();
+        let deleted = (now() - SignedDuration::from_secs(10)).to_string();
         let pods = [
             pod("leaving", json!({"metadata": {"deletionTimestamp": deleted}})),
             pod("node-agent", json!({"spec": {"priorityClassName": "system-node-critical"}})),
@@ -207,7 +206,7 @@ mod tests {
 
     #[test]
     fn ignores_pods_stuck_terminating_for_more_than_a_minute() {
-        let deleted = (now() - Duration::seconds(61)).to_rfc3339();
+        let deleted = (now() - SignedDuration::from_secs(61)).to_string();
         let plan = plan(&[pod("stuck", json!({"metadata": {"deletionTimestamp": deleted}}))], now());
         assert!(plan.is_complete());
     }

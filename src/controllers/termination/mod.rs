@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::chrono::Utc;
 use kube::runtime::events::{EventType, Recorder};
 use kube::ResourceExt;
 use tokio::sync::{watch, Mutex};
@@ -190,7 +190,7 @@ async fn reconcile(ctx: &Context, node: &Node, cached_pods: &[Arc<Pod>]) -> Resu
     // 2. drain, from the shared cache; a drain that looks done there is confirmed with one list
     // from the API server before the instance goes (the cache may lag a pod bound just before
     // the cordon).
-    let mut plan = drain::plan(cached_pods.iter().map(AsRef::as_ref), Utc::now());
+    let mut plan = drain::plan(cached_pods.iter().map(AsRef::as_ref), Timestamp::now());
     if plan.is_complete() {
         let pods = node_ops::pods_on(&ctx.client, &name)
             .await
@@ -198,7 +198,7 @@ async fn reconcile(ctx: &Context, node: &Node, cached_pods: &[Arc<Pod>]) -> Resu
                 node: name.clone(),
                 source,
             })?;
-        plan = drain::plan(&pods, Utc::now());
+        plan = drain::plan(&pods, Timestamp::now());
     }
     if !plan.is_complete() {
         for pod in &plan.evict {
@@ -266,7 +266,7 @@ async fn reconcile(ctx: &Context, node: &Node, cached_pods: &[Arc<Pod>]) -> Resu
         .metadata
         .deletion_timestamp
         .as_ref()
-        .map(|t| (Utc::now() - t.0).num_milliseconds() as f64 / 1000.0);
+        .map(|t| Timestamp::now().duration_since(t.0).as_secs_f64());
     if let Some(seconds) = elapsed {
         ctx.metrics.termination_time.observe(&[&provisioner], seconds.max(0.0));
     }
