@@ -32,6 +32,33 @@ done
 [[ -n $seed ]] || seed=$(date +%s)
 test_name=random_crashes_across_operations_converge_without_leaks_or_second_launches
 
+# Appends the totals over every lane's rounds to results file $1 (from its own round lines).
+summarize() {
+  awk '
+    /^round [0-9]+\/[0-9]+: Tally/ {
+      rounds++
+      match($0, /leaked: [0-9]+/); leaked += substr($0, RSTART + 8, RLENGTH - 8)
+      match($0, /stuck: [0-9]+/); stuck += substr($0, RSTART + 7, RLENGTH - 7)
+      match($0, /launched [0-9]+/); n = substr($0, RSTART + 9, RLENGTH - 9); if (n + 0 > 1) second++
+      match($0, /cordoned [0-9]+/); cordoned += substr($0, RSTART + 9, RLENGTH - 9)
+      if (match($0, /fewest Running Some\([0-9]+\)/)) { kept++; f = substr($0, RSTART + 20, RLENGTH - 21); if (f + 0 < 1) lost++ }
+    }
+    /^round [0-9]+\/[0-9]+: [A-Za-z]+, / { split($3, op, ","); how = ($4 ~ /^At/) ? "a named point" : "a random moment"; seen[op[1] " at " how]++ }
+    /: [0-9]+ violations$/ { match($0, /[0-9]+ violations$/); violations += $0 ~ /: 0 violations$/ ? 0 : substr($0, RSTART, RLENGTH) + 0 }
+    END {
+      print ""
+      print "## Totals"
+      print ""
+      printf "- rounds: %d; violations reported by the lanes: %d\n", rounds, violations
+      printf "- rounds with more than one instance launched for the need (terminated ones included): %d\n", second
+      printf "- instances running without a Node after convergence: %d; Nodes stuck deleting: %d; Nodes left cordoned with no deletion: %d\n", leaked, stuck, cordoned
+      printf "- rounds where a budget keeps one of two replicas: %d; of them, rounds where no replica was Running at some check: %d\n", kept, lost
+      print "- rounds by operation and crash:"
+      for (k in seen) printf "  - %s: %d\n", k, seen[k] | "sort"
+      close("sort")
+    }' "$1" >"$1.totals" && cat "$1.totals" >>"$1" && rm -f "$1.totals"
+}
+
 # The test harness, run directly (tests/test_binary.sh), so the lanes do not wait for each other
 # on the build directory's lock.
 crash_bin=$(bash tests/test_binary.sh e2e_crash)
@@ -89,6 +116,7 @@ elapsed=$((SECONDS - started))
     echo '```'
   done
 } >"$out"
+summarize "$out"
 if ((status)); then
   for ((n = 1; n <= lanes; n++)); do
     [[ -f "$work/lane-$n.log" ]] && { echo "--- lane $n (last 40 lines)" >&2; tail -40 "$work/lane-$n.log" >&2; }
