@@ -84,7 +84,11 @@ fi
   echo "\`tests/benches/fuzz_coverage.sh --seconds $seconds\` on $(date -u +%Y-%m-%d), built from commit $built_from,"
   echo "$(nproc) cores, $(rustc +nightly --version), cargo-fuzz $fuzz_version, libFuzzer without a sanitizer"
   echo "(the crate forbids unsafe code; the oracle is the check). Build ${build_seconds} s, run ${run_seconds} s;"
-  echo "exit status $status$( ((status)) && echo ' (an input broke the oracle: fuzz/artifacts/admission/)')."
+  if ((status)) && compgen -G "fuzz/artifacts/admission/crash-*" >/dev/null; then
+    echo "exit status $status (an input broke the oracle: fuzz/artifacts/admission/)."
+  else
+    echo "exit status $status$( ((status)) && echo ' (libFuzzer did not finish: its output is printed by the script)')."
+  fi
   echo
   echo "Each input becomes a request body through \`tests/fuzz/generate.rs\` (\`from_fuzzer\`: the"
   echo "bytes themselves, or the choices of the seeded fuzzer's generator, so libFuzzer's mutations"
