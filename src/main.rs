@@ -11,7 +11,7 @@ use tracing::{error, info, warn};
 
 use karpenter_rs::cloudprovider::aws::AwsCloudProvider;
 use karpenter_rs::config::{self, CertsArgs, Command, ConvertArgs, CrdsArgs, RunArgs, WebhookConfigArgs};
-use karpenter_rs::controllers::{leader, provisioning, Stopped};
+use karpenter_rs::controllers::{leader, Stopped};
 use karpenter_rs::metrics::Metrics;
 use karpenter_rs::probes::{self, Readiness};
 use karpenter_rs::ratelimit::RateLimitLayer;
@@ -302,7 +302,7 @@ async fn term(
     queue: &std::sync::Arc<karpenter_rs::cloudprovider::aws::queue::SqsQueue>,
     settings_changed: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
 ) -> TermEnd {
-    use karpenter_rs::controllers::{deprovisioning, garbagecollection, interruption, termination};
+    use karpenter_rs::controllers;
     let Process {
         identity,
         client,
@@ -321,30 +321,16 @@ async fn term(
     });
     // Termination runs only on the leader, like every other controller (Karpenter runs them
     // all in its leader-elected manager): two replicas would evict and terminate side by side.
-    let termination = termination::Context::new(client.clone(), cloud.clone(), metrics.clone(), Default::default());
-    let collector = garbagecollection::Context::new(client.clone(), cloud.clone(), metrics.clone(), args.garbage_collection());
-    let ctx = provisioning::Context::new(client.clone(), cloud.clone(), metrics.clone(), args.provisioning(), state.clone());
-    let interruption = interruption::Context::new(
-        client.clone(),
-        queue.clone(),
-        cloud.clone(),
-        metrics.clone(),
-        args.interruption(),
-        state.clone(),
-        ctx.clone(),
-    );
-    let deprovisioning = deprovisioning::Context::new(client.clone(), metrics.clone(), args.deprovisioning(), ctx.clone(), state.clone());
+    let shared = controllers::Shared::new(client.clone(), cloud.clone(), metrics.clone(), state.clone());
+    let settings = controllers::Settings {
+        provisioning: args.provisioning(),
+        termination: Some(Default::default()),
+        deprovisioning: Some(args.deprovisioning()),
+        garbage_collection: Some(args.garbage_collection()),
+        interruption: Some((args.interruption(), queue.clone())),
+    };
     info!(leader_elect = args.leader_elect, "controllers started");
-    let controllers = karpenter_rs::controllers::Controllers {
-        state: state.clone(),
-        metrics: metrics.clone(),
-        provisioning: ctx,
-        termination: Some(termination),
-        deprovisioning: Some(deprovisioning),
-        garbage_collection: Some(collector),
-        interruption: Some(interruption),
-    }
-    .run(leading_rx, shutdown.clone());
+    let controllers = controllers::run_all(shared, settings, leading_rx, shutdown.clone());
     enum Ended {
         Controllers(Stopped),
         Lost(Result<leader::Ended, tokio::task::JoinError>),

@@ -910,8 +910,11 @@ async fn start_collector(
         node_selector: selector.to_string(),
         ..config
     };
-    let ctx = garbagecollection::Context::new(support::client(cluster).await, Arc::new(provider().await), metrics.clone(), config);
     let shutdown = tokio_util::sync::CancellationToken::new();
+    let client = support::client(cluster).await;
+    let view = karpenter_rs::controllers::state::Cluster::start(&client, &shutdown, &metrics.liveness);
+    let shared = karpenter_rs::controllers::Shared::new(client, Arc::new(provider().await), metrics.clone(), view);
+    let ctx = garbagecollection::Context::new(&shared, config);
     let (leading_tx, leading) = tokio::sync::watch::channel(true);
     let stop = shutdown.clone();
     let collector = tokio::spawn(async move {
@@ -1172,7 +1175,9 @@ async fn termination_reads_pods_from_the_cache_and_works_on_at_most_16_nodes_at_
     let shutdown = tokio_util::sync::CancellationToken::new();
     let metrics = karpenter_rs::metrics::Metrics::new();
     let view = state::Cluster::start(&support::client(cluster).await, &shutdown, &metrics.liveness);
-    let ctx = termination::Context::new(counted, Arc::new(provider().await), metrics.clone(), Default::default());
+    // Termination's own requests, counted; the cluster view it is given watches on another client.
+    let shared = karpenter_rs::controllers::Shared::new(counted, Arc::new(provider().await), metrics.clone(), view.clone());
+    let ctx = termination::Context::new(&shared, Default::default());
     let (_leading_tx, leading) = tokio::sync::watch::channel(true);
     let passes = || metrics.reconcile_total.with_label_values(&["termination", "success"]).get();
     let pod_lists = |calls: &[String]| calls.iter().filter(|c| c.starts_with("GET /api/v1/pods?")).count();

@@ -71,7 +71,7 @@ fn translate(info: &InstanceTypeInfo, settings: &NodeSettings, zones: &BTreeSet<
 /// types a Provisioner's requirements allow are kept (a dozen for a Provisioner that lists its
 /// types, instead of ~1,400 of about 10 KiB each); a node of any other type (launched before the
 /// requirements changed) is looked up with `instance_type`, translated when asked.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct TypeCache {
     /// Shared with the instance-type gauges, which write it out at scrape time.
     catalogue: Arc<Vec<InstanceTypeInfo>>,
@@ -79,6 +79,7 @@ pub struct TypeCache {
 }
 
 /// One Provisioner's types, and what they were computed from.
+#[derive(Clone)]
 struct Built {
     inputs: TypeInputs,
     settings: NodeSettings,
@@ -87,7 +88,7 @@ struct Built {
 }
 
 /// What `instance_types` computes a Provisioner's types from, besides the catalogue.
-#[derive(PartialEq)]
+#[derive(Clone, PartialEq)]
 struct TypeInputs {
     requirements: Option<Vec<k8s_openapi::api::core::v1::NodeSelectorRequirement>>,
     labels: Option<BTreeMap<String, String>>,

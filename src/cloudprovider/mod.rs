@@ -6,6 +6,7 @@
 pub mod aws;
 pub mod catalogue;
 pub mod queue;
+pub mod shared_types;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -41,27 +41,105 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use kube::runtime::events::Recorder;
+
+use crate::cloudprovider::queue::Queue;
+use crate::cloudprovider::CloudProvider;
 use crate::metrics::Metrics;
 use supervisor::{deadline, supervise};
 
-/// The controllers of one process, built once from the shared cluster view; `run` is the one
-/// place they are started (the binary and the tests both use it). Provisioning always runs; the
-/// others run when given.
-pub struct Controllers {
-    /// The shared view of the cluster.
-    pub state: Arc<state::Cluster>,
-    /// The process's metrics (and the controllers' liveness, for `/healthz`).
+/// What every controller shares, made once by the wiring: one client, one cloud, one metrics
+/// registry (with the liveness `/healthz` reads), one event recorder and one view of the cluster.
+#[derive(Clone)]
+pub struct Shared {
+    /// The controllers' Kubernetes client.
+    pub client: kube::Client,
+    /// The cloud.
+    pub cloud: Arc<dyn CloudProvider>,
+    /// The process's metrics and the controllers' liveness.
     pub metrics: Metrics,
-    /// Provisioning (with binding, node lifecycle and the metric scraper).
-    pub provisioning: Arc<provisioning::Context>,
+    /// Every controller's events, as `karpenter-rs`.
+    pub recorder: Recorder,
+    /// The one view of the cluster (one watch per kind in the process).
+    pub state: Arc<state::Cluster>,
+}
+
+impl Shared {
+    /// The shared parts, the recorder made from `client`.
+    pub fn new(client: kube::Client, cloud: Arc<dyn CloudProvider>, metrics: Metrics, state: Arc<state::Cluster>) -> Shared {
+        Shared {
+            recorder: events::recorder(&client),
+            client,
+            cloud,
+            metrics,
+            state,
+        }
+    }
+}
+
+/// Each controller's settings. Provisioning always runs; a controller given `None` does not.
+pub struct Settings {
+    /// Provisioning, binding, node lifecycle and Provisioner status.
+    pub provisioning: provisioning::ProvisioningConfig,
     /// Termination of deleting nodes.
-    pub termination: Option<Arc<termination::Context>>,
-    /// Emptiness, expiration and consolidation.
-    pub deprovisioning: Option<Arc<deprovisioning::Context>>,
+    pub termination: Option<termination::TerminationConfig>,
+    /// Emptiness, expiration, drift and consolidation.
+    pub deprovisioning: Option<deprovisioning::DeprovisioningConfig>,
     /// Garbage collection of instances and nodes.
-    pub garbage_collection: Option<Arc<garbagecollection::Context>>,
-    /// Interruption handling.
-    pub interruption: Option<Arc<interruption::Context>>,
+    pub garbage_collection: Option<garbagecollection::GarbageCollectionConfig>,
+    /// Interruption handling, with the queue it reads.
+    pub interruption: Option<(interruption::InterruptionConfig, Arc<dyn Queue>)>,
+}
+
+/// The one wiring of the controllers (Karpenter's `NewControllers`), used by the binary and the
+/// tests alike: builds each controller from `shared` and its settings, then runs each as a task
+/// of its own under `supervisor::supervise` until `shutdown`; passes run only while `leading` is
+/// true. A controller that panics is started again; the others go on. A controller busy in a
+/// long pass holds up no other: their CPU-bound work (the simulation, the consolidation search,
+/// the catalogue translation) runs in `block_in_place`, which hands the worker's queued tasks to
+/// another thread. Other controllers reach provisioning through its narrow `Provisioning`
+/// interface. Dropping the returned future aborts every controller (a lost lease ends a term
+/// this way).
+pub async fn run_all(shared: Shared, settings: Settings, leading: watch::Receiver<bool>, shutdown: CancellationToken) -> Stopped {
+    let provisioning = provisioning::Context::new(&shared, settings.provisioning);
+    let provisioner: Arc<dyn provisioning::Provisioning> = provisioning.clone();
+    let Shared { state, metrics, .. } = shared.clone();
+    let mut tasks = Tasks::default();
+    if let Some(config) = settings.termination {
+        let ctx = termination::Context::new(&shared, config);
+        let (state, leading, stop) = (state.clone(), leading.clone(), shutdown.clone());
+        tasks.spawn("termination", deadline::TERMINATION, &metrics, &shutdown, move || {
+            termination::run(ctx.clone(), state.clone(), leading.clone(), stop.clone())
+        });
+    }
+    if let Some(config) = settings.garbage_collection {
+        let ctx = garbagecollection::Context::new(&shared, config);
+        let (leading, stop) = (leading.clone(), shutdown.clone());
+        tasks.spawn("garbagecollection", deadline::GARBAGE_COLLECTION, &metrics, &shutdown, move || {
+            garbagecollection::run(ctx.clone(), leading.clone(), stop.clone())
+        });
+    }
+    if let Some(config) = settings.deprovisioning {
+        let ctx = deprovisioning::Context::new(&shared, config, provisioner.clone());
+        let (leading, stop) = (leading.clone(), shutdown.clone());
+        tasks.spawn("deprovisioning", deadline::DEPROVISIONING, &metrics, &shutdown, move || {
+            deprovisioning::run(ctx.clone(), leading.clone(), stop.clone())
+        });
+    }
+    if let Some((config, queue)) = settings.interruption {
+        let ctx = interruption::Context::new(&shared, queue, config, provisioner.clone());
+        let (leading, stop) = (leading.clone(), shutdown.clone());
+        tasks.spawn("interruption", deadline::INTERRUPTION, &metrics, &shutdown, move || {
+            interruption::run(ctx.clone(), leading.clone(), stop.clone())
+        });
+    }
+    {
+        let (leading, stop) = (leading.clone(), shutdown.clone());
+        tasks.spawn("provisioning", deadline::PROVISIONING, &metrics, &shutdown, move || {
+            provisioning::run(provisioning.clone(), leading.clone(), stop.clone())
+        });
+    }
+    tasks.until_stopped(&shutdown).await
 }
 
 /// How long the controllers have after shutdown to stop: a pass in blocking work (a
@@ -69,7 +147,7 @@ pub struct Controllers {
 /// within its termination grace period.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
-/// How `Controllers::run` ended.
+/// How `run_all` ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Stopped {
     /// Every controller returned: nothing of this process acts any more.
@@ -78,60 +156,6 @@ pub enum Stopped {
     /// (aborted at their next await): one of them may still write, so the leader Lease must not
     /// be released, only left to expire.
     Abandoned(Vec<&'static str>),
-}
-
-impl Controllers {
-    /// Runs every controller, each a task of its own under `supervisor::supervise`, until
-    /// `shutdown`; passes run only while `leading` is true. A controller that panics is started
-    /// again; the others go on. A controller busy in a long pass holds up no other: their CPU-bound
-    /// work runs in `block_in_place`, which hands the worker's queued tasks to another thread.
-    /// (They once shared one task, because spawned loops were seen never to tick; the cause was
-    /// kube's `Store::wait_until_ready`, which wakes only the last of several waiting tasks, and
-    /// the cluster view's `ready` no longer uses it that way: `state::Synced`.) Dropping the
-    /// returned future aborts every controller (a lost lease ends a term this way).
-    pub async fn run(self, leading: watch::Receiver<bool>, shutdown: CancellationToken) -> Stopped {
-        let Controllers {
-            state,
-            metrics,
-            provisioning,
-            termination,
-            deprovisioning,
-            garbage_collection,
-            interruption,
-        } = self;
-        let mut tasks = Tasks::default();
-        if let Some(ctx) = termination {
-            let (state, leading, stop) = (state.clone(), leading.clone(), shutdown.clone());
-            tasks.spawn("termination", deadline::TERMINATION, &metrics, &shutdown, move || {
-                termination::run(ctx.clone(), state.clone(), leading.clone(), stop.clone())
-            });
-        }
-        if let Some(ctx) = garbage_collection {
-            let (leading, stop) = (leading.clone(), shutdown.clone());
-            tasks.spawn("garbagecollection", deadline::GARBAGE_COLLECTION, &metrics, &shutdown, move || {
-                garbagecollection::run(ctx.clone(), leading.clone(), stop.clone())
-            });
-        }
-        if let Some(ctx) = deprovisioning {
-            let (leading, stop) = (leading.clone(), shutdown.clone());
-            tasks.spawn("deprovisioning", deadline::DEPROVISIONING, &metrics, &shutdown, move || {
-                deprovisioning::run(ctx.clone(), leading.clone(), stop.clone())
-            });
-        }
-        if let Some(ctx) = interruption {
-            let (leading, stop) = (leading.clone(), shutdown.clone());
-            tasks.spawn("interruption", deadline::INTERRUPTION, &metrics, &shutdown, move || {
-                interruption::run(ctx.clone(), leading.clone(), stop.clone())
-            });
-        }
-        {
-            let (leading, stop) = (leading.clone(), shutdown.clone());
-            tasks.spawn("provisioning", deadline::PROVISIONING, &metrics, &shutdown, move || {
-                provisioning::run(provisioning.clone(), leading.clone(), stop.clone())
-            });
-        }
-        tasks.until_stopped(&shutdown).await
-    }
 }
 
 /// The controllers' tasks, by name.

@@ -8,11 +8,12 @@
 //! gone (404) or is another node now (409) is `Gone`, not an error: the decision was about a
 //! node that no longer exists.
 //!
-//! Used by deprovisioning (cordon and mark, delete), termination (cordon, evict, the fresh
-//! list of a node's pods), garbage collection, interruption and node lifecycle (delete).
+//! Used by provisioning (create), node lifecycle (label initialised, delete), deprovisioning
+//! (cordon and mark, delete), termination (cordon, evict, the fresh list of a node's pods),
+//! garbage collection and interruption.
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client, ResourceExt};
 
 use crate::apis::v1alpha5::labels::{EXCLUDE_FROM_LB_LABEL, VOLUNTARY_DISRUPTION_ANNOTATION};
@@ -101,6 +102,30 @@ pub async fn annotate(client: &Client, node: &Node, annotations: &[(&str, Option
         patch["metadata"]["annotations"][*key] = serde_json::json!(value);
     }
     merge_patch(client, node, patch).await
+}
+
+/// Sets labels of `node` (initialisation's `karpenter.sh/initialized`), if it is still the node it was.
+pub async fn label(client: &Client, node: &Node, labels: &[(&str, &str)]) -> Result<Written, kube::Error> {
+    let mut patch = serde_json::json!({"metadata": {"labels": {}}});
+    for (key, value) in labels {
+        patch["metadata"]["labels"][*key] = serde_json::json!(value);
+    }
+    merge_patch(client, node, patch).await
+}
+
+/// Creates `node` for the instance `provider_id`. A Node of that name that already exists is
+/// fine when it is this instance's (a create retried after a lost answer) and an error when it
+/// is another instance's (EC2 reuses private addresses, and with them names).
+pub async fn create(client: &Client, node: &Node, provider_id: &str) -> Result<(), kube::Error> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    match nodes.create(&PostParams::default(), node).await {
+        Err(kube::Error::Api(e)) if e.code == 409 => match nodes.get(&node.name_any()).await {
+            Ok(existing) if existing.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id) => Ok(()),
+            Ok(_) => Err(kube::Error::Api(e)),
+            Err(source) => Err(source),
+        },
+        other => other.map(|_| ()),
+    }
 }
 
 /// Applies a merge patch to `node`, with its UID as the precondition.

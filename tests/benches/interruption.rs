@@ -193,7 +193,8 @@ fn main() {
         let metrics = Metrics::new();
         let state = Cluster::start(&client, &shutdown, &metrics.liveness);
         state.ready().await.unwrap();
-        let provisioning = provisioning::Context::new(client.clone(), cloud.clone(), metrics.clone(), Default::default(), state.clone());
+        let parts = karpenter_rs::controllers::Shared::new(client.clone(), cloud.clone(), metrics.clone(), state.clone());
+        let provisioning = provisioning::Context::new(&parts, Default::default());
         for n in sizes {
             // Up to SHARED_FROM messages, each side drains a queue of its own, filled alike. A
             // deeper queue is filled once (moto's fill slows down with the depth too) and each side
@@ -213,15 +214,12 @@ fn main() {
                 (name, url)
             };
             let ctx = interruption::Context::new(
-                client.clone(),
+                &parts,
                 queue.clone(),
-                cloud.clone(),
-                metrics.clone(),
                 InterruptionConfig {
                     queue_name: name,
                     ..Default::default()
                 },
-                state.clone(),
                 provisioning.clone(),
             );
             let handled = drain_controller(ctx, &metrics, if shared { n - n / 2 } else { n }).await;

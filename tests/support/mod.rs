@@ -420,7 +420,7 @@ impl Controller {
                 .with_test_writer()
                 .try_init();
         }
-        use karpenter_rs::controllers::{deprovisioning, garbagecollection, interruption, provisioning, termination};
+        use karpenter_rs::controllers::provisioning;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -454,43 +454,16 @@ impl Controller {
             let cloud: std::sync::Arc<dyn karpenter_rs::cloudprovider::CloudProvider> = std::sync::Arc::new(cloud);
             let (_leading_tx, leading) = tokio::sync::watch::channel(true);
             let state = karpenter_rs::controllers::state::Cluster::start(&kube_client, &token, &m.liveness);
-            let ctx = provisioning::Context::new(kube_client.clone(), cloud.clone(), m.clone(), config, state.clone());
             // The binary's wiring, with the loops the test asked for.
-            let mut controllers = karpenter_rs::controllers::Controllers {
-                state: state.clone(),
-                metrics: m.clone(),
-                provisioning: ctx.clone(),
-                termination: None,
-                deprovisioning: None,
-                garbage_collection: None,
-                interruption: None,
+            let shared = karpenter_rs::controllers::Shared::new(kube_client, cloud, m, state);
+            let settings = karpenter_rs::controllers::Settings {
+                provisioning: config,
+                termination: loops.as_ref().map(|l| l.termination.clone()),
+                deprovisioning: loops.as_ref().map(|l| l.deprovisioning.clone()),
+                garbage_collection: loops.as_ref().map(|l| l.garbage_collection.clone()),
+                interruption: loops.map(|l| (l.interruption, queue as std::sync::Arc<dyn karpenter_rs::cloudprovider::queue::Queue>)),
             };
-            if let Some(loops) = loops {
-                controllers.termination = Some(termination::Context::new(
-                    kube_client.clone(),
-                    cloud.clone(),
-                    m.clone(),
-                    loops.termination,
-                ));
-                controllers.deprovisioning = Some(deprovisioning::Context::new(
-                    kube_client.clone(),
-                    m.clone(),
-                    loops.deprovisioning,
-                    ctx.clone(),
-                    state.clone(),
-                ));
-                controllers.interruption = Some(interruption::Context::new(
-                    kube_client.clone(),
-                    queue,
-                    cloud.clone(),
-                    m.clone(),
-                    loops.interruption,
-                    state,
-                    ctx,
-                ));
-                controllers.garbage_collection = Some(garbagecollection::Context::new(kube_client, cloud, m, loops.garbage_collection));
-            }
-            controllers.run(leading, token).await;
+            karpenter_rs::controllers::run_all(shared, settings, leading, token).await;
         });
         Controller {
             runtime,

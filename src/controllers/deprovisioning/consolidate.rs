@@ -319,7 +319,7 @@ async fn execute(ctx: &Context, command: &Command, pods: &[String]) -> Result<()
     crate::failpoint::hit("consolidation-after-cordon");
     if let Some(request) = command.replacement() {
         let started = Instant::now();
-        let launched = match ctx.provisioning.launch_replacement(request).await {
+        let launched = match ctx.provisioning.launch(request).await {
             Ok(name) => name,
             Err(e) => {
                 let reason = telemetry::chain(e.as_ref());

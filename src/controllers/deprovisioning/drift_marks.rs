@@ -100,7 +100,7 @@ pub async fn detect(
         if let Some(instance_type) = node.labels().get(INSTANCE_TYPE_LABEL).cloned() {
             let key = (name.clone(), instance_type.clone());
             if !images.contains_key(&key) {
-                let image = match ctx.provisioning.cloud.image_for(template, &instance_type).await {
+                let image = match ctx.cloud.image_for(template, &instance_type).await {
                     Ok(image) => Some(image),
                     Err(e) => {
                         debug!(provisioner = %name, instance_type, error = %e, "the image for drift is not known now");
@@ -159,7 +159,7 @@ async fn resolve(ctx: &Context, provisioner: &Provisioner) -> Option<(Current, N
         .state
         .node_template_of(provisioner)
         .map(|t| (t.name_any(), node_template_hash(&t.spec)));
-    let (subnets, security_groups) = match ctx.provisioning.cloud.resolve(&template).await {
+    let (subnets, security_groups) = match ctx.cloud.resolve(&template).await {
         Ok(status) => {
             let subnets: BTreeSet<String> = status.subnets.iter().flatten().map(|s| s.id.clone()).collect();
             let groups: BTreeSet<String> = status.security_groups.iter().flatten().map(|g| g.id.clone()).collect();
@@ -200,7 +200,7 @@ async fn instance_facts(ctx: &Context, nodes: &[&Arc<Node>]) -> HashMap<String, 
         stale && cache.listed.is_none_or(|at| now.duration_since(at) >= LIST_INTERVAL)
     };
     if needs_list {
-        let listed = ctx.provisioning.cloud.list().await;
+        let listed = ctx.cloud.list().await;
         let mut cache = ctx.instances.lock().unwrap_or_else(|e| e.into_inner());
         cache.listed = Some(now);
         match listed {

@@ -36,9 +36,11 @@ use tracing::{debug, info, instrument, warn};
 
 use crate::apis::v1alpha5::labels::{EMPTINESS_TIMESTAMP_ANNOTATION, PROVISIONER_NAME_LABEL};
 use crate::apis::v1alpha5::Provisioner;
-use crate::controllers::events::{publish, recorder};
+use crate::cloudprovider::CloudProvider;
+use crate::controllers::events::publish;
 use crate::controllers::node_ops::{self, Cordon, Written};
-use crate::controllers::provisioning;
+use crate::controllers::provisioning::Provisioning;
+use crate::controllers::Shared;
 use crate::controllers::state::Cluster;
 use crate::metrics::{self, Metrics};
 use crate::scheduling::nodes::{is_cordoned, is_ready};
@@ -96,7 +98,9 @@ pub struct Context {
     /// Settings.
     pub config: DeprovisioningConfig,
     /// Launches the replacements of expired and consolidated nodes, and snapshots the cluster.
-    pub provisioning: Arc<provisioning::Context>,
+    pub provisioning: Arc<dyn Provisioning>,
+    /// The cloud (drift compares nodes with what it would launch now).
+    pub cloud: Arc<dyn CloudProvider>,
     /// The shared cluster state.
     pub state: Arc<Cluster>,
     recorder: Recorder,
@@ -111,20 +115,15 @@ pub struct Context {
 
 impl Context {
     /// A context for the controller.
-    pub fn new(
-        client: kube::Client,
-        metrics: Metrics,
-        config: DeprovisioningConfig,
-        provisioning: Arc<provisioning::Context>,
-        state: Arc<Cluster>,
-    ) -> Arc<Context> {
+    pub fn new(shared: &Shared, config: DeprovisioningConfig, provisioning: Arc<dyn Provisioning>) -> Arc<Context> {
         Arc::new(Context {
-            recorder: recorder(&client),
-            client,
-            metrics,
+            recorder: shared.recorder.clone(),
+            client: shared.client.clone(),
+            cloud: shared.cloud.clone(),
+            metrics: shared.metrics.clone(),
             config,
             provisioning,
-            state,
+            state: shared.state.clone(),
             consolidated: StdMutex::new(None),
             unconsolidatable: StdMutex::new(HashMap::new()),
             instances: StdMutex::new(drift_marks::InstanceCache::default()),

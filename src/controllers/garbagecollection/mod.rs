@@ -23,7 +23,8 @@ use tracing::{error, info, instrument, warn};
 
 use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
 use crate::cloudprovider::{self, CloudProvider};
-use crate::controllers::events::{publish, recorder};
+use crate::controllers::events::publish;
+use crate::controllers::Shared;
 use crate::controllers::node_ops::{self, Written};
 use crate::metrics::{self, Metrics};
 use crate::telemetry;
@@ -83,12 +84,12 @@ pub struct Context {
 
 impl Context {
     /// A context for the collector.
-    pub fn new(client: kube::Client, cloud: Arc<dyn CloudProvider>, metrics: Metrics, config: GarbageCollectionConfig) -> Arc<Context> {
+    pub fn new(shared: &Shared, config: GarbageCollectionConfig) -> Arc<Context> {
         Arc::new(Context {
-            recorder: recorder(&client),
-            client,
-            cloud,
-            metrics,
+            recorder: shared.recorder.clone(),
+            client: shared.client.clone(),
+            cloud: shared.cloud.clone(),
+            metrics: shared.metrics.clone(),
             config,
         })
     }

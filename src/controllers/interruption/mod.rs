@@ -35,9 +35,10 @@ use tracing::{debug, error, info, warn};
 use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, CAPACITY_TYPE_SPOT, INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL, ZONE_LABEL};
 use crate::cloudprovider::queue::{Queue, Received};
 use crate::cloudprovider::{instance_id_from_provider_id, CloudProvider, Offering};
-use crate::controllers::events::{publish, recorder};
+use crate::controllers::events::publish;
 use crate::controllers::node_ops;
-use crate::controllers::provisioning;
+use crate::controllers::provisioning::Provisioning;
+use crate::controllers::Shared;
 use crate::controllers::state::Cluster;
 use crate::metrics::Metrics;
 use messages::{Kind, Message};
@@ -135,29 +136,21 @@ pub struct Context {
     /// The shared cluster state: nodes by instance id.
     pub state: Arc<Cluster>,
     /// Started at once for the pods of an interrupted node.
-    pub provisioning: Arc<provisioning::Context>,
+    pub provisioning: Arc<dyn Provisioning>,
     recorder: Recorder,
 }
 
 impl Context {
     /// A context for the controller.
-    pub fn new(
-        client: kube::Client,
-        queue: Arc<dyn Queue>,
-        cloud: Arc<dyn CloudProvider>,
-        metrics: Metrics,
-        config: InterruptionConfig,
-        state: Arc<Cluster>,
-        provisioning: Arc<provisioning::Context>,
-    ) -> Arc<Context> {
+    pub fn new(shared: &Shared, queue: Arc<dyn Queue>, config: InterruptionConfig, provisioning: Arc<dyn Provisioning>) -> Arc<Context> {
         Arc::new(Context {
-            recorder: recorder(&client),
-            client,
+            recorder: shared.recorder.clone(),
+            client: shared.client.clone(),
             queue,
-            cloud,
-            metrics,
+            cloud: shared.cloud.clone(),
+            metrics: shared.metrics.clone(),
             config,
-            state,
+            state: shared.state.clone(),
             provisioning,
         })
     }

@@ -4,13 +4,11 @@
 
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::Node;
-use kube::api::PostParams;
-use kube::Api;
 use tracing::{info, instrument, warn};
 
 use super::{adopt, lifecycle, node, Context, PlannedNode, Stores};
 use crate::apis::hash;
+use crate::controllers::node_ops;
 use crate::apis::v1alpha1::AwsProvider;
 use crate::apis::v1alpha5::labels::REQUESTED_RESOURCES_ANNOTATION;
 use crate::apis::v1alpha5::Provisioner;
@@ -98,20 +96,7 @@ pub(super) async fn launch(
         lifecycle::requested_annotation(&catalogue::requested(&request.requests)),
     );
     let node_name = launched.node_name();
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let created = match nodes.create(&PostParams::default(), &node).await {
-        // A Node of that name exists: fine if it is this instance's (a retried create), not if
-        // the name belongs to another instance (private addresses are reused after termination).
-        Err(kube::Error::Api(e)) if e.code == 409 => match nodes.get(&node_name).await {
-            Ok(existing) if existing.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(launched.provider_id().as_str()) => {
-                Ok(())
-            }
-            Ok(_) => Err(kube::Error::Api(e)),
-            Err(source) => Err(source),
-        },
-        other => other.map(|_| ()),
-    };
-    match created {
+    match node_ops::create(&ctx.client, &node, &launched.provider_id()).await {
         Ok(()) => {}
         Err(source) => {
             if let Err(e) = ctx.cloud.delete(&instance.id).await {

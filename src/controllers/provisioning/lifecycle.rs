@@ -15,9 +15,8 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Taint};
-use kube::api::{Patch, PatchParams};
 use kube::runtime::events::EventType;
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 use tracing::{debug, info, warn};
 
 use super::{bind, publish, Context, Stores};
@@ -133,10 +132,9 @@ pub(super) async fn step(ctx: &Context, stores: &Stores) {
 }
 
 async fn initialize(ctx: &Context, node: &Node) {
-    let api: Api<Node> = Api::all(ctx.client.clone());
-    let patch = serde_json::json!({"metadata": {"labels": {INITIALIZED_LABEL: "true"}}});
-    match api.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
-        Ok(_) => info!(node = %node.name_any(), "node initialized"),
+    match node_ops::label(&ctx.client, node, &[(INITIALIZED_LABEL, "true")]).await {
+        Ok(Written::Written) => info!(node = %node.name_any(), "node initialized"),
+        Ok(Written::Gone) => debug!(node = %node.name_any(), "node gone or re-created before it was labelled initialized"),
         Err(e) => debug!(node = %node.name_any(), error = %e, "labelling the node initialized; retrying"),
     }
 }

@@ -43,9 +43,11 @@ use tracing::{debug, info, instrument, warn};
 use crate::apis::v1alpha5::labels::{INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL};
 use crate::apis::v1alpha5::Provisioner;
 use crate::cloudprovider::catalogue;
+use crate::cloudprovider::shared_types::SharedTypes;
 use crate::cloudprovider::{CloudProvider, KubernetesVersion, NodeTemplate};
 use crate::controllers::events;
 use crate::controllers::state::Cluster;
+use crate::controllers::Shared;
 use crate::metrics::Metrics;
 use crate::ratelimit::TokenBucket;
 use crate::scheduling::{self, ExistingNode, InstanceType, PodKey, ProvisionerInput, SimulationInput};
@@ -127,8 +129,9 @@ pub struct Context {
     launch_rate: StdMutex<backoff::LaunchRate>,
     /// The API server's version and when it was read.
     api_server_version: StdMutex<Option<(Instant, KubernetesVersion)>>,
-    /// Every Provisioner's instance types, translated once per catalogue.
-    type_cache: StdMutex<catalogue::TypeCache>,
+    /// Every Provisioner's instance types, translated once per catalogue; readers never wait
+    /// for a translation in progress.
+    type_cache: SharedTypes,
     /// The rate limit of `Nominated` events.
     nomination_events: StdMutex<TokenBucket>,
     /// Event publishing left to run in the background. Dropped with the context, which aborts
@@ -154,26 +157,20 @@ type Stores = Arc<Cluster>;
 
 impl Context {
     /// A context for the controller.
-    pub fn new(
-        client: kube::Client,
-        cloud: Arc<dyn CloudProvider>,
-        metrics: Metrics,
-        config: ProvisioningConfig,
-        state: Arc<Cluster>,
-    ) -> Arc<Context> {
+    pub fn new(shared: &Shared, config: ProvisioningConfig) -> Arc<Context> {
         Arc::new(Context {
-            recorder: events::recorder(&client),
-            client,
-            cloud,
-            metrics,
+            recorder: shared.recorder.clone(),
+            client: shared.client.clone(),
+            cloud: shared.cloud.clone(),
+            metrics: shared.metrics.clone(),
             batcher: Batcher::default(),
             planned: Mutex::new(HashMap::new()),
-            state,
+            state: shared.state.clone(),
             pass_lock: Mutex::new(()),
             backoff: StdMutex::new(backoff::LaunchBackoff::default()),
             launch_rate: StdMutex::new(backoff::LaunchRate::new(config.max_launches_per_minute)),
             api_server_version: StdMutex::new(None),
-            type_cache: StdMutex::new(catalogue::TypeCache::default()),
+            type_cache: SharedTypes::default(),
             nomination_events: StdMutex::new(TokenBucket::new(
                 NOMINATION_EVENTS_PER_SECOND,
                 NOMINATION_EVENTS_BURST,
@@ -189,18 +186,14 @@ impl Context {
     /// The instance type `name` as `provisioner`'s last pass saw it (what a node that has not
     /// initialised yet is expected to offer), whether or not its requirements still allow it.
     pub fn expected_instance_type(&self, provisioner: &str, name: &str) -> Option<Arc<InstanceType>> {
-        self.type_cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .instance_type(provisioner, name)
+        self.type_cache.current().instance_type(provisioner, name)
     }
 
     /// `nodes` as the simulation sees them, with the pods bound to them: a node of ours that has
     /// not initialised counts what its instance type offers (`core@v0.27.0:pkg/controllers/state/node.go`
     /// `Allocatable`).
     fn existing_nodes(&self, nodes: &[Arc<Node>], all_pods: &[Arc<Pod>], provisioners: &[Arc<Provisioner>]) -> Vec<ExistingNode> {
-        let types = self.type_cache.lock().unwrap_or_else(|e| e.into_inner());
-        Self::existing_nodes_with(&types, nodes, all_pods, provisioners)
+        Self::existing_nodes_with(&self.type_cache.current(), nodes, all_pods, provisioners)
     }
 
     /// `existing_nodes` with the type cache already held.
@@ -528,6 +521,51 @@ impl Context {
     }
 }
 
+/// What the other controllers may ask of provisioning (Karpenter's `provisioning.Provisioner`
+/// as its deprovisioners and interruption hold it): a pass soon, the cluster as a pass sees it,
+/// room for a node's pods, one node launched, and what a node of ours is expected to offer.
+/// They hold this, not provisioning's `Context`.
+#[async_trait::async_trait]
+pub trait Provisioning: Send + Sync {
+    /// Starts a pass soon (after the batching window), e.g. for the pods of a node going away.
+    fn trigger(&self);
+    /// The cluster as a provisioning pass would simulate it now (`Context::snapshot`).
+    async fn snapshot(&self) -> Result<Snapshot, PassError>;
+    /// Provisions room for the pods of `node`, about to be drained; the Nodes launched
+    /// (`Context::replace`).
+    async fn replace(&self, node: &str) -> Result<Vec<String>, PassError>;
+    /// Launches `request` through the normal launch path; the Node created
+    /// (`Context::launch_replacement`).
+    async fn launch(&self, request: &scheduling::NodeRequest) -> Result<String, PassError>;
+    /// The AWS settings `provisioner`'s nodes are launched with now (`Context::node_template_of`).
+    async fn node_template_of(&self, provisioner: &Provisioner) -> Result<NodeTemplate, PassError>;
+    /// What a node of `provisioner` of type `instance_type` is expected to offer
+    /// (`Context::expected_instance_type`).
+    fn expected_instance_type(&self, provisioner: &str, instance_type: &str) -> Option<Arc<InstanceType>>;
+}
+
+#[async_trait::async_trait]
+impl Provisioning for Context {
+    fn trigger(&self) {
+        Context::trigger(self)
+    }
+    async fn snapshot(&self) -> Result<Snapshot, PassError> {
+        Context::snapshot(self).await
+    }
+    async fn replace(&self, node: &str) -> Result<Vec<String>, PassError> {
+        Context::replace(self, node).await
+    }
+    async fn launch(&self, request: &scheduling::NodeRequest) -> Result<String, PassError> {
+        self.launch_replacement(request).await
+    }
+    async fn node_template_of(&self, provisioner: &Provisioner) -> Result<NodeTemplate, PassError> {
+        Context::node_template_of(self, provisioner).await
+    }
+    fn expected_instance_type(&self, provisioner: &str, instance_type: &str) -> Option<Arc<InstanceType>> {
+        Context::expected_instance_type(self, provisioner, instance_type)
+    }
+}
+
 /// How long a node a pass expects pods on is left alone by deprovisioning (Karpenter's 20 s).
 const NOMINATION: Duration = Duration::from_secs(20);
 
@@ -601,9 +639,9 @@ async fn snapshot(
     }
     let catalogue = ctx.metrics.cloud_call("instance_types", ctx.cloud.instance_types()).await?;
     // The catalogue translation is CPU work of up to seconds: run it where it does not hold up
-    // the runtime's other tasks (the binder, node lifecycle, the watches).
-    let input = tokio::task::block_in_place(|| {
-        let mut type_cache = ctx.type_cache.lock().unwrap_or_else(|e| e.into_inner());
+    // the runtime's other tasks (the binder, node lifecycle, the watches), on a copy of the
+    // cache that readers do not wait for.
+    let input = tokio::task::block_in_place(|| ctx.type_cache.update(|type_cache| {
         type_cache.retain(|name| provisioners.iter().any(|p| p.name_any() == name));
         if type_cache.set_catalogue(catalogue) {
             ctx.metrics.set_instance_types(type_cache.shared_catalogue(), &ctx.config.region);
@@ -636,9 +674,9 @@ async fn snapshot(
                 .map(|n| (n.name_any(), n.labels().clone()))
                 .collect(),
         };
-        input.nodes = Context::existing_nodes_with(&type_cache, nodes, all_pods, &provisioners);
+        input.nodes = Context::existing_nodes_with(type_cache, nodes, all_pods, &provisioners);
         input
-    });
+    }));
     Ok(Snapshot {
         input,
         volumes,

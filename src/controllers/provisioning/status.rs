@@ -137,14 +137,11 @@ impl NodeSeries {
         for (gauge, series) in self.gauges.iter_mut().zip(all) {
             gauge.replace_all(series);
         }
-        // Nodes launched before the price annotation existed are priced from the catalogue. Only
-        // they need it, and never by waiting for a pass that is translating it (a blocking lock
-        // here would hold up this runtime thread): while the cache is busy, they wait a tick.
-        let mut type_cache = None;
+        // Nodes launched before the price annotation existed are priced from the catalogue, as
+        // the last finished pass translated it (a pass translating the next one is not waited for).
+        let type_cache = ctx.type_cache.current();
         let mut catalogue_price = |instance_type: &str, capacity_type: &str, zone: &str| {
-            let cache = type_cache.get_or_insert_with(|| ctx.type_cache.try_lock().ok());
-            cache
-                .as_ref()?
+            type_cache
                 .catalogue()
                 .iter()
                 .find(|t| t.facts.name == instance_type)?
