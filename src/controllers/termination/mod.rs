@@ -3,39 +3,46 @@
 //! its instance terminated, and only then the finalizer released
 //! (`core@v0.27.0:pkg/controllers/termination/controller.go`).
 //!
-//! A periodic reconcile (1 s) over the shared Node and Pod reflectors, at most
-//! `MAX_CONCURRENT_NODES` nodes at once: every step reads the state it acts on and is
-//! idempotent, so a restart or a leader hand-over at any point just carries on. `drain.rs`
-//! decides which pods go and in which order.
+//! Every second the deleting nodes of the shared Node and Pod reflectors are queued; each is
+//! reconciled as a task of its own, at most `MAX_CONCURRENT_NODES` at once, never twice at once,
+//! and after a failure again only after its own back-off (`queue.rs`). Every step reads the
+//! state it acts on and is idempotent, so a restart or a leader hand-over at any point just
+//! carries on. `drain.rs` decides which pods go and in which order.
 
 pub mod drain;
+pub mod queue;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::events::{EventType, Recorder};
 use kube::ResourceExt;
 use tokio::sync::{watch, Mutex};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, instrument, warn};
 
 use crate::apis::v1alpha5::labels::{PROVISIONER_NAME_LABEL, TERMINATION_FINALIZER};
 use crate::cloudprovider::{self, instance_id_from_provider_id, CloudProvider};
-use crate::controllers::events::{publish, recorder};
+use crate::controllers::events::publish;
+use crate::controllers::Shared;
 use crate::controllers::node_ops::{self, Cordon, Evicted, Written};
 use crate::controllers::state::Cluster;
 use crate::metrics::Metrics;
 use crate::telemetry;
 use drain::PodName;
+use queue::{Outcome, WorkQueue};
 
 pub use crate::apis::v1alpha5::labels::EXCLUDE_FROM_LB_LABEL;
 /// First retry delay of a pod whose eviction was refused; doubles up to `MAX_EVICTION_BACKOFF`.
 const MIN_EVICTION_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_EVICTION_BACKOFF: Duration = Duration::from_secs(10);
+/// One node's reconcile (a few API and cloud calls) is dropped and retried after this long: an
+/// answer that never comes holds one of the `MAX_CONCURRENT_NODES` slots no longer than this.
+const RECONCILE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// Most deleting nodes reconciled at once.
 const MAX_CONCURRENT_NODES: usize = 16;
 /// At most one `FailedDraining` event per node this often.
@@ -76,20 +83,16 @@ struct State {
     backoff: HashMap<PodName, (Instant, Duration)>,
     /// Node → when the last `FailedDraining` event was published.
     draining_events: HashMap<String, Instant>,
-    /// Node → when terminating its instance may be tried again after a failure, and the delay
-    /// after that: a cloud that keeps failing (an outage, throttling past the SDK's retries) is
-    /// asked less and less often, not every tick.
-    terminate_backoff: HashMap<String, (Instant, Duration)>,
 }
 
 impl Context {
     /// A context for the controller.
-    pub fn new(client: kube::Client, cloud: Arc<dyn CloudProvider>, metrics: Metrics, config: TerminationConfig) -> Arc<Context> {
+    pub fn new(shared: &Shared, config: TerminationConfig) -> Arc<Context> {
         Arc::new(Context {
-            recorder: recorder(&client),
-            client,
-            cloud,
-            metrics,
+            recorder: shared.recorder.clone(),
+            client: shared.client.clone(),
+            cloud: shared.cloud.clone(),
+            metrics: shared.metrics.clone(),
             config,
             state: Mutex::default(),
         })
@@ -102,18 +105,49 @@ pub fn is_terminating(node: &Node) -> bool {
 }
 
 /// Runs the termination controller until `shutdown`; reconciles only while `leading` is true.
+/// Every tick (1 s) queues the deleting nodes of the shared view and the node reconciles that
+/// finished are recorded; each node is reconciled as a task of its own, at most
+/// `MAX_CONCURRENT_NODES` at once and never twice at once (`queue::WorkQueue`), so one slow node
+/// (a drain held by a PodDisruptionBudget, a failing cloud call in back-off) holds up no other.
 pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
     ctx.metrics.controller_started("termination");
     let nodes = &state.nodes;
     let mut ticker = tokio::time::interval(ctx.config.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut queue = WorkQueue::new(MIN_TERMINATE_BACKOFF, MAX_TERMINATE_BACKOFF).with_jitter(crate::retry::jittered);
+    // Dropped with the loop (a lost lease, shutdown): its reconciles are aborted at their next
+    // await; every step is idempotent, so the next leader carries on.
+    let mut running: JoinSet<(String, Result<usize, TerminationError>)> = JoinSet::new();
+    // Pods still waiting for eviction, by node, as their last reconcile left them.
+    let mut waiting: HashMap<String, usize> = HashMap::new();
+    let mut failed_since_tick = false;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = ticker.tick() => {}
+            Some(ended) = running.join_next(), if !running.is_empty() => {
+                let now = Instant::now();
+                match ended {
+                    Ok((name, Ok(remaining))) => {
+                        waiting.insert(name.clone(), remaining);
+                        queue.finished(&name, Outcome::Done, now);
+                    }
+                    Ok((name, Err(e))) => {
+                        queue.finished(&name, Outcome::Failed, now);
+                        warn!(node = %name, error = %telemetry::chain(&e), retry_in = ?queue.backoff_of(&name), "terminating node; retrying");
+                        failed_since_tick = true;
+                    }
+                    // A reconcile that panicked: the supervisor's rule for a pass that panics is
+                    // to start the controller again.
+                    Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                    Err(_) => {}
+                }
+                continue;
+            }
         }
         ctx.metrics.liveness.beat("termination", ctx.config.interval);
         if !*leading.borrow() {
+            running.abort_all();
             continue;
         }
         if state.ready().await.is_err() {
@@ -123,33 +157,38 @@ pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receive
         let started = std::time::Instant::now();
         let _pass = ctx.metrics.liveness.pass("termination");
         crate::failpoint::pass_point("termination");
-        // The pods of every node, from the shared cache, grouped once for the pass (not at
-        // all in the passes, most of them, with no node deleting).
-        let pods_of = if terminating.is_empty() { HashMap::new() } else { state.pods_by_node() };
-        // A bounded number of nodes at once: each step is a few API or cloud calls.
-        // (The futures are made first: a stream mapping with a closure over borrows trips the
-        // compiler's Send check of the spawned controller task.)
-        let work: Vec<_> = terminating
-            .iter()
-            .map(|node| {
-                let pods = pods_of.get(&node.name_any()).map(Vec::as_slice).unwrap_or_default();
-                reconcile(&ctx, node, pods)
-            })
-            .collect();
-        let results: Vec<_> = futures::stream::iter(work).buffered(MAX_CONCURRENT_NODES).collect().await;
-        let mut waiting = 0;
-        let mut ok = true;
-        for (node, result) in terminating.iter().zip(results) {
-            match result {
-                Ok(remaining) => waiting += remaining,
-                Err(e) => {
-                    warn!(node = %node.name_any(), error = %telemetry::chain(&e), "terminating node; retrying");
-                    ok = false;
-                }
+        let now = Instant::now();
+        queue.retain(|name| terminating.iter().any(|n| n.name_any() == name));
+        for node in &terminating {
+            queue.add(&node.name_any(), now);
+        }
+        let due = queue.take(now, MAX_CONCURRENT_NODES);
+        if !due.is_empty() {
+            // The pods of every node, from the shared cache, grouped once for the tick (not at
+            // all in the ticks, most of them, with no node deleting).
+            let mut pods_of = state.pods_by_node();
+            for name in due {
+                let Some(node) = terminating.iter().find(|n| n.name_any() == name).cloned() else {
+                    queue.finished(&name, Outcome::Done, now);
+                    continue;
+                };
+                let pods = pods_of.remove(&name).unwrap_or_default();
+                let ctx = ctx.clone();
+                running.spawn(async move {
+                    let result = match tokio::time::timeout(RECONCILE_TIMEOUT, reconcile(&ctx, &node, &pods)).await {
+                        Ok(result) => result,
+                        Err(_) => Err(TerminationError::TimedOut {
+                            node: name.clone(),
+                            after: RECONCILE_TIMEOUT,
+                        }),
+                    };
+                    (name, result)
+                });
             }
         }
-        ctx.metrics.reconciled("termination", started, ok);
-        ctx.metrics.eviction_queue_depth.set(waiting as i64);
+        ctx.metrics.reconciled("termination", started, !std::mem::take(&mut failed_since_tick));
+        waiting.retain(|name, _| terminating.iter().any(|n| n.name_any() == *name));
+        ctx.metrics.eviction_queue_depth.set(waiting.values().sum::<usize>() as i64);
         let mut state = ctx.state.lock().await;
         let now = Instant::now();
         state
@@ -157,9 +196,6 @@ pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receive
             .retain(|_, (until, _)| now.duration_since(*until) < Duration::from_secs(300));
         state
             .draining_events
-            .retain(|name, _| terminating.iter().any(|n| n.name_any() == *name));
-        state
-            .terminate_backoff
             .retain(|name, _| terminating.iter().any(|n| n.name_any() == *name));
     }
 }
@@ -222,33 +258,14 @@ async fn reconcile(ctx: &Context, node: &Node, cached_pods: &[Arc<Pod>]) -> Resu
     // 3. terminate the instance (one that is already gone counts as terminated)
     let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default();
     if let Some(instance_id) = instance_id_from_provider_id(provider_id) {
-        let waiting = ctx
-            .state
-            .lock()
-            .await
-            .terminate_backoff
-            .get(&name)
-            .is_some_and(|(until, _)| Instant::now() < *until);
-        if waiting {
-            return Ok(0);
-        }
+        // A failure is retried after the node's back-off in the work queue.
         if let Err(source) = ctx.metrics.cloud_call("delete", ctx.cloud.delete(instance_id)).await {
-            let mut state = ctx.state.lock().await;
-            let delay = next_delay(
-                state.terminate_backoff.get(&name).map(|(_, d)| *d),
-                MIN_TERMINATE_BACKOFF,
-                MAX_TERMINATE_BACKOFF,
-            );
-            state
-                .terminate_backoff
-                .insert(name.clone(), (Instant::now() + crate::retry::jittered(delay), delay));
             return Err(TerminationError::Terminate {
                 node: name,
                 instance_id: instance_id.to_string(),
                 source,
             });
         }
-        ctx.state.lock().await.terminate_backoff.remove(&name);
         info!(node = %name, instance_id, "terminated instance");
         let note = format!("Terminated instance {instance_id}");
         publish(&ctx.recorder, node, EventType::Normal, "TerminatedInstance", "Terminating", &note).await;
@@ -325,9 +342,11 @@ async fn evict(ctx: &Context, pod: &PodName) {
     }
 }
 
-/// The first wait after a failed instance termination.
+/// The first wait after a node's reconcile failed (its instance termination, say); doubles per
+/// failure in a row.
 pub const MIN_TERMINATE_BACKOFF: Duration = Duration::from_secs(2);
-/// The longest wait between instance terminations of one node.
+/// The longest wait between reconciles of one node that keep failing: a cloud that keeps
+/// failing (an outage, throttling past the SDK's retries) is asked less and less often.
 pub const MAX_TERMINATE_BACKOFF: Duration = Duration::from_secs(30);
 
 /// The delay after a failed eviction or termination, given the one before it (none: the first
@@ -368,6 +387,15 @@ pub enum TerminationError {
         /// Why.
         #[source]
         source: cloudprovider::Error,
+    },
+    /// One step of the node took longer than `RECONCILE_TIMEOUT` (an API server or cloud that
+    /// hangs mid-answer): it was dropped, and is retried after the node's back-off.
+    #[error("reconciling node {node} took longer than {after:?}")]
+    TimedOut {
+        /// The node.
+        node: String,
+        /// The limit.
+        after: Duration,
     },
     /// The finalizer could not be removed.
     #[error("removing finalizer {TERMINATION_FINALIZER} from node {node}")]
