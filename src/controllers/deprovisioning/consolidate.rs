@@ -168,7 +168,7 @@ async fn snapshot(ctx: &Context) -> Result<Snapshot, DeprovisioningError> {
     ctx.provisioning
         .snapshot()
         .await
-        .map_err(|e| DeprovisioningError::Snapshot(telemetry::chain(e.as_ref())))
+        .map_err(|e| DeprovisioningError::Snapshot(telemetry::chain(&e)))
 }
 
 /// The candidates of a fresh snapshot, without events.
@@ -322,7 +322,7 @@ async fn execute(ctx: &Context, command: &Command, pods: &[String]) -> Result<()
         let launched = match ctx.provisioning.launch(request).await {
             Ok(name) => name,
             Err(e) => {
-                let reason = telemetry::chain(e.as_ref());
+                let reason = telemetry::chain(&e);
                 for node in &nodes {
                     cordon(ctx, node, None).await?;
                 }

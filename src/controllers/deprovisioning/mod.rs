@@ -400,7 +400,7 @@ async fn replace(ctx: &Context, stores: &Cluster, node: &Node, why: Disruption<'
             cordon(ctx, node, None).await?;
             return Err(DeprovisioningError::Replace {
                 node: name,
-                reason: telemetry::chain(e.as_ref()),
+                reason: telemetry::chain(&e),
             });
         }
     };

@@ -300,7 +300,7 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
             if let Err(e) = &result {
                 failures += 1;
                 let delay = crate::retry::jittered(backoff::pass_retry_delay(failures));
-                warn!(error = %telemetry::chain(e.as_ref()), retry_in_ms = delay.as_millis() as u64, "provisioning pass failed; retrying");
+                warn!(error = %telemetry::chain(e), retry_in_ms = delay.as_millis() as u64, "provisioning pass failed; retrying");
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
                     _ = tokio::time::sleep(delay) => {}
@@ -379,8 +379,51 @@ const WARM_INTERVAL: Duration = Duration::from_secs(60);
 /// How often provisioning looks for pods still provisionable, to run another pass for them.
 const RETRIGGER_INTERVAL: Duration = Duration::from_secs(10);
 
-/// Why a pass or a replacement failed.
-pub type PassError = Box<dyn std::error::Error + Send + Sync>;
+/// Why a pass, a snapshot or a replacement failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PassError {
+    /// A watch of the shared cluster view ended (the process is shutting down).
+    #[error(transparent)]
+    ViewClosed(#[from] crate::controllers::state::ViewClosed),
+    /// The shared cluster view did not settle after a watch failure.
+    #[error("the cluster view did not settle: {0}")]
+    Unsettled(String),
+    /// The API server's version could not be read (and none was read before).
+    #[error("reading the API server's version")]
+    KubernetesVersion(#[source] kube::Error),
+    /// The API server gave a version nodes cannot boot.
+    #[error("the API server's version: {0}")]
+    UnusableVersion(String),
+    /// A Provisioner cannot launch: its AWSNodeTemplate or inline provider.
+    #[error("provisioner {provisioner} cannot launch nodes: {reason}")]
+    NodeTemplate {
+        /// The Provisioner.
+        provisioner: String,
+        /// Why.
+        reason: String,
+    },
+    /// The plan was made from a view that went stale during the pass: nothing launched.
+    #[error("not launching: {0}")]
+    NotLaunching(String),
+    /// The API server does not answer, so the Nodes of a launch could not be created.
+    #[error("not launching: the API server does not answer")]
+    ApiServerSilent(#[source] kube::Error),
+    /// Nodes created by the pass did not appear in the node cache within 30 s.
+    #[error("{0} nodes created by this pass did not appear in the node cache within 30 s")]
+    NodesNotSeen(usize),
+    /// A replacement's Provisioner was deleted meanwhile.
+    #[error("provisioner {0} no longer exists")]
+    ProvisionerGone(String),
+    /// A call to the cloud failed.
+    #[error(transparent)]
+    Cloud(#[from] crate::cloudprovider::Error),
+    /// A launch failed.
+    #[error(transparent)]
+    Launch(#[from] launch::LaunchError),
+    /// A call to the API server failed.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+}
 
 impl Context {
     /// The Kubernetes version whose AMIs nodes boot: the configured one, else the API server's
@@ -399,8 +442,8 @@ impl Context {
             return Ok(v);
         }
         let read = match self.client.apiserver_version().await {
-            Ok(info) => KubernetesVersion::from_api_server(&info.major, &info.minor).map_err(PassError::from),
-            Err(e) => Err(format!("reading the API server's version: {e}").into()),
+            Ok(info) => KubernetesVersion::from_api_server(&info.major, &info.minor).map_err(|e| PassError::UnusableVersion(e.to_string())),
+            Err(e) => Err(PassError::KubernetesVersion(e)),
         };
         match (read, cached) {
             (Ok(v), _) => {
@@ -429,7 +472,7 @@ async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
     stores.ready().await?;
     // After an API server or etcd outage the caches lag: a pod that got its node meanwhile would
     // look pending and get a second one.
-    stores.settled(SETTLE_LIMIT).await?;
+    stores.settled(SETTLE_LIMIT).await.map_err(PassError::Unsettled)?;
     // Nodes first: a pod that binds between the two reads is then seen on its node, never as
     // pending with no node, so it cannot get a second one.
     let all_nodes = stores.nodes.state();
@@ -493,7 +536,12 @@ impl Context {
     /// inline provider), for drift to compare a node with.
     pub async fn node_template_of(&self, provisioner: &Provisioner) -> Result<NodeTemplate, PassError> {
         let version = self.kubernetes_version().await?;
-        Ok(launch::node_template(self, &self.state, provisioner, version)?.0)
+        launch::node_template(self, &self.state, provisioner, version)
+            .map(|(template, _)| template)
+            .map_err(|reason| PassError::NodeTemplate {
+                provisioner: provisioner.name_any(),
+                reason,
+            })
     }
 
     /// Launches `request` (a consolidation's replacement) through the normal launch path, between
@@ -507,9 +555,13 @@ impl Context {
             .state()
             .into_iter()
             .find(|p| p.name_any() == request.provisioner)
-            .ok_or_else(|| format!("provisioner {} no longer exists", request.provisioner))?;
+            .ok_or_else(|| PassError::ProvisionerGone(request.provisioner.clone()))?;
         let version = self.kubernetes_version().await?;
-        let (template, spot_max) = launch::node_template(self, stores, &provisioner, version)?;
+        let (template, spot_max) =
+            launch::node_template(self, stores, &provisioner, version).map_err(|reason| PassError::NodeTemplate {
+                provisioner: provisioner.name_any(),
+                reason,
+            })?;
         self.cloud.resolve(&template).await?;
         let name = launch::launch(self, request, &provisioner, template, spot_max).await?;
         stores.nominate(&name, NOMINATION);
@@ -799,12 +851,12 @@ async fn provision(
         // No instance for a plan made from a view that went stale during the pass, or while the
         // API server cannot take the Node: the launch would be terminated again at once.
         if let Some(why) = stores.stale() {
-            return Err(format!("not launching: {why}").into());
+            return Err(PassError::NotLaunching(why.to_string()));
         }
         ctx.client
             .apiserver_version()
             .await
-            .map_err(|e| format!("not launching: the API server does not answer: {e}"))?;
+            .map_err(PassError::ApiServerSilent)?;
     }
     let admitted: Vec<&scheduling::NodeRequest> = {
         let now = Instant::now();
@@ -854,7 +906,7 @@ async fn provision(
     let deadline = Instant::now() + Duration::from_secs(30);
     while !launched.iter().all(|n| stores.nodes.get(&reflector::ObjectRef::new(n)).is_some()) {
         if Instant::now() > deadline {
-            return Err("nodes created by this pass did not appear in the node cache within 30 s".into());
+            return Err(PassError::NodesNotSeen(launched.len()));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
