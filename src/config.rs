@@ -97,6 +97,17 @@ impl ConvertArgs {
     }
 }
 
+impl From<&ConvertArgs> for crate::convert::cli::Invocation {
+    fn from(args: &ConvertArgs) -> Self {
+        Self {
+            filenames: args.filenames.clone(),
+            recursive: args.recursive,
+            output: args.output,
+            settings: args.settings(),
+        }
+    }
+}
+
 /// Settings of `webhook-config`.
 #[derive(Args, Debug, Clone)]
 pub struct WebhookConfigArgs {

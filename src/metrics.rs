@@ -11,6 +11,8 @@ use prometheus::{GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, I
 
 use crate::apis::v1alpha5::labels::WELL_KNOWN_LABELS;
 
+pub mod liveness;
+
 /// Latency buckets of admission requests, in seconds (1 ms .. 10 s).
 const WEBHOOK_BUCKETS: &[f64] = &[0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
@@ -160,7 +162,7 @@ pub struct Metrics {
     pub controller_panics: IntCounterVec,
     /// The controllers' passes and panics, for `/healthz` (here because every controller
     /// already holds the metrics).
-    pub liveness: crate::controllers::supervisor::Liveness,
+    pub liveness: liveness::Liveness,
     /// `controller_runtime_reconcile_errors_total{controller}`.
     pub reconcile_errors: IntCounterVec,
     /// `controller_runtime_reconcile_time_seconds{controller}`: one pass of a controller.
