@@ -1,3 +1,10 @@
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus::core::Collector;
+use prometheus::proto::MetricType;
+
 use super::*;
 
 #[derive(Debug)]
