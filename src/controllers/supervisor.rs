@@ -11,10 +11,8 @@
 //! (`RecoverPanic`) and its manager's health check fails when a controller stops; the deadlines
 //! here are our own, sized to each controller's longest legitimate pass.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
@@ -23,33 +21,18 @@ use tracing::{error, warn};
 
 use crate::metrics::Metrics;
 
+// `Liveness` lives beside the metrics (which every controller holds); these paths stay for its users.
+pub use crate::metrics::liveness::{Liveness, Pass, PANICS_UNTIL_UNHEALTHY, RESTART_MAX};
+
 /// The first wait before a panicked controller starts again; it doubles with every panic in a
 /// row, up to `RESTART_MAX`.
 pub const RESTART_BASE: Duration = Duration::from_secs(1);
-/// The longest wait before a panicked controller starts again.
-pub const RESTART_MAX: Duration = Duration::from_secs(60);
-/// Panics in a row (no pass finished between them) after which `/healthz` fails: restarting
-/// the controller does not help, so the process should be restarted, visibly.
-pub const PANICS_UNTIL_UNHEALTHY: u32 = 5;
-
 /// How long one pass of each controller may run before `/healthz` reports it stuck: the longest
 /// legitimate pass with room to spare.
 pub mod deadline {
     use std::time::Duration;
 
-    /// The environment variable that sets every deadline to its number of seconds, so that a
-    /// test can see a stall reported without waiting minutes (never set by the chart).
-    pub const OVERRIDE_ENV: &str = "KARPENTER_RS_LIVENESS_DEADLINE_SECONDS";
-
-    /// `default`, or the override's seconds when `KARPENTER_RS_LIVENESS_DEADLINE_SECONDS` is set
-    /// to a positive number.
-    pub fn or_override(default: Duration) -> Duration {
-        std::env::var(OVERRIDE_ENV)
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .filter(|s| *s > 0)
-            .map_or(default, Duration::from_secs)
-    }
+    pub use crate::metrics::liveness::deadline::{or_override, OVERRIDE_ENV};
 
     /// A provisioning pass: the catalogue, a simulation and launches (each launch bounded by the
     /// cloud client's retries, the Node's appearance in the cache by 30 s).
@@ -66,144 +49,6 @@ pub mod deadline {
     pub const BINDER: Duration = Duration::from_secs(5 * 60);
     /// A tick of provisioning's node lifecycle (initialisation, registration TTL, status).
     pub const NODE_LIFECYCLE: Duration = Duration::from_secs(10 * 60);
-}
-
-/// What `/healthz` knows of every supervised controller and loop. Cheap to clone; shared by the
-/// controllers (through `Metrics::liveness`) and the health endpoint.
-#[derive(Clone, Default)]
-pub struct Liveness(Arc<Mutex<Inner>>);
-
-#[derive(Default)]
-struct Inner {
-    loops: BTreeMap<&'static str, LoopState>,
-    /// Parts that ended for good (a watch whose stream ended), with why.
-    broken: Vec<String>,
-}
-
-#[derive(Clone, Debug)]
-struct LoopState {
-    deadline: Duration,
-    busy_since: Option<Instant>,
-    /// The loop's last sign of life, and how soon it said the next one comes.
-    last_beat: Instant,
-    next_within: Duration,
-    panics_in_a_row: u32,
-}
-
-impl Liveness {
-    /// Starts tracking `controller`, whose passes may each take up to `deadline`. Until its
-    /// first beat or pass, it counts as having beaten now and promised the next beat at once:
-    /// a loop that never starts is reported `deadline` later.
-    pub fn register(&self, controller: &'static str, deadline: Duration) {
-        self.lock().loops.entry(controller).or_insert(LoopState {
-            deadline: deadline::or_override(deadline),
-            busy_since: None,
-            last_beat: Instant::now(),
-            next_within: Duration::ZERO,
-            panics_in_a_row: 0,
-        });
-    }
-
-    /// Stops tracking `controller`: it finished on its own (interruption handling with no queue).
-    pub fn finished(&self, controller: &'static str) {
-        self.lock().loops.remove(controller);
-    }
-
-    /// A sign of life from `controller`'s loop, which promises the next one within
-    /// `next_within` (its longest wait between beats). A loop silent for `deadline` past its
-    /// promise is reported.
-    pub fn beat(&self, controller: &'static str, next_within: Duration) {
-        if let Some(state) = self.lock().loops.get_mut(controller) {
-            state.last_beat = Instant::now();
-            state.next_within = next_within;
-        }
-    }
-
-    /// Records that a part the controllers depend on ended for good; `/healthz` fails from now on.
-    pub fn broken(&self, why: String) {
-        self.lock().broken.push(why);
-    }
-
-    /// Marks a pass of `controller` as running until the returned guard is dropped. A pass that
-    /// ends (with success or an error) clears the controller's panics in a row; one that unwinds
-    /// does not. A pass is a beat when it starts and when it ends.
-    pub fn pass(&self, controller: &'static str) -> Pass {
-        if let Some(state) = self.lock().loops.get_mut(controller) {
-            let now = Instant::now();
-            state.busy_since = Some(now);
-            state.last_beat = now;
-        }
-        Pass {
-            liveness: self.clone(),
-            controller,
-        }
-    }
-
-    /// Records a panic of `controller`.
-    pub fn panicked(&self, controller: &'static str) {
-        if let Some(state) = self.lock().loops.get_mut(controller) {
-            state.busy_since = None;
-            state.panics_in_a_row = state.panics_in_a_row.saturating_add(1);
-            // The supervisor's restart back-off is the next wait.
-            state.last_beat = Instant::now();
-            state.next_within = RESTART_MAX;
-        }
-    }
-
-    /// Why the process is not healthy at `now`: a pass past its deadline, a loop silent past its
-    /// promised beat by more than its deadline, a controller that keeps panicking, a part that
-    /// ended. Empty when healthy.
-    pub fn problems(&self, now: Instant) -> Vec<String> {
-        let inner = self.lock();
-        let loops = inner.loops.iter().filter_map(|(name, state)| {
-            if let Some(since) = state.busy_since {
-                let running = now.saturating_duration_since(since);
-                if running > state.deadline {
-                    return Some(format!(
-                        "{name}: a pass has run for {} s, past its deadline of {} s",
-                        running.as_secs(),
-                        state.deadline.as_secs()
-                    ));
-                }
-            } else {
-                let silent = now.saturating_duration_since(state.last_beat);
-                if silent > state.next_within.saturating_add(state.deadline) {
-                    return Some(format!(
-                        "{name}: its loop has not run for {} s (next run was due within {} s; deadline {} s)",
-                        silent.as_secs(),
-                        state.next_within.as_secs(),
-                        state.deadline.as_secs()
-                    ));
-                }
-            }
-            (state.panics_in_a_row >= PANICS_UNTIL_UNHEALTHY)
-                .then(|| format!("{name}: panicked {} times in a row", state.panics_in_a_row))
-        });
-        loops.chain(inner.broken.iter().cloned()).collect()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// A running pass (see `Liveness::pass`).
-pub struct Pass {
-    liveness: Liveness,
-    controller: &'static str,
-}
-
-impl Drop for Pass {
-    fn drop(&mut self) {
-        let unwinding = std::thread::panicking();
-        if let Some(state) = self.liveness.lock().loops.get_mut(self.controller) {
-            state.busy_since = None;
-            state.last_beat = Instant::now();
-            if !unwinding {
-                state.panics_in_a_row = 0;
-            }
-        }
-    }
 }
 
 /// The wait before starting a controller again after its `panics_in_a_row`-th panic in a row.
@@ -270,6 +115,8 @@ pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     #[test]

@@ -5,8 +5,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use super::{convert, Source};
-use crate::config::ConvertArgs;
+use super::{convert, Output, Settings, Source};
 
 /// What `convert` prints: the objects for stdout and the lines for stderr (skipped documents,
 /// and the comments JSON cannot carry).
@@ -81,10 +80,25 @@ pub fn plan(entries: &[Entry], recursive: bool) -> Vec<Step> {
         .collect()
 }
 
+/// What one `convert` run reads, how it converts and how it prints (`config::ConvertArgs` gives
+/// one from the command line).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Invocation {
+    /// The `-f` values: files, directories, or `-` for stdin.
+    pub filenames: Vec<String>,
+    /// Whether subdirectories of `-f` directories are read too (`-R`).
+    pub recursive: bool,
+    /// The `-o` format.
+    pub output: Output,
+    /// The conversion's settings.
+    pub settings: Settings,
+}
+
 /// Runs `convert`: the text for stdout and the lines for stderr, or the message of the error.
-pub fn run(args: &ConvertArgs) -> Result<Printed, String> {
+pub fn run(invocation: impl Into<Invocation>) -> Result<Printed, String> {
+    let args = invocation.into();
     let sources = read_sources(&args.filenames, args.recursive).map_err(|e| e.to_string())?;
-    let converted = convert(&sources, &args.settings()).map_err(|e| e.to_string())?;
+    let converted = convert(&sources, &args.settings).map_err(|e| e.to_string())?;
     let (stdout, notes) = converted.render(args.output);
     let mut stderr = converted.skipped;
     stderr.extend(notes.into_iter().map(|n| format!("note: {n}")));
