@@ -1424,29 +1424,49 @@ fn on_sigterm_the_passes_stop_before_the_lease_is_released() {
     }
 }
 
-/// Each controller is a task of its own: while deprovisioning is busy in blocking work for five
-/// minutes at a time (the `KARPENTER_RS_BUSY_IN` failpoint, the only injected fault, run in
-/// `block_in_place` as the consolidation search is), a pod still gets a node launched and is bound
-/// to it (provisioning, node lifecycle, binder), and a Node deleted with kubectl is drained and
-/// terminated (termination). On SIGTERM the process exits within the stop grace without waiting
-/// for the busy pass, naming it.
+/// Each controller is a task of its own: while deprovisioning is busy in blocking work for
+/// fifteen minutes at a time (the `KARPENTER_RS_BUSY_IN` failpoint, the only injected fault, run
+/// in `block_in_place` as the consolidation search is), a pod still gets a node launched and is
+/// bound to it (provisioning, node lifecycle, binder); an interruption message for that node
+/// still has it drained and replaced, the pod bound to the new node (interruption, termination,
+/// provisioning, binder); and a Node deleted with kubectl is drained and terminated
+/// (termination). On SIGTERM the process exits within the stop grace without waiting for the
+/// busy pass, naming it.
 #[test]
 fn a_controller_busy_in_a_long_pass_holds_up_no_other() {
     let setup = setup("busy");
     let cluster = setup.cluster;
     let s = Scenario::create(cluster);
+    let (queue, url) = setup.interruption_queue("busy");
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // Longer than the whole test: its first pass is busy throughout.
-        let mut binary = setup.start_with_env(&[(BUSY_IN_ENV, "deprovisioning:900")]);
+        let mut binary = Binary::spawn(
+            setup.cluster,
+            &setup.certs,
+            &setup.logs,
+            None,
+            &["--leader-elect", "false", "--interruption-queue-name", queue.as_str()],
+            &[(BUSY_IN_ENV, "deprovisioning:900")],
+        );
         let log_path = binary.log.clone();
         binary.wait_for(&s, "deprovisioning busy", Duration::from_secs(60), || {
             let log = std::fs::read_to_string(&log_path).unwrap_or_default();
             log.contains("a failpoint keeps this pass busy").then_some(())
         });
         s.scale(1);
-        let node = binary.wait_for(&s, "the pod Running on a node launched meanwhile", Duration::from_secs(120), || {
+        let first = binary.wait_for(&s, "the pod Running on a node launched meanwhile", Duration::from_secs(120), || {
             s.running_pod_node()
         });
+        send_shutting_down(&setup, &url, &s.node(&first).expect("the node exists"));
+        let node = binary.wait_for(
+            &s,
+            "the interrupted node gone and the pod Running on its replacement",
+            Duration::from_secs(180),
+            || {
+                let now = s.running_pod_node()?;
+                (now != first && s.node(&first).is_none()).then_some(now)
+            },
+        );
         kubectl_ok(cluster, &["delete", "node", node.as_str(), "--wait=false"], None);
         binary.wait_for(&s, "the deleted node terminated and gone", Duration::from_secs(120), || {
             s.node(&node).is_none().then_some(())
@@ -1472,6 +1492,7 @@ fn a_controller_busy_in_a_long_pass_holds_up_no_other() {
         let _binary = setup.start(None);
         s.scale_to_zero_and_settle(&setup);
     }));
+    let _ = setup.rt.block_on(setup.cloud.sqs().delete_queue().queue_url(&url).send());
     s.tear_down(&setup);
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
