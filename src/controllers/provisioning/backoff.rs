@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use super::bind;
+use super::binding::rules;
 
 /// The first delay after a lost pod.
 pub const BASE_DELAY: Duration = Duration::from_secs(10);
@@ -158,7 +158,7 @@ impl LaunchBackoff {
                     let pending_again = watched.bound && !bound;
                     watched.bound |= bound;
                     let node = nodes.get(&watched.node);
-                    if watched.node_ready.is_none() && node.is_some_and(|n| bind::is_ready_for_pods(n, &[], &Default::default())) {
+                    if watched.node_ready.is_none() && node.is_some_and(|n| rules::is_ready_for_pods(n, &[], &Default::default())) {
                         watched.node_ready = Some(now);
                     }
                     if pod.metadata.deletion_timestamp.is_some() && !disrupted(pod) {
@@ -170,7 +170,7 @@ impl LaunchBackoff {
                     if on.is_none()
                         && !watched.bound
                         && ready_for.is_some_and(|d| d >= CONTESTED_GRACE)
-                        && node.is_some_and(|n| bind::could_take(n, pod))
+                        && node.is_some_and(|n| rules::could_take(n, pod))
                     {
                         // Its node could take it, and others took the room: no loss.
                         done.push(uid.clone());

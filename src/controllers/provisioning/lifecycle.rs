@@ -19,7 +19,8 @@ use kube::runtime::events::EventType;
 use kube::ResourceExt;
 use tracing::{debug, info, warn};
 
-use super::{bind, publish, Context, Stores};
+use super::binding::rules;
+use super::{publish, Context, Stores};
 use crate::apis::v1alpha5::labels::{INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL, REQUESTED_RESOURCES_ANNOTATION};
 use crate::controllers::node_ops::{self, Written};
 use crate::metrics;
@@ -89,7 +90,7 @@ pub fn decide(
             .unwrap_or_default()
     });
     expected.retain(|resource, _| !KUBELET_RESOURCES.contains(&resource.as_str()));
-    if bind::is_ready_for_pods(node, startup_taints, &expected) {
+    if rules::is_ready_for_pods(node, startup_taints, &expected) {
         return Lifecycle::Initialize;
     }
     let age = node

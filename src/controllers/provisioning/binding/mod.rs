@@ -1,7 +1,9 @@
 //! The binder: every 500 ms, the pods planned onto a node are bound once the node is ready for
-//! them and `bind::bindable` admits them; everything else is left to kube-scheduler. Plans are
+//! them and `rules::bindable` admits them; everything else is left to kube-scheduler. Plans are
 //! copied out under the lock and the lock is released before any API call, so launches recording
 //! new plans never wait on the binder.
+
+pub mod rules;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -15,7 +17,7 @@ use tracing::{debug, info, warn};
 
 use futures::StreamExt;
 
-use super::{bind, pods, Context, Stores};
+use super::{pods, Context, Stores};
 use crate::controllers::supervisor::deadline;
 use crate::scheduling::PodKey;
 
@@ -50,7 +52,7 @@ pub(super) async fn bind_loop(ctx: Arc<Context>, stores: Stores, shutdown: Cance
                         return None;
                     }
                     let node = stores.nodes.get(&reflector::ObjectRef::new(node_name))?;
-                    bind::is_ready_for_pods(&node, &plan.startup_taints, &plan.requested).then(|| (node, plan.pods.clone()))
+                    rules::is_ready_for_pods(&node, &plan.startup_taints, &plan.requested).then(|| (node, plan.pods.clone()))
                 })
                 .collect()
         };
@@ -71,7 +73,7 @@ pub(super) async fn bind_loop(ctx: Arc<Context>, stores: Stores, shutdown: Cance
     }
 }
 
-/// Binds the still-unbound pods planned for `node` that `bind::bindable` admits.
+/// Binds the still-unbound pods planned for `node` that `rules::bindable` admits.
 async fn bind_planned(ctx: &Context, stores: &Stores, node: &Node, keys: &[PodKey]) {
     let node_name = node.name_any();
     let unbound: Vec<Arc<Pod>> = keys
@@ -109,13 +111,13 @@ async fn bind_planned(ctx: &Context, stores: &Stores, node: &Node, keys: &[PodKe
         .filter(|p| !planned_keys.contains(&PodKey::of(p)))
         .map(|p| p.as_ref())
         .collect();
-    let (fitting, left) = bind::bindable(node, &on_node, &others, &planned, &claim_bound);
+    let (fitting, left) = rules::bindable(node, &on_node, &others, &planned, &claim_bound);
     let mut seats_taken = 0;
     for (pod, why) in left {
         debug!(pod = %pods::pod_key(pod), node = %node_name, reason = %why, "not binding; the scheduler will place the pod");
         // The scheduler gave its room to other pending pods: nothing is wrong with the node or
         // the pod, so it need not wait out the grace for its node before a pass places it anew.
-        if why == bind::NO_ROOM {
+        if why == rules::NO_ROOM {
             if let Some(uid) = pod.metadata.uid.as_deref() {
                 ctx.backoff.lock().unwrap_or_else(|e| e.into_inner()).seat_taken(uid);
                 seats_taken += 1;
@@ -130,10 +132,10 @@ async fn bind_planned(ctx: &Context, stores: &Stores, node: &Node, keys: &[PodKe
         .into_iter()
         .map(|pod| async move {
             let api: Api<Pod> = Api::namespaced(ctx.client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
-            match bind::bind(&api, &pod.name_any(), node_name).await {
+            match rules::bind(&api, &pod.name_any(), node_name).await {
                 Ok(outcome) => {
                     ctx.metrics.pods_bound.with_label_values(&[bind_label(&outcome)]).inc();
-                    if outcome == bind::BindOutcome::Bound {
+                    if outcome == rules::BindOutcome::Bound {
                         info!(pod = %pods::pod_key(pod), node = %node_name, "bound pod");
                     }
                 }
@@ -147,10 +149,10 @@ async fn bind_planned(ctx: &Context, stores: &Stores, node: &Node, keys: &[PodKe
         .await;
 }
 
-fn bind_label(outcome: &bind::BindOutcome) -> &'static str {
+fn bind_label(outcome: &rules::BindOutcome) -> &'static str {
     match outcome {
-        bind::BindOutcome::Bound => "bound",
-        bind::BindOutcome::AlreadyBound => "already_bound",
-        bind::BindOutcome::Gone => "gone",
+        rules::BindOutcome::Bound => "bound",
+        rules::BindOutcome::AlreadyBound => "already_bound",
+        rules::BindOutcome::Gone => "gone",
     }
 }

@@ -7,7 +7,7 @@
 use kube::{Api, ResourceExt};
 use tracing::{debug, warn};
 
-use super::{Context, Stores};
+use super::super::{Context, Stores};
 use crate::apis::v1alpha1::{AwsNodeTemplate, AwsNodeTemplateStatus};
 use crate::cloudprovider::{KubernetesVersion, NodeTemplate};
 
@@ -29,7 +29,7 @@ pub fn status_patch(stored: Option<&AwsNodeTemplateStatus>, resolved: &AwsNodeTe
 /// Resolves every AWSNodeTemplate for nodes of `version` and writes the status of those whose
 /// resolution changed. A template that does not resolve (a selector matching nothing) keeps its
 /// last status; the provisioning pass that uses it reports why.
-pub(super) async fn write(ctx: &Context, stores: &Stores, version: KubernetesVersion) {
+pub(in crate::controllers::provisioning) async fn write(ctx: &Context, stores: &Stores, version: KubernetesVersion) {
     let api: Api<AwsNodeTemplate> = Api::all(ctx.client.clone());
     for template in stores.templates.state() {
         let name = template.name_any();

@@ -3,6 +3,10 @@
 //! `status.resources`, the usage, limit, `karpenter_nodes_*` and node price gauges.
 //! `karpenter_pods_state` is written at scrape time from the cluster view (`pod_states`).
 
+pub mod node_metrics;
+pub mod template;
+pub mod usage;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,7 +17,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::{lifecycle, node_metrics, pods, usage, Context, Stores};
+use super::{lifecycle, pods, Context, Stores};
 use crate::apis::v1alpha5::Provisioner;
 use crate::controllers::supervisor::{deadline, Liveness};
 use crate::metrics::GaugeSeries;

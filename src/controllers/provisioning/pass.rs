@@ -1,0 +1,419 @@
+//! One provisioning pass: the pending pods and the cluster as the shared view holds them → a
+//! snapshot (nodes before pods, the catalogue translated, the Provisioners' node templates
+//! resolved) → `scheduling::simulate` → the new nodes launched (at most
+//! `MAX_CONCURRENT_LAUNCHES` at once) and their pods nominated. `snapshot` is also what
+//! deprovisioning simulates removals on; `provision` is also `Context::replace`'s path.
+
+use super::*;
+
+/// At most this many launches (CreateFleet, then the Node) are in flight at once.
+const MAX_CONCURRENT_LAUNCHES: usize = 16;
+
+/// How long a pass waits for the cluster view to settle after a watch failure before it fails
+/// (and is retried after `backoff::pass_retry_delay`).
+const SETTLE_LIMIT: Duration = Duration::from_secs(60);
+
+/// One provisioning pass: read (nodes before pods), simulate, launch.
+#[instrument(skip_all)]
+pub(super) async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
+    let _one_at_a_time = ctx.pass_lock.lock().await;
+    stores.ready().await?;
+    // After an API server or etcd outage the caches lag: a pod that got its node meanwhile would
+    // look pending and get a second one.
+    stores.settled(SETTLE_LIMIT).await.map_err(PassError::Unsettled)?;
+    // Nodes first: a pod that binds between the two reads is then seen on its node, never as
+    // pending with no node, so it cannot get a second one.
+    let all_nodes = stores.nodes.state();
+    let all_pods = stores.pods.state();
+    let (nodes, pending) = pods::to_place(&all_nodes, &all_pods, None);
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let held = held_back(ctx, &pending, &all_pods, &nodes);
+    provision(ctx, stores, pending, &nodes, &all_pods, &held).await.map(drop)
+}
+
+/// The pending pods new capacity must not be launched for now (`backoff::LaunchBackoff`), after
+/// the history has looked at every pod and node.
+fn held_back(ctx: &Context, pending: &[Arc<Pod>], all_pods: &[Arc<Pod>], nodes: &[Arc<Node>]) -> HashSet<PodKey> {
+    let now = Instant::now();
+    let by_uid: HashMap<String, &Pod> = all_pods
+        .iter()
+        .filter_map(|p| Some((p.metadata.uid.clone()?, p.as_ref())))
+        .collect();
+    let by_name: HashMap<String, &Node> = nodes.iter().map(|n| (n.name_any(), n.as_ref())).collect();
+    let mut history = ctx.backoff.lock().unwrap_or_else(|e| e.into_inner());
+    history.observe(&by_uid, &by_name, now, Timestamp::now());
+    let mut held = HashSet::new();
+    for pod in pending {
+        if let Some(until) = history.blocked_until(pod, now) {
+            debug!(pod = %pods::pod_key(pod), wait_seconds = until.duration_since(now).as_secs(), "no new capacity for the pod yet: it waits for the node launched for it, or its owner's pods were lost from the capacity launched for them");
+            held.insert(PodKey::of(pod));
+        }
+    }
+    held
+}
+
+/// What a simulation of the cluster needs, read from the shared state and the cloud.
+pub struct Snapshot {
+    /// The simulation's input: the pods to place (volume constraints applied), every Provisioner
+    /// that can launch with its instance types, the nodes with their pods, DaemonSet overhead.
+    pub input: SimulationInput,
+    /// The volumes the pods use, to constrain pods moved from one node to another.
+    pub volumes: volumes::Volumes,
+    provisioners: Vec<Arc<Provisioner>>,
+    templates: HashMap<String, (NodeTemplate, Option<f64>)>,
+}
+
+/// How long a node a pass expects pods on is left alone by deprovisioning (Karpenter's 20 s).
+pub(super) const NOMINATION: Duration = Duration::from_secs(20);
+
+/// Builds the simulation's input for `pending` against the Provisioners and `nodes` (with the
+/// pods bound to them). With `report`, pods whose volumes cannot be provided get a
+/// FailedProvisioning event and Provisioners that cannot launch an InvalidNodeTemplate event.
+pub(super) async fn snapshot(
+    ctx: &Context,
+    stores: &Stores,
+    pending: Vec<Arc<Pod>>,
+    nodes: &[Arc<Node>],
+    all_pods: &[Arc<Pod>],
+    report: bool,
+) -> Result<Snapshot, PassError> {
+    let volumes = volumes::Volumes {
+        claims: stores
+            .claims
+            .state()
+            .iter()
+            .map(|c| (format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()), (**c).clone()))
+            .collect(),
+        volumes: stores.volumes.state().iter().map(|v| (v.name_any(), (**v).clone())).collect(),
+        storage_classes: stores
+            .storage_classes
+            .state()
+            .iter()
+            .map(|c| (c.name_any(), (**c).clone()))
+            .collect(),
+    };
+    let mut valid = Vec::with_capacity(pending.len());
+    for pod in pending {
+        match volumes.validate(&pod) {
+            Ok(()) => valid.push(volumes.constrain_shared(pod)),
+            Err(reason) => {
+                debug!(pod = %pods::pod_key(&pod), %reason, "ignoring pod: its volumes cannot be provided");
+                if report {
+                    let note = format!("Failed to provision new node: {reason}");
+                    publish(ctx, pod.as_ref(), EventType::Warning, "FailedProvisioning", &note).await;
+                }
+            }
+        }
+    }
+    let pending = valid;
+    let provisioners: Vec<Arc<Provisioner>> = stores.provisioners.state();
+    let version = ctx.kubernetes_version().await?;
+    let mut templates: HashMap<String, (NodeTemplate, Option<f64>)> = HashMap::new();
+    let mut zones: HashMap<String, BTreeSet<String>> = HashMap::new();
+    for p in &provisioners {
+        let resolved = match launch::node_template(ctx, stores, p, version) {
+            Ok(t) => ctx
+                .cloud
+                .resolve(&t.0)
+                .await
+                .map(|status| (t, status))
+                .map_err(|e| telemetry::chain(&e)),
+            Err(reason) => Err(reason),
+        };
+        match resolved {
+            Ok((t, status)) => {
+                let subnet_zones = status.subnets.unwrap_or_default().into_iter().filter_map(|s| s.zone).collect();
+                zones.insert(p.name_any(), subnet_zones);
+                templates.insert(p.name_any(), t);
+            }
+            Err(reason) => {
+                warn!(provisioner = %p.name_any(), %reason, "provisioner cannot launch nodes");
+                if report {
+                    publish(ctx, p.as_ref(), EventType::Warning, "InvalidNodeTemplate", &reason).await;
+                }
+            }
+        }
+    }
+    let catalogue = ctx.metrics.cloud_call("instance_types", ctx.cloud.instance_types()).await?;
+    // The catalogue translation is CPU work of up to seconds: run it where it does not hold up
+    // the runtime's other tasks (the binder, node lifecycle, the watches), on a copy of the
+    // cache that readers do not wait for.
+    let input = tokio::task::block_in_place(|| ctx.type_cache.update(|type_cache| {
+        type_cache.retain(|name| provisioners.iter().any(|p| p.name_any() == name));
+        if type_cache.set_catalogue(catalogue) {
+            ctx.metrics.set_instance_types(type_cache.shared_catalogue(), &ctx.config.region);
+        }
+        let mut input = SimulationInput {
+            pods: pending,
+            provisioners: provisioners
+                .iter()
+                .filter_map(|p| {
+                    let (template, _) = templates.get(&p.name_any())?;
+                    Some(ProvisionerInput {
+                        provisioner: (**p).clone(),
+                        instance_types: type_cache.instance_types(
+                            p,
+                            template,
+                            &zones[&p.name_any()],
+                            &ctx.config.region,
+                            &ctx.config.node_settings,
+                        ),
+                    })
+                })
+                .collect(),
+            // Filled in below, once these instance types are recorded.
+            nodes: Vec::new(),
+            daemonset_pods: pods::daemonset_overhead_pods(&stores.daemonsets.state(), all_pods),
+            namespace_labels: stores
+                .namespaces
+                .state()
+                .iter()
+                .map(|n| (n.name_any(), n.labels().clone()))
+                .collect(),
+        };
+        input.nodes = Context::existing_nodes_with(type_cache, nodes, all_pods, &provisioners);
+        input
+    }));
+    Ok(Snapshot {
+        input,
+        volumes,
+        provisioners,
+        templates,
+    })
+}
+
+/// Simulates `pending` against the Provisioners and `nodes` (with the pods bound to them), then
+/// launches the new nodes of the plan, except for the pods `held` back (they still take their
+/// place on existing nodes in the simulation); returns the names of the Nodes created.
+pub(super) async fn provision(
+    ctx: &Context,
+    stores: &Stores,
+    pending: Vec<Arc<Pod>>,
+    nodes: &[Arc<Node>],
+    all_pods: &[Arc<Pod>],
+    held: &HashSet<PodKey>,
+) -> Result<Vec<String>, PassError> {
+    let Snapshot {
+        input,
+        provisioners,
+        templates,
+        ..
+    } = snapshot(ctx, stores, pending, nodes, all_pods, true).await?;
+    if input.pods.is_empty() {
+        return Ok(Vec::new());
+    }
+    let pending = &input.pods;
+    let by_key: HashMap<PodKey, &Pod> = pending.iter().map(|p| (PodKey::of(p), p.as_ref())).collect();
+    // The simulation is CPU work of up to seconds, like the translation above.
+    let simulating = Instant::now();
+    let mut plan = tokio::task::block_in_place(|| scheduling::simulate(&input));
+    ctx.metrics.simulation_duration.observe(simulating.elapsed().as_secs_f64());
+    // Nodes the plan expects pending pods on are nominated: deprovisioning leaves them alone.
+    let displaced: HashSet<PodKey> = pending
+        .iter()
+        .filter(|p| !pods::is_provisionable(p))
+        .map(|p| PodKey::of(p))
+        .collect();
+    for (key, node) in &plan.existing_assignments {
+        if !displaced.contains(key) {
+            stores.nominate(node, NOMINATION);
+        }
+    }
+    if !held.is_empty() {
+        let before = plan.new_nodes.len();
+        for request in &mut plan.new_nodes {
+            request.pods.retain(|k| !held.contains(k));
+        }
+        plan.new_nodes.retain(|r| !r.pods.is_empty());
+        if plan.new_nodes.len() < before {
+            info!(
+                held_pods = held.len(),
+                nodes_not_launched = before - plan.new_nodes.len(),
+                "launches held back: the pods wait for the nodes launched for them, or their owners' pods were lost from capacity launched for them"
+            );
+        }
+    }
+    info!(
+        pending = pending.len(),
+        new_nodes = plan.new_nodes.len(),
+        on_existing = plan.existing_assignments.len(),
+        unschedulable = plan.unschedulable.len(),
+        "scheduling simulated"
+    );
+    ctx.metrics.pods_unschedulable.reset();
+    for ((provisioner, reason), pods) in &plan.unschedulable_by {
+        ctx.metrics
+            .pods_unschedulable
+            .with_label_values(&[provisioner, reason])
+            .set(i64::try_from(*pods).unwrap_or(i64::MAX));
+    }
+    for (key, reason) in &plan.unschedulable {
+        if let Some(&pod) = by_key.get(key) {
+            debug!(pod = %pods::pod_key(pod), %reason, "pod cannot be provisioned for");
+            publish(
+                ctx,
+                pod,
+                EventType::Warning,
+                "FailedProvisioning",
+                &format!("Failed to provision new node: {reason}"),
+            )
+            .await;
+        }
+    }
+    for name in &plan.limited {
+        if let Some(p) = provisioners.iter().find(|p| p.name_any() == *name) {
+            info!(provisioner = %name, "provisioner limits reached; pods wait");
+            let limits = p
+                .spec
+                .limits
+                .as_ref()
+                .and_then(|l| l.resources.as_ref())
+                .map(|r| r.iter().map(|(k, v)| format!("{k}={}", v.0)).collect::<Vec<_>>().join(", "))
+                .unwrap_or_default();
+            publish(
+                ctx,
+                p.as_ref(),
+                EventType::Warning,
+                "ProvisionerLimitsReached",
+                &format!("Provisioner limits ({limits}) would be exceeded by another node; pods wait"),
+            )
+            .await;
+        }
+    }
+    for (name, (pod, reason)) in &plan.unfit {
+        if let Some(p) = provisioners.iter().find(|p| p.name_any() == *name) {
+            let note = format!("No instance type can hold pod {pod}: {reason}");
+            publish(ctx, p.as_ref(), EventType::Warning, "NoInstanceTypeFits", &note).await;
+        }
+    }
+    // Where each pod is bound now: a node being deleted, for the pods placed again.
+    let bound_to: HashMap<&str, &str> = all_pods
+        .iter()
+        .filter_map(|p| Some((p.metadata.uid.as_deref()?, p.spec.as_ref()?.node_name.as_deref()?)))
+        .collect();
+    let (provisioners, templates, by_key, bound_to) = (&provisioners, &templates, &by_key, &bound_to);
+    if !plan.new_nodes.is_empty() {
+        // No instance for a plan made from a view that went stale during the pass, or while the
+        // API server cannot take the Node: the launch would be terminated again at once.
+        if let Some(why) = stores.stale() {
+            return Err(PassError::NotLaunching(why.to_string()));
+        }
+        ctx.client
+            .apiserver_version()
+            .await
+            .map_err(PassError::ApiServerSilent)?;
+    }
+    let admitted: Vec<&scheduling::NodeRequest> = {
+        let now = Instant::now();
+        let mut rate = ctx.launch_rate.lock().unwrap_or_else(|e| e.into_inner());
+        plan.new_nodes.iter().filter(|r| rate.take(&r.provisioner, now)).collect()
+    };
+    if admitted.len() < plan.new_nodes.len() {
+        warn!(
+            planned = plan.new_nodes.len(),
+            launching = admitted.len(),
+            limit_per_minute = ctx.config.max_launches_per_minute,
+            "launch rate limit reached; the other nodes wait for a later pass"
+        );
+    }
+    let launches = admitted.into_iter().map(|request| async move {
+        let provisioner = provisioners.iter().find(|p| p.name_any() == request.provisioner)?;
+        let (template, spot_max) = templates.get(&request.provisioner)?;
+        match launch::launch(ctx, request, provisioner, template.clone(), *spot_max).await {
+            Ok(node_name) => {
+                stores.nominate(&node_name, NOMINATION);
+                let origin = |pod: &Pod| Some(bound_to.get(pod.metadata.uid.as_deref()?)?.to_string());
+                let launched_for: Vec<&Pod> = request.pods.iter().filter_map(|key| by_key.get(key).copied()).collect();
+                ctx.backoff.lock().unwrap_or_else(|e| e.into_inner()).launched(
+                    &node_name,
+                    launched_for.iter().map(|p| (*p, origin(p))),
+                    Instant::now(),
+                );
+                nominated(ctx, &launched_for, &node_name);
+                Some(node_name)
+            }
+            Err(e) => {
+                warn!(provisioner = %request.provisioner, error = %telemetry::chain(&e), "launch failed");
+                publish(ctx, provisioner.as_ref(), EventType::Warning, "LaunchFailed", &telemetry::chain(&e)).await;
+                None
+            }
+        }
+    });
+    // Collected first: a stream over the closure's futures trips the compiler's Send check.
+    let launches: Vec<_> = launches.collect();
+    let launched: Vec<Option<String>> = futures::stream::iter(launches)
+        .buffer_unordered(MAX_CONCURRENT_LAUNCHES)
+        .collect()
+        .await;
+    let launched: Vec<String> = launched.into_iter().flatten().collect();
+    // The next pass must see every Node this one created (they count against limits and hold
+    // the pods planned for them), or it would launch for the same pods again.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !launched.iter().all(|n| stores.nodes.get(&reflector::ObjectRef::new(n)).is_some()) {
+        if Instant::now() > deadline {
+            return Err(PassError::NodesNotSeen(launched.len()));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(launched)
+}
+
+/// Existing and in-flight nodes with their pods, for the simulation.
+pub(super) fn existing_nodes(nodes: &[Arc<Node>], all_pods: &[Arc<Pod>], provisioners: &[Arc<Provisioner>]) -> Vec<ExistingNode> {
+    let mut by_node: HashMap<&str, Vec<Arc<Pod>>> = HashMap::new();
+    for pod in all_pods {
+        if crate::scheduling::pods::is_terminal(pod) {
+            continue;
+        }
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            by_node.entry(node).or_default().push(pod.clone());
+        }
+    }
+    nodes
+        .iter()
+        .map(|node| {
+            let mut existing = ExistingNode::from_node(node, by_node.remove(node.name_any().as_str()).unwrap_or_default());
+            if let Some(owner) = node.labels().get(PROVISIONER_NAME_LABEL) {
+                if let Some(p) = provisioners.iter().find(|p| p.name_any() == *owner) {
+                    existing.startup_taints = p.spec.startup_taints.clone().unwrap_or_default();
+                }
+            }
+            existing
+        })
+        .collect()
+}
+
+/// Publishes the `Nominated` event of each pod in the background, at most as many as
+/// `NOMINATION_EVENTS` allows (the rest are dropped, as Karpenter drops them): thousands of pods
+/// on new nodes would otherwise send thousands of requests before the next pass could start.
+fn nominated(ctx: &Context, pods: &[&Pod], node_name: &str) {
+    let allowed: Vec<ObjectReference> = {
+        let mut bucket = ctx.nomination_events.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        pods.iter()
+            .take_while(|_| bucket.take(now).is_ok())
+            .map(|p| p.object_ref(&()))
+            .collect()
+    };
+    if allowed.len() < pods.len() {
+        debug!(
+            node = node_name,
+            dropped = pods.len() - allowed.len(),
+            "nomination events over their rate limit are dropped"
+        );
+    }
+    if allowed.is_empty() {
+        return;
+    }
+    let (recorder, note) = (ctx.recorder.clone(), format!("Pod should schedule on node {node_name}"));
+    let mut background = ctx.background.lock().unwrap_or_else(|e| e.into_inner());
+    // Forget what has finished, so the set holds only what runs.
+    while background.try_join_next().is_some() {}
+    background.spawn(async move {
+        for pod in &allowed {
+            events::publish_to(&recorder, pod, EventType::Normal, "Nominated", ACTION, &note).await;
+        }
+    });
+}
