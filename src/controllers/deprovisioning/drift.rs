@@ -17,7 +17,7 @@
 //! A node launched before the hashes existed has none: it gets the current ones written (so that
 //! later edits count) and is not drifted for their lack. What is unknown (an instance EC2 did not
 //! describe, a selector that failed to resolve) is not drift: only what is known to differ is.
-//! Pure; the pass gathers the facts (`mod.rs`).
+//! Pure; `drift_marks.rs` gathers the facts and acts on the outcome.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

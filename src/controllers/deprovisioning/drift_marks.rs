@@ -1,9 +1,12 @@
-//! Drift detection on the live cluster: gathers what `drift::check` compares (the instances'
-//! image, subnet and security groups from EC2; what each Provisioner's template resolves to now;
-//! the hashes and requirements of the objects in the shared state), then writes the outcome on
+//! Drift, the second method of a pass: its I/O (the checks are pure, in `drift.rs`). Detection on
+//! the live cluster gathers what `drift::check` compares (the instances' image, subnet and
+//! security groups from EC2; what each Provisioner's template resolves to now; the hashes and
+//! requirements of the objects in the shared state), then writes the outcome on
 //! the nodes: the `karpenter.sh/voluntary-disruption: drifted` mark with a `Drifted` event when a
 //! node drifts, the mark's removal when it no longer holds (or drift is turned off), and the hash
-//! annotations a node launched before them lacks.
+//! annotations a node launched before them lacks. Then `replace_drifted` replaces at most one
+//! drifted node, oldest first, past the same blockers as expiration (`decide::first_unblocked`),
+//! with `replace` in `mod.rs`.
 //!
 //! EC2 is asked little: an instance's image and subnet never change, so what DescribeInstances
 //! said is kept per instance and read again only after `INSTANCE_FACTS_TTL` (security groups can
@@ -16,12 +19,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
 use tracing::{debug, info};
 
+use super::decide::{self, Candidate};
 use super::drift::{self, Current, Drift, InstanceFacts, Kind};
-use super::{Context, DeprovisioningError, VOLUNTARY_DISRUPTION_ANNOTATION};
+use super::{publish_blocked, replace, Context, DeprovisioningError, Disruption, VOLUNTARY_DISRUPTION_ANNOTATION};
 use crate::apis::hash::{node_template_hash, provisioner_hash};
 use crate::apis::v1alpha5::labels::{INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL};
 use crate::apis::v1alpha5::Provisioner;
@@ -142,6 +147,58 @@ pub async fn detect(
         ctx.metrics.nodes_drifted.with_label_values(&[kind.as_str()]).set(count as f64);
     }
     Ok(drifted)
+}
+
+/// Drift, the second method of a pass: checks every node of `nodes` and writes the marks
+/// (`detect`); then, unless the pass is `waiting` for a deletion of its own, replaces at most one
+/// drifted node of `candidates`, the oldest that nothing blocks, and uncordons a drifted node a
+/// replacement cordoned that is not replaced now. True when a node was replaced: the pass ends
+/// there.
+pub(super) async fn replace_drifted(
+    ctx: &Context,
+    nodes: &[Arc<Node>],
+    provisioners: &HashMap<String, Arc<Provisioner>>,
+    candidates: &[Candidate<'_>],
+    pdbs: &[PodDisruptionBudget],
+    waiting: bool,
+) -> Result<bool, DeprovisioningError> {
+    let drifted = detect(ctx, nodes, provisioners).await?;
+    if !waiting {
+        let mut eligible: Vec<&Candidate<'_>> = candidates
+            .iter()
+            .filter(|c| drifted.contains_key(&c.node.name_any()) && c.node.metadata.deletion_timestamp.is_none())
+            .collect();
+        eligible.sort_by_key(|c| (c.node.metadata.creation_timestamp.clone(), c.node.name_any()));
+        let outcome = decide::first_unblocked(eligible, pdbs);
+        publish_blocked(ctx, nodes, &outcome.blocked, "drifted").await;
+        // A drifted node a replacement cordoned that did not finish (a restart, a blocker since)
+        // and that is not the one replaced now goes back into service; it keeps its mark.
+        for node in nodes.iter().filter(|n| {
+            n.annotations().get(VOLUNTARY_DISRUPTION_ANNOTATION).map(String::as_str) == Some(DRIFTED)
+                && is_cordoned(n)
+                && n.metadata.deletion_timestamp.is_none()
+                && outcome.expire.as_deref() != Some(n.name_any().as_str())
+        }) {
+            match node_ops::cordon(&ctx.client, node, Cordon::Uncordon).await {
+                Ok(_) => info!(node = %node.name_any(), "uncordoned drifted node: not being replaced now"),
+                Err(source) => {
+                    return Err(DeprovisioningError::Cordon {
+                        node: node.name_any(),
+                        source,
+                    })
+                }
+            }
+        }
+        if let Some(name) = &outcome.expire {
+            let node = nodes
+                .iter()
+                .find(|n| n.name_any() == *name)
+                .expect("the drifted node comes from this list");
+            replace(ctx, &ctx.state, node, Disruption::Drifted(&drifted[name])).await?;
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// What `provisioner` and its template stand for now, as far as it can be known, and the

@@ -1,25 +1,24 @@
-//! Deprovisioning: a periodic pass (leader only) that replaces nodes older than their
-//! Provisioner's `ttlSecondsUntilExpired` (one at a time), removes nodes that have been empty
-//! for `ttlSecondsAfterEmpty`, and consolidates the nodes of Provisioners with
-//! `consolidation.enabled`, in that order, one command per pass
-//! (`core@v0.27.0:pkg/controllers/deprovisioning/controller.go`).
+//! Deprovisioning: a periodic pass (leader only) that runs Karpenter's methods in Karpenter's
+//! order, one command per pass (`core@v0.27.0:pkg/controllers/deprovisioning/controller.go`):
 //!
-//! An expired node is cordoned and marked `karpenter.sh/voluntary-disruption=expired`; the
-//! provisioning controller launches room for its pods (`provisioning::Context::replace`); once the
-//! replacements are Ready the node is deleted, and the termination controller drains it (the
-//! Eviction API honours PodDisruptionBudgets) and terminates its instance. Every step is stored
-//! on the Node, so a restart at any point carries on: a marked node still expired is picked
-//! again (its replacements now exist, so nothing more launches); one no longer expired is
-//! uncordoned. An empty node is simply deleted.
+//! | method | I/O | pure rules |
+//! |---|---|---|
+//! | expiration: replace a node older than `ttlSecondsUntilExpired` | `expiration.rs` | `decide.rs` |
+//! | drift: replace a node that no longer matches its Provisioner or AWSNodeTemplate | `drift_marks.rs` | `drift.rs`, `decide.rs` |
+//! | emptiness: delete a node empty for `ttlSecondsAfterEmpty` | `emptiness.rs` | `decide.rs` |
+//! | consolidation: delete or replace nodes whose pods fit elsewhere | `consolidation/mod.rs` | `consolidation/decide.rs` |
 //!
-//! `decide.rs` and `consolidation.rs` hold the decisions; this file and `consolidate.rs` read the
-//! shared cluster state, apply them and write.
+//! This file holds the pass loop, the helpers the methods share (`replace` of one expired or
+//! drifted node, `cordon`, `delete_node`, the wait for replacements) and the error type. The
+//! pure files read no clock (the time is passed in) and do no I/O; their unit tests are in
+//! `decide/tests.rs`, `consolidation/decide/tests.rs` and `drift.rs`.
 
-mod consolidate;
 pub mod consolidation;
 pub mod decide;
 pub mod drift;
 mod drift_marks;
+mod emptiness;
+mod expiration;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -43,9 +42,9 @@ use crate::controllers::provisioning::Provisioning;
 use crate::controllers::Shared;
 use crate::controllers::state::Cluster;
 use crate::metrics::{self, Metrics};
-use crate::scheduling::nodes::{is_cordoned, is_ready};
+use crate::scheduling::nodes::is_ready;
 use crate::telemetry;
-use decide::{Candidate, Emptiness};
+use decide::Candidate;
 
 /// Settings of the deprovisioning controller.
 #[derive(Clone, Debug)]
@@ -156,8 +155,10 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
     }
 }
 
-/// One pass: read the stores, finish or release a consolidation command left unfinished, replace
-/// at most one expired node, mark, unmark and delete empty ones, then consolidate.
+/// One pass: read the stores, finish or release a consolidation command left unfinished, then the
+/// methods in Karpenter's order, each ending the pass when it acts: replace at most one expired
+/// node, mark drifted nodes and replace at most one, mark, unmark and delete empty ones, then
+/// consolidate.
 #[instrument(skip_all)]
 async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
     let stores = &ctx.state;
@@ -189,7 +190,7 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
     // A consolidation command a stopped process left unfinished is finished or released first,
     // whatever its Provisioner says now: one command at a time (as in Karpenter), and no node
     // left cordoned.
-    if !waiting && consolidate::resume(ctx).await?.is_some() {
+    if !waiting && consolidation::resume(ctx).await?.is_some() {
         return Ok(());
     }
 
@@ -209,36 +210,8 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
         .collect();
     // Expiration and drift both pick their node past the same PodDisruptionBudgets.
     let pdbs: Vec<_> = stores.pdbs.state().iter().map(|b| (**b).clone()).collect();
-    let expiration = if waiting {
-        decide::Expiration::default()
-    } else {
-        decide::expiration(&candidates, &pdbs, now)
-    };
-    publish_blocked(ctx, &nodes, &expiration.blocked, "expired").await;
-    // A node marked for replacement by an earlier pass that is not being replaced now (it is no
-    // longer expired, or is blocked) goes back into service. (Nodes a consolidation command
-    // marked are resumed or released by consolidation, `consolidate::resume`.)
-    for node in nodes
-        .iter()
-        .filter(|n| is_marked_for_replacement(n) && n.metadata.deletion_timestamp.is_none())
-        .filter(|n| {
-            let method = n.annotations().get(VOLUNTARY_DISRUPTION_ANNOTATION).map(String::as_str);
-            method != Some(metrics::reason::CONSOLIDATION) && method != Some(drift_marks::DRIFTED)
-        })
-    {
-        if expiration.expire.as_deref() != Some(node.name_any().as_str()) {
-            cordon(ctx, node, None).await?;
-        }
-    }
-    if let Some(name) = &expiration.expire {
-        let node = nodes
-            .iter()
-            .find(|n| n.name_any() == *name)
-            .expect("the expired node comes from this list");
-        let ttl = provisioner_of(node)
-            .and_then(|p| p.spec.ttl_seconds_until_expired)
-            .unwrap_or_default();
-        return replace(ctx, stores, node, Disruption::Expired { ttl }).await;
+    if expiration::replace_expired(ctx, &nodes, &candidates, &pdbs, provisioner_of, waiting, now).await? {
+        return Ok(());
     }
     drop(expiration_timer);
 
@@ -248,40 +221,8 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
         .deprovisioning_evaluation
         .with_label_values(&[metrics::reason::DRIFT])
         .start_timer();
-    let drifted = drift_marks::detect(ctx, &nodes, &provisioners).await?;
-    if !waiting {
-        let mut eligible: Vec<&Candidate<'_>> = candidates
-            .iter()
-            .filter(|c| drifted.contains_key(&c.node.name_any()) && c.node.metadata.deletion_timestamp.is_none())
-            .collect();
-        eligible.sort_by_key(|c| (c.node.metadata.creation_timestamp.clone(), c.node.name_any()));
-        let outcome = decide::first_unblocked(eligible, &pdbs);
-        publish_blocked(ctx, &nodes, &outcome.blocked, "drifted").await;
-        // A drifted node a replacement cordoned that did not finish (a restart, a blocker since)
-        // and that is not the one replaced now goes back into service; it keeps its mark.
-        for node in nodes.iter().filter(|n| {
-            n.annotations().get(VOLUNTARY_DISRUPTION_ANNOTATION).map(String::as_str) == Some(drift_marks::DRIFTED)
-                && is_cordoned(n)
-                && n.metadata.deletion_timestamp.is_none()
-                && outcome.expire.as_deref() != Some(n.name_any().as_str())
-        }) {
-            match node_ops::cordon(&ctx.client, node, Cordon::Uncordon).await {
-                Ok(_) => info!(node = %node.name_any(), "uncordoned drifted node: not being replaced now"),
-                Err(source) => {
-                    return Err(DeprovisioningError::Cordon {
-                        node: node.name_any(),
-                        source,
-                    })
-                }
-            }
-        }
-        if let Some(name) = &outcome.expire {
-            let node = nodes
-                .iter()
-                .find(|n| n.name_any() == *name)
-                .expect("the drifted node comes from this list");
-            return replace(ctx, stores, node, Disruption::Drifted(&drifted[name])).await;
-        }
+    if drift_marks::replace_drifted(ctx, &nodes, &provisioners, &candidates, &pdbs, waiting).await? {
+        return Ok(());
     }
     drop(drift_timer);
 
@@ -294,32 +235,10 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
         .deprovisioning_evaluation
         .with_label_values(&[metrics::reason::EMPTINESS])
         .start_timer();
-    let nomination = jiff::SignedDuration::try_from(ctx.config.nomination).unwrap_or_default();
-    let mut errors = Vec::new();
-    let mut deleted = false;
-    for node in &nodes {
-        let ttl = provisioner_of(node).and_then(|p| p.spec.ttl_seconds_after_empty);
-        let pods = pods_by_node.get(&node.name_any()).unwrap_or(&no_pods);
-        let result = match decide::emptiness(node, pods, ttl, nomination, now) {
-            Emptiness::Ignore | Emptiness::Occupied | Emptiness::Wait { .. } => Ok(()),
-            Emptiness::Mark | Emptiness::Delete if waiting => {
-                debug!(node = %node.name_any(), "emptiness waits: a node is draining");
-                Ok(())
-            }
-            Emptiness::Mark => mark(ctx, node, Some(decide::emptiness_timestamp(now)), ttl.unwrap_or_default()).await,
-            Emptiness::Unmark => mark(ctx, node, None, ttl.unwrap_or_default()).await,
-            Emptiness::Delete => delete_empty(ctx, node, ttl, nomination).await.map(|d| deleted |= d),
-        };
-        if let Err(e) = result {
-            errors.push(e);
-        }
-    }
+    let deleted = emptiness::remove_empty(ctx, &nodes, &pods_by_node, provisioner_of, waiting, now).await;
     drop(emptiness_timer);
-    if let Some(e) = errors.into_iter().next() {
-        return Err(e);
-    }
     // One command per pass; and nothing new while a deletion of ours drains.
-    if deleted || waiting {
+    if deleted? || waiting {
         return Ok(());
     }
     let _consolidation_timer = ctx
@@ -327,7 +246,7 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
         .deprovisioning_evaluation
         .with_label_values(&[metrics::reason::CONSOLIDATION])
         .start_timer();
-    consolidate::consolidate(ctx).await.map(drop)
+    consolidation::consolidate(ctx).await.map(drop)
 }
 
 /// The nodes deprovisioning considers: ours, narrowed by the configured selector.
@@ -361,7 +280,7 @@ impl Disruption<'_> {
     /// The `karpenter.sh/voluntary-disruption` mark.
     fn mark(&self) -> &'static str {
         match self {
-            Disruption::Expired { .. } => EXPIRED,
+            Disruption::Expired { .. } => expiration::EXPIRED,
             Disruption::Drifted(_) => drift_marks::DRIFTED,
         }
     }
@@ -479,9 +398,6 @@ async fn publish_blocked(ctx: &Context, nodes: &[Arc<Node>], blocked: &[(String,
     }
 }
 
-/// The `karpenter.sh/voluntary-disruption` value of an expired node being replaced.
-const EXPIRED: &str = "expired";
-
 /// How a wait for replacement nodes ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Awaited {
@@ -533,44 +449,6 @@ async fn cordon(ctx: &Context, node: &Node, method: Option<&str>) -> Result<(), 
         Ok(Written::Gone) => Ok(()),
         Err(source) => Err(DeprovisioningError::Cordon { node: name, source }),
     }
-}
-
-/// Sets (`Some`) or removes (`None`) the emptiness timestamp.
-async fn mark(ctx: &Context, node: &Node, timestamp: Option<String>, ttl: i64) -> Result<(), DeprovisioningError> {
-    let name = node.name_any();
-    match node_ops::annotate(&ctx.client, node, &[(EMPTINESS_TIMESTAMP_ANNOTATION, timestamp.as_deref())]).await {
-        Ok(Written::Written) => {}
-        Ok(Written::Gone) => return Ok(()),
-        Err(source) => return Err(DeprovisioningError::Annotate { node: name, source }),
-    }
-    if timestamp.is_some() {
-        info!(node = %name, ttl_seconds_after_empty = ttl, "added TTL to empty node");
-        let note = format!("Node is empty; deleting it after ttlSecondsAfterEmpty={ttl}s unless pods arrive");
-        publish(&ctx.recorder, node, EventType::Normal, "Emptied", "Deprovisioning", &note).await;
-    } else {
-        info!(node = %name, "removed emptiness TTL from node");
-    }
-    Ok(())
-}
-
-/// Deletes a node the stores say has been empty for its TTL, after checking its pods with the API
-/// server (the store may not have seen a pod bound a moment ago).
-async fn delete_empty(ctx: &Context, node: &Node, ttl: Option<i64>, nomination: jiff::SignedDuration) -> Result<bool, DeprovisioningError> {
-    let name = node.name_any();
-    let fresh = node_ops::pods_on(&ctx.client, &name)
-        .await
-        .map_err(|source| DeprovisioningError::ListPods {
-            node: name.clone(),
-            source,
-        })?;
-    let fresh: Vec<Arc<Pod>> = fresh.into_iter().map(Arc::new).collect();
-    if decide::emptiness(node, &fresh, ttl, nomination, Timestamp::now()) != Emptiness::Delete {
-        debug!(node = %name, "node is no longer empty; keeping it");
-        return Ok(false);
-    }
-    let note = format!("Node was empty for ttlSecondsAfterEmpty={}s; deleting it", ttl.unwrap_or_default());
-    publish(&ctx.recorder, node, EventType::Normal, "Deleted", "Deprovisioning", &note).await;
-    delete_node(ctx, node, metrics::reason::EMPTINESS, "delete").await.map(|()| true)
 }
 
 /// Deletes the Node (the termination controller takes it from there) and counts it as

@@ -1,6 +1,7 @@
-//! Consolidation's I/O (`core@v0.27.0:pkg/controllers/deprovisioning/consolidation.go`,
-//! `controller.go` `executeCommand`): snapshot the cluster, choose a command with
-//! `consolidation.rs`, wait 15 s and validate it on a fresh snapshot, then execute it:
+//! Consolidation, the last method of a pass. This file is its I/O
+//! (`core@v0.27.0:pkg/controllers/deprovisioning/consolidation.go`, `controller.go`
+//! `executeCommand`): snapshot the cluster, choose a command with the pure search in `decide.rs`
+//! (its unit tests in `tests.rs`), wait 15 s and validate it on a fresh snapshot, then execute it:
 //! cordon and mark the nodes, launch the replacement through the normal launch path and wait for
 //! it to initialise (bounded; on timeout the nodes are uncordoned and the command abandoned), then
 //! delete the nodes through the termination finalizer (a drain that honours
@@ -11,6 +12,16 @@
 //! a replacement launched for it is an ordinary node, which the next evaluation counts as room
 //! (the old node's pods now fit on it, so it is deleted without a second launch) or, if it stays
 //! empty, removes.
+
+pub mod decide;
+
+// The pure search at the paths it had as `deprovisioning::consolidation` (benches and property
+// tests use them).
+pub use decide::{
+    blocker_kind, candidate, choose, compute, consolidates, disruption_cost, empty, lifetime_remaining, multi_node, releasable,
+    single_node, sort_candidates, still_valid, worst_launch_price, Action, Candidate, Choice, Command, Evaluation, Ineligible, NodeView,
+    CONSOLIDATION_TTL, MULTI_NODE_MAX,
+};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,7 +34,6 @@ use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
 use tracing::{debug, info, warn};
 
-use super::consolidation::{self, Candidate, Choice, Command, Ineligible, NodeView};
 use super::{cordon, delete_node, Context, DeprovisioningError};
 use crate::apis::v1alpha5::labels::{INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL};
 use crate::controllers::events::publish;
@@ -46,7 +56,7 @@ const EVENT_EVERY: Duration = Duration::from_secs(5 * 60);
 /// most one command. True when a command ran.
 pub(super) async fn consolidate(ctx: &Context) -> Result<bool, DeprovisioningError> {
     let state = &ctx.state;
-    if !state.provisioners.state().iter().any(|p| consolidation::consolidates(p)) {
+    if !state.provisioners.state().iter().any(|p| decide::consolidates(p)) {
         return Ok(false);
     }
     // Read before the snapshot: a change while evaluating clears the short-circuit.
@@ -60,7 +70,7 @@ pub(super) async fn consolidate(ctx: &Context) -> Result<bool, DeprovisioningErr
 
     let started = Instant::now();
     let evaluation = tokio::task::block_in_place(|| {
-        consolidation::choose(&snapshot.input, &candidates, &|| started.elapsed() > MULTI_NODE_TIMEOUT, &|| {
+        decide::choose(&snapshot.input, &candidates, &|| started.elapsed() > MULTI_NODE_TIMEOUT, &|| {
             started.elapsed() > MULTI_NODE_TIMEOUT + SINGLE_NODE_TIMEOUT
         })
     });
@@ -85,7 +95,7 @@ pub(super) async fn consolidate(ctx: &Context) -> Result<bool, DeprovisioningErr
             }
             let command = Command {
                 nodes: still.iter().map(|c| c.name.clone()).collect(),
-                action: consolidation::Action::Delete,
+                action: decide::Action::Delete,
                 price_before: still.iter().map(|c| c.price).sum(),
                 price_after: 0.0,
                 pods: Vec::new(),
@@ -137,8 +147,8 @@ pub(super) async fn resume(ctx: &Context) -> Result<Option<bool>, Deprovisioning
         .collect();
     if resumed.len() == marked.len() {
         let chosen: Vec<&Candidate> = resumed.iter().collect();
-        match tokio::task::block_in_place(|| consolidation::compute(&snapshot.input, &chosen)) {
-            Ok(command) if matches!(command.action, consolidation::Action::Delete) => {
+        match tokio::task::block_in_place(|| decide::compute(&snapshot.input, &chosen)) {
+            Ok(command) if matches!(command.action, decide::Action::Delete) => {
                 info!(nodes = ?names, "resuming an unfinished consolidation: the nodes' pods fit on the rest of the cluster");
                 terminate(ctx, &marked, "delete").await?;
                 return Ok(Some(true));
@@ -153,7 +163,7 @@ pub(super) async fn resume(ctx: &Context) -> Result<Option<bool>, Deprovisioning
     // `marked` was read before the snapshot: look again, so that a node the command has just
     // deleted (or whose deletion the view has just learnt of) is never uncordoned and unmarked.
     let now: Vec<Option<Arc<Node>>> = names.iter().map(|n| ctx.state.nodes.get(&ObjectRef::new(n))).collect();
-    if !consolidation::releasable(&now.iter().map(Option::as_deref).collect::<Vec<_>>()) {
+    if !decide::releasable(&now.iter().map(Option::as_deref).collect::<Vec<_>>()) {
         info!(nodes = ?names, "an unfinished consolidation is deleting its nodes; waiting for them");
         return Ok(Some(false));
     }
@@ -184,7 +194,7 @@ async fn candidates(ctx: &Context, snapshot: &Snapshot, report: bool) -> Vec<Can
     if report {
         let mut kinds = std::collections::BTreeMap::<&str, i64>::new();
         for (_, why) in &blocked {
-            *kinds.entry(consolidation::blocker_kind(why)).or_default() += 1;
+            *kinds.entry(decide::blocker_kind(why)).or_default() += 1;
         }
         ctx.metrics.consolidation_blocked.reset();
         for (kind, nodes) in kinds {
@@ -238,13 +248,13 @@ fn candidates_and_blocked(ctx: &Context, snapshot: &Snapshot, resuming: bool) ->
             nominated: state.is_nominated(&name),
             resuming,
         };
-        match consolidation::candidate(view, &pdbs, &prepare, now) {
+        match decide::candidate(view, &pdbs, &prepare, now) {
             Ok(c) => out.push(c),
             Err(Ineligible::Skip(why)) => debug!(node = %name, reason = %why, "not a consolidation candidate"),
             Err(Ineligible::Blocked(why)) => blocked.push((node.clone(), why)),
         }
     }
-    consolidation::sort_candidates(&mut out);
+    decide::sort_candidates(&mut out);
     (out, blocked)
 }
 
@@ -281,8 +291,8 @@ async fn validate_and_execute(ctx: &Context, command: &Command, before: &Snapsho
         info!(nodes = ?command.nodes, "abandoning consolidation: its nodes are no longer all candidates");
         return Ok(false);
     }
-    let recomputed = tokio::task::block_in_place(|| consolidation::compute(&snapshot.input, &chosen));
-    if !consolidation::still_valid(command, &recomputed) {
+    let recomputed = tokio::task::block_in_place(|| decide::compute(&snapshot.input, &chosen));
+    if !decide::still_valid(command, &recomputed) {
         info!(command = %command.describe(), now = ?recomputed.as_ref().map(Command::describe), "abandoning consolidation: the cluster changed while it waited");
         return Ok(false);
     }
