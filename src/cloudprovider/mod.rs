@@ -436,10 +436,7 @@ pub struct LaunchRequest {
     pub identity: Option<LaunchIdentity>,
 }
 
-/// The instance tag naming the configuration an instance was launched with
-/// ([`LaunchIdentity::config`]): a controller restarted before the instance's Node existed adopts
-/// an instance whose tag matches what it would launch now, instead of launching again.
-pub const LAUNCH_CONFIG_TAG: &str = "karpenter-rs.io/launch-config";
+pub use crate::apis::v1alpha5::labels::LAUNCH_CONFIG_TAG;
 
 /// Who a launch is for.
 #[derive(Clone, Debug, PartialEq, Eq)]

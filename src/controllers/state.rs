@@ -27,6 +27,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Resource};
 use tokio_util::sync::CancellationToken;
 
+use crate::apis::keys::LAST_APPLIED_ANNOTATION;
 use crate::apis::v1alpha1::AwsNodeTemplate;
 use crate::apis::v1alpha5::Provisioner;
 use crate::controllers::supervisor::Liveness;
@@ -312,11 +313,9 @@ impl Cluster {
 fn slim<K: Resource>(object: &mut K) {
     object.meta_mut().managed_fields = None;
     if let Some(annotations) = object.meta_mut().annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
+        annotations.remove(LAST_APPLIED_ANNOTATION);
     }
 }
-
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// A kind whose watched objects are decoded one by one (`Watches::reflect_tolerant`).
 pub trait Tolerant: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static {
@@ -749,7 +748,7 @@ mod tests {
         let mut pod: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {
                 "name": "web",
-                "annotations": {LAST_APPLIED: "{\"big\": true}", "team": "a"},
+                "annotations": {LAST_APPLIED_ANNOTATION: "{\"big\": true}", "team": "a"},
                 "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]
             },
             "spec": {"containers": [{"name": "app"}], "nodeName": "n1"}

@@ -26,6 +26,7 @@ use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::apis::keys::APP_NAME_LABEL;
 use crate::certs::CertError;
 use crate::metrics::Metrics;
 use crate::telemetry;
@@ -302,7 +303,7 @@ impl Pass {
                         metadata: ObjectMeta {
                             name: Some(name.clone()),
                             namespace: Some(namespace.clone()),
-                            labels: Some(BTreeMap::from([("app.kubernetes.io/name".into(), "karpenter-rs".into())])),
+                            labels: Some(BTreeMap::from([(APP_NAME_LABEL.into(), "karpenter-rs".into())])),
                             ..Default::default()
                         },
                         type_: Some("Opaque".into()),

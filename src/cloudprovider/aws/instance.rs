@@ -25,9 +25,7 @@ use crate::cloudprovider::{Error, Instance, InstanceOption, Offering};
 
 /// Most instance types sent in one launch (`MaxInstanceTypes` of the AWS provider).
 pub const MAX_INSTANCE_TYPES: usize = 60;
-/// Tag every launched instance carries, valued `owned`: `kubernetes.io/cluster/<cluster>`.
-pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
-pub use crate::apis::v1alpha1::validation::MANAGED_BY_TAG;
+pub use crate::apis::v1alpha1::validation::{CLUSTER_TAG_PREFIX, MANAGED_BY_TAG};
 /// Instance states that count as existing (everything but `terminated`).
 pub const LIVE_STATES: &[&str] = &["pending", "running", "stopping", "stopped", "shutting-down"];
 
