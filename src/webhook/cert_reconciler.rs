@@ -129,10 +129,16 @@ pub enum CertReconcileError {
     },
 }
 
+/// First wait before trying again to read the Kubernetes configuration or to reconcile the
+/// certificate after a failure; it doubles with every failure in a row.
+const RETRY_BASE: Duration = Duration::from_secs(1);
+/// Longest wait between attempts to read the Kubernetes configuration.
+const CONNECT_RETRY_MAX: Duration = Duration::from_secs(30);
+
 /// Connects to the Kubernetes API (retrying until the configuration can be read) and runs
 /// [`run`] until `shutdown`.
 pub async fn connect_and_run(config: SelfManagedCerts, store: Arc<CertStore>, metrics: Metrics, shutdown: CancellationToken) {
-    let mut backoff = crate::retry::Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+    let mut backoff = crate::retry::Backoff::new(RETRY_BASE, CONNECT_RETRY_MAX);
     let client = loop {
         let wait = backoff.next_wait();
         tokio::select! {
@@ -183,7 +189,7 @@ pub async fn run(client: Client, config: SelfManagedCerts, store: Arc<CertStore>
     let mut ticker = tokio::time::interval(self_signed::check_interval(ctx.config.renew_before));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut retry: Option<tokio::time::Instant> = None;
-    let mut backoff = crate::retry::Backoff::new(Duration::from_secs(1), self_signed::MAX_CHECK_INTERVAL);
+    let mut backoff = crate::retry::Backoff::new(RETRY_BASE, self_signed::MAX_CHECK_INTERVAL);
     let mut missing = BundleWarnings::default();
     let mut watch_failing = false;
     info!(
