@@ -23,6 +23,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client, ResourceExt};
 
+use crate::apis::keys::APP_NAME_LABEL;
+
 /// Karpenter's leader Lease.
 pub const KARPENTER_LEASE: &str = "karpenter-leader-election";
 /// Karpenter's Deployment (its chart's default release name).
@@ -47,7 +49,7 @@ where
 
 /// Whether a Deployment is karpenter-rs's own.
 fn is_ours(deployment: &Deployment) -> bool {
-    deployment.labels().get("app.kubernetes.io/name").map(String::as_str) == Some("karpenter-rs")
+    deployment.labels().get(APP_NAME_LABEL).map(String::as_str) == Some("karpenter-rs")
         || deployment.spec.as_ref().and_then(|s| s.template.spec.as_ref()).is_some_and(|p| {
             p.containers
                 .iter()

@@ -307,6 +307,11 @@ pub struct RunArgs {
     /// its events (the chart sets it from the pod's name; default `karpenter-rs-<pid>`).
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
+    /// Every controller's liveness deadline in seconds instead of the shipped ones, so that a test
+    /// can see a stall reported without waiting minutes (never set by the chart); a value that is
+    /// not a positive number is ignored.
+    #[arg(long, env = crate::metrics::liveness::deadline::OVERRIDE_ENV, hide = true)]
+    pub liveness_deadline_seconds: Option<String>,
     /// Log filter: a level (error, warn, info, debug, trace) or tracing directives.
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -434,6 +439,13 @@ impl RunArgs {
         notes
     }
 
+    /// The liveness deadline that replaces every controller's own, if any.
+    pub fn liveness_deadline_override(&self) -> Option<Duration> {
+        self.liveness_deadline_seconds
+            .as_deref()
+            .and_then(crate::metrics::liveness::deadline::parse_override)
+    }
+
     /// The node settings that are global rather than per Provisioner.
     pub fn node_settings(&self) -> crate::scheduling::NodeSettings {
         crate::scheduling::NodeSettings {
@@ -506,7 +518,7 @@ impl RunArgs {
     pub fn garbage_collection(&self) -> crate::controllers::garbagecollection::GarbageCollectionConfig {
         crate::controllers::garbagecollection::GarbageCollectionConfig {
             interval: self.gc_interval,
-            startup_interval: self.gc_interval.min(Duration::from_secs(10)),
+            startup_interval: self.gc_interval.min(crate::controllers::garbagecollection::STARTUP_INTERVAL),
             grace_period: self.gc_grace_period,
             adoptable_for: self.registration_ttl,
             ..Default::default()

@@ -22,7 +22,7 @@ use crate::cloudprovider::{KubernetesVersion, NodeTemplate};
 use crate::controllers::deprovisioning::consolidation::{self, NodeView};
 use crate::controllers::deprovisioning::decide;
 use crate::scheduling::capacity::NodeSettings;
-use crate::scheduling::nodes::INITIALIZED_LABEL;
+use crate::apis::v1alpha5::labels::INITIALIZED_LABEL;
 use crate::scheduling::testing::{instance_type_with, pod};
 use crate::scheduling::{simulate, ExistingNode, ProvisionerInput, SimulationInput};
 

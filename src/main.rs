@@ -48,6 +48,7 @@ fn serve(args: RunArgs, with_controllers: bool) -> anyhow::Result<()> {
 async fn run(args: RunArgs, with_controllers: bool) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let metrics = Metrics::new();
+    metrics.liveness.set_deadline_override(args.liveness_deadline_override());
     let readiness = Readiness::default();
 
     let bind = |port| SocketAddr::new(args.bind_address, port);

@@ -5,6 +5,7 @@
 pub mod decode;
 pub mod field_error;
 pub mod hash;
+pub mod keys;
 pub mod names;
 pub mod objects_only;
 pub mod quantity;

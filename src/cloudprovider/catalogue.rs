@@ -12,7 +12,8 @@ use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT}
 use crate::apis::v1alpha5::Provisioner;
 use crate::cloudprovider::aws::instance::MAX_INSTANCE_TYPES;
 use crate::cloudprovider::{InstanceOption, InstanceTypeInfo, LaunchRequest, NodeTemplate};
-use crate::scheduling::instance_types::{offering_allowed, INSTANCE_SIZE_LABEL};
+use crate::apis::v1alpha5::labels::INSTANCE_SIZE_LABEL;
+use crate::scheduling::instance_types::offering_allowed;
 use crate::scheduling::resources::{AMD_GPU, AWS_NEURON, HABANA_GAUDI, NVIDIA_GPU};
 use crate::scheduling::{provisioner_requirements, InstanceType, NodeRequest, NodeSettings, Resources};
 

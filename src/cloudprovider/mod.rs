@@ -149,6 +149,11 @@ pub struct CloudConfig {
     pub resolve_ttl: Duration,
 }
 
+/// How long instance types, offerings and spot prices are reused, by default.
+pub const DEFAULT_CATALOGUE_TTL: Duration = Duration::from_secs(5 * 60);
+/// How long resolved subnets, security groups and AMIs are reused, by default.
+pub const DEFAULT_RESOLVE_TTL: Duration = Duration::from_secs(60);
+
 impl CloudConfig {
     /// Settings with the documented defaults for everything but the cluster.
     pub fn new(cluster_name: impl Into<String>, cluster_endpoint: impl Into<String>) -> Self {
@@ -164,8 +169,8 @@ impl CloudConfig {
             price_overrides: None,
             default_instance_profile: None,
             tags: BTreeMap::new(),
-            catalogue_ttl: Duration::from_secs(5 * 60),
-            resolve_ttl: Duration::from_secs(60),
+            catalogue_ttl: DEFAULT_CATALOGUE_TTL,
+            resolve_ttl: DEFAULT_RESOLVE_TTL,
         }
     }
 }
@@ -436,10 +441,7 @@ pub struct LaunchRequest {
     pub identity: Option<LaunchIdentity>,
 }
 
-/// The instance tag naming the configuration an instance was launched with
-/// ([`LaunchIdentity::config`]): a controller restarted before the instance's Node existed adopts
-/// an instance whose tag matches what it would launch now, instead of launching again.
-pub const LAUNCH_CONFIG_TAG: &str = "karpenter-rs.io/launch-config";
+pub use crate::apis::v1alpha5::labels::LAUNCH_CONFIG_TAG;
 
 /// Who a launch is for.
 #[derive(Clone, Debug, PartialEq, Eq)]

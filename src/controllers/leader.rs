@@ -39,6 +39,14 @@ pub struct LeaderConfig {
     pub retry_period: Duration,
 }
 
+/// How long a lease is valid without renewal (controller-runtime's default, Karpenter's).
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+/// How long the leader may go without renewing before it stops leading (controller-runtime's
+/// default, Karpenter's).
+pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
+/// How often the Lease is read and renewed (controller-runtime's default, Karpenter's).
+pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
+
 impl LeaderConfig {
     /// controller-runtime's timings (Karpenter's): 15 s lease, 10 s renew deadline, 2 s retry.
     pub fn new(namespace: &str, name: &str, identity: &str) -> LeaderConfig {
@@ -46,9 +54,9 @@ impl LeaderConfig {
             namespace: namespace.to_string(),
             name: name.to_string(),
             identity: identity.to_string(),
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            retry_period: Duration::from_secs(2),
+            lease_duration: DEFAULT_LEASE_DURATION,
+            renew_deadline: DEFAULT_RENEW_DEADLINE,
+            retry_period: DEFAULT_RETRY_PERIOD,
         }
     }
 }

@@ -27,6 +27,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Resource};
 use tokio_util::sync::CancellationToken;
 
+use crate::apis::keys::LAST_APPLIED_ANNOTATION;
 use crate::apis::v1alpha1::AwsNodeTemplate;
 use crate::apis::v1alpha5::Provisioner;
 use crate::controllers::supervisor::Liveness;
@@ -153,6 +154,15 @@ where
     Box::pin(async move { store.wait_until_ready().await })
 }
 
+/// First retry delay of a failed watch (`watch_backoff`).
+const WATCH_RETRY_MIN: Duration = Duration::from_millis(500);
+/// Longest retry delay of a failed watch before jitter (`watch_backoff`).
+const WATCH_RETRY_MAX: Duration = Duration::from_secs(3);
+/// A watch's retry delays start over after this long without a failure (`watch_backoff`).
+const WATCH_RETRY_RESET: Duration = Duration::from_secs(60);
+/// How often `Cluster::settled` looks again whether the view is still stale.
+const SETTLED_POLL: Duration = Duration::from_millis(500);
+
 /// The watches' retry delays: from 0.5 s doubling to 3 s, each jittered up to twice as long (so at
 /// most 6 s), started over after a minute without failure. Kubernetes clients wait up to 30 s; a
 /// shorter cap brings the view back within seconds of an API server's return, at about two cheap
@@ -161,13 +171,13 @@ fn watch_backoff() -> kube::runtime::utils::ResetTimerBackoff<watcher::Exponenti
     kube::runtime::utils::ResetTimerBackoff::new(
         watcher::ExponentialBackoff::from(
             backon::ExponentialBuilder::default()
-                .with_min_delay(Duration::from_millis(500))
-                .with_max_delay(Duration::from_secs(3))
+                .with_min_delay(WATCH_RETRY_MIN)
+                .with_max_delay(WATCH_RETRY_MAX)
                 .with_factor(2.0)
                 .with_jitter()
                 .without_max_times(),
         ),
-        Duration::from_secs(60),
+        WATCH_RETRY_RESET,
     )
 }
 
@@ -252,7 +262,7 @@ impl Cluster {
             if Instant::now() >= deadline {
                 return Err(why);
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            tokio::time::sleep(SETTLED_POLL).await;
         }
     }
 
@@ -312,11 +322,9 @@ impl Cluster {
 fn slim<K: Resource>(object: &mut K) {
     object.meta_mut().managed_fields = None;
     if let Some(annotations) = object.meta_mut().annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
+        annotations.remove(LAST_APPLIED_ANNOTATION);
     }
 }
-
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// A kind whose watched objects are decoded one by one (`Watches::reflect_tolerant`).
 pub trait Tolerant: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static {

@@ -32,7 +32,7 @@ pub const RESTART_BASE: Duration = Duration::from_secs(1);
 pub mod deadline {
     use std::time::Duration;
 
-    pub use crate::metrics::liveness::deadline::{or_override, OVERRIDE_ENV};
+    pub use crate::metrics::liveness::deadline::{parse_override, OVERRIDE_ENV};
 
     /// A provisioning pass: the catalogue, a simulation and launches (each launch bounded by the
     /// cloud client's retries, the Node's appearance in the cache by 30 s).

@@ -9,14 +9,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::yaml::{Document, Item, MapBuilder, Node};
 use super::{duration, ClassRef};
-use crate::apis::v1alpha5::labels::DO_NOT_CONSOLIDATE_ANNOTATION;
+use crate::apis::keys::LAST_APPLIED_ANNOTATION;
+use crate::apis::v1alpha5::labels::{
+    CAPACITY_TYPE_LABEL, DO_NOT_CONSOLIDATE_ANNOTATION, DO_NOT_DISRUPT_ANNOTATION, HOSTNAME_LABEL,
+};
 use crate::apis::v1alpha5::{Provisioner, ProvisionerSpec};
-
-/// v1's annotation that keeps a node from being disrupted voluntarily.
-pub const DO_NOT_DISRUPT_ANNOTATION: &str = "karpenter.sh/do-not-disrupt";
-
-/// kubectl's record of the last applied object: it describes the v1alpha5 object, not the new one.
-pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Keys of the `karpenter.k8s.aws` domain that Karpenter v1's NodePool accepts as labels and
 /// requirements (aws@v1.6.3:pkg/apis/crds/karpenter.sh_nodepools.yaml).
@@ -69,7 +66,7 @@ pub fn v1_label_restriction(key: &str) -> Option<&'static str> {
     if key == "karpenter.sh/nodepool" {
         return Some("label \"karpenter.sh/nodepool\" is restricted");
     }
-    if key == "kubernetes.io/hostname" {
+    if key == HOSTNAME_LABEL {
         return Some("label \"kubernetes.io/hostname\" is restricted");
     }
     if domain.ends_with("kubernetes.io")
@@ -82,7 +79,7 @@ pub fn v1_label_restriction(key: &str) -> Option<&'static str> {
     if domain.ends_with("k8s.io") && !domain.ends_with("kops.k8s.io") {
         return Some("label domain \"k8s.io\" is restricted");
     }
-    if domain.ends_with("karpenter.sh") && key != "karpenter.sh/capacity-type" {
+    if domain.ends_with("karpenter.sh") && key != CAPACITY_TYPE_LABEL {
         return Some("label domain \"karpenter.sh\" is restricted");
     }
     if domain.ends_with("karpenter.k8s.aws") && !V1_AWS_WELL_KNOWN_LABELS.contains(&key) {

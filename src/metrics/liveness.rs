@@ -3,7 +3,7 @@
 //! healthy (a pass stuck past its deadline, a loop that stopped beating, a controller that keeps
 //! panicking, a part that ended for good). Kept beside the metrics because every controller
 //! already holds `Metrics`; `controllers::supervisor` records into it and re-exports it. No I/O
-//! beyond reading the deadline override from the environment.
+//! here: the deadline override is read by `config` and handed in.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -24,14 +24,10 @@ pub mod deadline {
     /// test can see a stall reported without waiting minutes (never set by the chart).
     pub const OVERRIDE_ENV: &str = "KARPENTER_RS_LIVENESS_DEADLINE_SECONDS";
 
-    /// `default`, or the override's seconds when `KARPENTER_RS_LIVENESS_DEADLINE_SECONDS` is set
-    /// to a positive number.
-    pub fn or_override(default: Duration) -> Duration {
-        std::env::var(OVERRIDE_ENV)
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .filter(|s| *s > 0)
-            .map_or(default, Duration::from_secs)
+    /// The deadline a value of `KARPENTER_RS_LIVENESS_DEADLINE_SECONDS` sets: its seconds when
+    /// it is a positive number, else none (the shipped deadlines stand).
+    pub fn parse_override(value: &str) -> Option<Duration> {
+        value.trim().parse::<u64>().ok().filter(|s| *s > 0).map(Duration::from_secs)
     }
 }
 
@@ -45,6 +41,8 @@ struct Inner {
     loops: BTreeMap<&'static str, LoopState>,
     /// Parts that ended for good (a watch whose stream ended), with why.
     broken: Vec<String>,
+    /// The deadline every controller registered from now on gets instead of its own.
+    deadline_override: Option<Duration>,
 }
 
 #[derive(Clone, Debug)]
@@ -62,13 +60,21 @@ impl Liveness {
     /// first beat or pass, it counts as having beaten now and promised the next beat at once:
     /// a loop that never starts is reported `deadline` later.
     pub fn register(&self, controller: &'static str, deadline: Duration) {
-        self.lock().loops.entry(controller).or_insert(LoopState {
-            deadline: deadline::or_override(deadline),
+        let mut inner = self.lock();
+        let deadline = inner.deadline_override.unwrap_or(deadline);
+        inner.loops.entry(controller).or_insert(LoopState {
+            deadline,
             busy_since: None,
             last_beat: Instant::now(),
             next_within: Duration::ZERO,
             panics_in_a_row: 0,
         });
+    }
+
+    /// Gives every controller registered from now on `deadline` instead of its own (`None`: each
+    /// keeps its own), so that a test can see a stall reported without waiting minutes.
+    pub fn set_deadline_override(&self, deadline: Option<Duration>) {
+        self.lock().deadline_override = deadline;
     }
 
     /// Stops tracking `controller`: it finished on its own (interruption handling with no queue).

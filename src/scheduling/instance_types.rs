@@ -8,44 +8,17 @@ use std::cmp::Ordering;
 use std::sync::Arc;
 
 use crate::apis::v1alpha5::labels::{
-    ARCH_LABEL, CAPACITY_TYPE_LABEL, INSTANCE_CATEGORY_LABEL, INSTANCE_FAMILY_LABEL, INSTANCE_GENERATION_LABEL, INSTANCE_TYPE_LABEL,
-    OS_LABEL, REGION_LABEL, ZONE_LABEL,
+    ARCH_LABEL, CAPACITY_TYPE_LABEL, INSTANCE_ACCELERATOR_LABELS, INSTANCE_CATEGORY_LABEL, INSTANCE_CPU_LABEL,
+    INSTANCE_ENCRYPTION_IN_TRANSIT_LABEL, INSTANCE_FAMILY_LABEL, INSTANCE_GENERATION_LABEL, INSTANCE_GPU_COUNT_LABEL,
+    INSTANCE_GPU_MANUFACTURER_LABEL, INSTANCE_GPU_MEMORY_LABEL, INSTANCE_GPU_NAME_LABEL, INSTANCE_HYPERVISOR_LABEL,
+    INSTANCE_LOCAL_NVME_LABEL, INSTANCE_MEMORY_LABEL, INSTANCE_NETWORK_BANDWIDTH_LABEL, INSTANCE_PODS_LABEL,
+    INSTANCE_SIZE_LABEL, INSTANCE_TYPE_LABEL, OS_LABEL, REGION_LABEL, ZONE_LABEL,
 };
 
 use super::capacity::{self, InstanceFacts, NodeSettings, Overhead};
 use super::requirements::{Requirement, Requirements};
 use super::resources::Resources;
 
-/// `karpenter.k8s.aws/instance-size`.
-pub const INSTANCE_SIZE_LABEL: &str = "karpenter.k8s.aws/instance-size";
-/// `karpenter.k8s.aws/instance-cpu`.
-pub const INSTANCE_CPU_LABEL: &str = "karpenter.k8s.aws/instance-cpu";
-/// `karpenter.k8s.aws/instance-memory` (MiB).
-pub const INSTANCE_MEMORY_LABEL: &str = "karpenter.k8s.aws/instance-memory";
-/// `karpenter.k8s.aws/instance-pods`.
-pub const INSTANCE_PODS_LABEL: &str = "karpenter.k8s.aws/instance-pods";
-/// `karpenter.k8s.aws/instance-hypervisor`.
-pub const INSTANCE_HYPERVISOR_LABEL: &str = "karpenter.k8s.aws/instance-hypervisor";
-/// `karpenter.k8s.aws/instance-encryption-in-transit-supported`.
-pub const INSTANCE_ENCRYPTION_IN_TRANSIT_LABEL: &str = "karpenter.k8s.aws/instance-encryption-in-transit-supported";
-/// `karpenter.k8s.aws/instance-local-nvme` (GB).
-pub const INSTANCE_LOCAL_NVME_LABEL: &str = "karpenter.k8s.aws/instance-local-nvme";
-/// `karpenter.k8s.aws/instance-network-bandwidth` (Mbps).
-pub const INSTANCE_NETWORK_BANDWIDTH_LABEL: &str = "karpenter.k8s.aws/instance-network-bandwidth";
-/// `karpenter.k8s.aws/instance-gpu-name`.
-pub const INSTANCE_GPU_NAME_LABEL: &str = "karpenter.k8s.aws/instance-gpu-name";
-/// `karpenter.k8s.aws/instance-gpu-manufacturer`.
-pub const INSTANCE_GPU_MANUFACTURER_LABEL: &str = "karpenter.k8s.aws/instance-gpu-manufacturer";
-/// `karpenter.k8s.aws/instance-gpu-count`.
-pub const INSTANCE_GPU_COUNT_LABEL: &str = "karpenter.k8s.aws/instance-gpu-count";
-/// `karpenter.k8s.aws/instance-gpu-memory` (MiB).
-pub const INSTANCE_GPU_MEMORY_LABEL: &str = "karpenter.k8s.aws/instance-gpu-memory";
-/// `karpenter.k8s.aws/instance-accelerator-name`, `-manufacturer`, `-count`.
-pub const INSTANCE_ACCELERATOR_LABELS: [&str; 3] = [
-    "karpenter.k8s.aws/instance-accelerator-name",
-    "karpenter.k8s.aws/instance-accelerator-manufacturer",
-    "karpenter.k8s.aws/instance-accelerator-count",
-];
 
 /// Keys of hardware an instance type may lack: `DoesNotExist` on a type without it, so that a
 /// requirement on the hardware (`instance-local-nvme Gt 100`, `instance-gpu-name In [t4]`)

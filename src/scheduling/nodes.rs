@@ -7,17 +7,14 @@ use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 
-use crate::apis::v1alpha5::labels::{HOSTNAME_LABEL, PROVISIONER_NAME_LABEL};
+use crate::apis::keys::{NOT_READY_TAINT_KEY, UNREACHABLE_TAINT_KEY, UNSCHEDULABLE_TAINT_KEY};
+use crate::apis::v1alpha5::labels::{HOSTNAME_LABEL, INITIALIZED_LABEL, PROVISIONER_NAME_LABEL};
 
 use super::instance_types::InstanceType;
 use super::pods::{host_ports, is_daemonset_pod, is_terminal_or_terminating, HostPort, PodKey};
 use super::requirements::{Requirement, Requirements};
 use super::resources::{pod_requests, Resources};
-use super::taints::{same_taint, NOT_READY_TAINT_KEY, UNREACHABLE_TAINT_KEY, UNSCHEDULABLE_TAINT_KEY};
-
-/// `karpenter.sh/initialized`: set to `"true"` once a launched node is Ready and its startup
-/// taints are gone.
-pub const INITIALIZED_LABEL: &str = "karpenter.sh/initialized";
+use super::taints::same_taint;
 
 /// The node's `Ready` condition is `True`.
 pub fn is_ready(node: &Node) -> bool {

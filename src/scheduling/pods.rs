@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{NodeSelectorRequirement, Pod, PodAffinityTerm, 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::apis::field_error::{FieldErrorKind, Path};
+use crate::apis::keys::MIRROR_POD_ANNOTATION;
 use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
 use crate::apis::v1alpha5::requirements::validate_requirement;
 
@@ -104,9 +105,6 @@ pub fn validate_pod(pod: &Pod) -> Result<(), String> {
 }
 
 // ---- what kind of pod a pod is: the one set of pod predicates every part asks ----------------
-
-/// The kubelet's annotation on the API mirror of a static pod.
-pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 /// Finished: Succeeded or Failed, so it will not run again.
 pub fn is_terminal(pod: &Pod) -> bool {

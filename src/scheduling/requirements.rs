@@ -9,10 +9,9 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 
+use crate::apis::keys::EBS_CSI_ZONE_LABEL;
 use crate::apis::v1alpha5::labels::{self, HOSTNAME_LABEL, WELL_KNOWN_LABELS, ZONE_LABEL};
 
-/// The AWS EBS CSI driver's zone key, which means the same as `topology.kubernetes.io/zone`.
-const EBS_CSI_ZONE_LABEL: &str = "topology.ebs.csi.aws.com/zone";
 
 /// The stable spelling of a key: deprecated beta keys and the EBS CSI zone key are mapped.
 pub fn normalize_key(key: &str) -> &str {

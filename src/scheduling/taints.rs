@@ -4,12 +4,6 @@
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
-/// `node.kubernetes.io/not-ready`, present on a node until its kubelet reports Ready.
-pub const NOT_READY_TAINT_KEY: &str = "node.kubernetes.io/not-ready";
-/// `node.kubernetes.io/unreachable`, present while the node controller cannot reach the kubelet.
-pub const UNREACHABLE_TAINT_KEY: &str = "node.kubernetes.io/unreachable";
-/// `node.kubernetes.io/unschedulable`, the taint a cordoned node carries.
-pub const UNSCHEDULABLE_TAINT_KEY: &str = "node.kubernetes.io/unschedulable";
 /// `PreferNoSchedule`, the only effect the scheduler may ignore as a last resort.
 pub const PREFER_NO_SCHEDULE: &str = "PreferNoSchedule";
 

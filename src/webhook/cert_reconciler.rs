@@ -26,6 +26,7 @@ use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::apis::keys::APP_NAME_LABEL;
 use crate::certs::CertError;
 use crate::metrics::Metrics;
 use crate::telemetry;
@@ -128,10 +129,16 @@ pub enum CertReconcileError {
     },
 }
 
+/// First wait before trying again to read the Kubernetes configuration or to reconcile the
+/// certificate after a failure; it doubles with every failure in a row.
+const RETRY_BASE: Duration = Duration::from_secs(1);
+/// Longest wait between attempts to read the Kubernetes configuration.
+const CONNECT_RETRY_MAX: Duration = Duration::from_secs(30);
+
 /// Connects to the Kubernetes API (retrying until the configuration can be read) and runs
 /// [`run`] until `shutdown`.
 pub async fn connect_and_run(config: SelfManagedCerts, store: Arc<CertStore>, metrics: Metrics, shutdown: CancellationToken) {
-    let mut backoff = crate::retry::Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+    let mut backoff = crate::retry::Backoff::new(RETRY_BASE, CONNECT_RETRY_MAX);
     let client = loop {
         let wait = backoff.next_wait();
         tokio::select! {
@@ -182,7 +189,7 @@ pub async fn run(client: Client, config: SelfManagedCerts, store: Arc<CertStore>
     let mut ticker = tokio::time::interval(self_signed::check_interval(ctx.config.renew_before));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut retry: Option<tokio::time::Instant> = None;
-    let mut backoff = crate::retry::Backoff::new(Duration::from_secs(1), self_signed::MAX_CHECK_INTERVAL);
+    let mut backoff = crate::retry::Backoff::new(RETRY_BASE, self_signed::MAX_CHECK_INTERVAL);
     let mut missing = BundleWarnings::default();
     let mut watch_failing = false;
     info!(
@@ -302,7 +309,7 @@ impl Pass {
                         metadata: ObjectMeta {
                             name: Some(name.clone()),
                             namespace: Some(namespace.clone()),
-                            labels: Some(BTreeMap::from([("app.kubernetes.io/name".into(), "karpenter-rs".into())])),
+                            labels: Some(BTreeMap::from([(APP_NAME_LABEL.into(), "karpenter-rs".into())])),
                             ..Default::default()
                         },
                         type_: Some("Opaque".into()),

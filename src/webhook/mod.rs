@@ -58,6 +58,11 @@ const CONNECTION_WINDOW: u32 = STREAM_WINDOW * MAX_CONCURRENT_STREAMS;
 pub const BODY_BUDGET_BYTES: usize = 40 * MAX_BODY_BYTES;
 /// The unit the body budget is counted in.
 const BUDGET_UNIT: usize = 1024;
+/// HTTP/2 PING interval on idle connections, so a peer that vanished without closing its
+/// connection is noticed and its slot among `MAX_CONNECTIONS` given back.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// Pause after a failed `accept` (out of file descriptors and the like), so the loop does not spin.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 
 /// Settings of the webhook server.
 #[derive(Clone, Debug)]
@@ -271,7 +276,7 @@ async fn accept_loop(listener: TcpListener, acceptor: TlsAcceptor, app: Router, 
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
-        .keep_alive_interval(Some(Duration::from_secs(30)));
+        .keep_alive_interval(Some(KEEP_ALIVE_INTERVAL));
     let builder = Arc::new(builder);
     // One permit per open connection; all of them back means every connection has closed.
     let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
@@ -288,7 +293,7 @@ async fn accept_loop(listener: TcpListener, acceptor: TlsAcceptor, app: Router, 
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
                     warn!(error = %e, "accepting webhook connection");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
                     continue;
                 }
             },

@@ -11,6 +11,8 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ByteString;
 
+use crate::apis::keys::APP_NAME_LABEL;
+
 /// Name of the MutatingWebhookConfiguration.
 pub const MUTATING_CONFIGURATION: &str = "karpenter-rs-defaulting";
 /// Name of the ValidatingWebhookConfiguration.
@@ -97,7 +99,7 @@ pub fn to_yaml(target: &Target, ca_bundle_pem: &[u8]) -> String {
 fn metadata(name: &str) -> ObjectMeta {
     ObjectMeta {
         name: Some(name.into()),
-        labels: Some(BTreeMap::from([("app.kubernetes.io/name".to_string(), "karpenter-rs".to_string())])),
+        labels: Some(BTreeMap::from([(APP_NAME_LABEL.to_string(), "karpenter-rs".to_string())])),
         ..Default::default()
     }
 }

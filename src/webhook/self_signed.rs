@@ -26,6 +26,8 @@ pub const SERVER_KEY_KEY: &str = "server-key.pem";
 
 /// Longest time between two checks of the Secret, whatever `renew_before` is.
 pub const MAX_CHECK_INTERVAL: Duration = Duration::from_secs(60);
+/// Shortest period between checks of the Secret besides its watch events (`check_interval`).
+pub const MIN_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The three PEM documents of a self-managed certificate.
 #[derive(Clone, PartialEq, Eq)]
@@ -243,9 +245,9 @@ pub fn ca_bundle(current: &[u8], ca_cert_pem: &[u8]) -> Vec<u8> {
 }
 
 /// How often the Secret is checked for expiry besides its watch events: a quarter of
-/// `renew_before`, at least 1 s and at most [`MAX_CHECK_INTERVAL`].
+/// `renew_before`, at least [`MIN_CHECK_INTERVAL`] and at most [`MAX_CHECK_INTERVAL`].
 pub fn check_interval(renew_before: Duration) -> Duration {
-    (renew_before / 4).clamp(Duration::from_secs(1), MAX_CHECK_INTERVAL)
+    (renew_before / 4).clamp(MIN_CHECK_INTERVAL, MAX_CHECK_INTERVAL)
 }
 
 /// Validity and renewal window that make sense together: a certificate renewed `renew_before`

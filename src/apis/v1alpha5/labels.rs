@@ -26,6 +26,9 @@ pub const LAUNCH_TEMPLATE_CLUSTER_TAG: &str = "karpenter.k8s.aws/cluster";
 pub const EXCLUDE_FROM_LB_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 /// Annotation naming the deprovisioning method that cordoned a node to remove it.
 pub const VOLUNTARY_DISRUPTION_ANNOTATION: &str = "karpenter.sh/voluntary-disruption";
+/// `karpenter.sh/initialized`: set to `"true"` once a launched node is Ready and its startup
+/// taints are gone.
+pub const INITIALIZED_LABEL: &str = "karpenter.sh/initialized";
 /// Finalizer that makes every node we own drain and release its instance before it goes.
 pub const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
 /// Tag and selector key used for subnet and security-group discovery.
@@ -49,6 +52,39 @@ pub const INSTANCE_CATEGORY_LABEL: &str = "karpenter.k8s.aws/instance-category";
 pub const INSTANCE_FAMILY_LABEL: &str = "karpenter.k8s.aws/instance-family";
 /// `karpenter.k8s.aws/instance-generation` (`5`, ...).
 pub const INSTANCE_GENERATION_LABEL: &str = "karpenter.k8s.aws/instance-generation";
+/// `karpenter.k8s.aws/instance-size`.
+pub const INSTANCE_SIZE_LABEL: &str = "karpenter.k8s.aws/instance-size";
+/// `karpenter.k8s.aws/instance-cpu`.
+pub const INSTANCE_CPU_LABEL: &str = "karpenter.k8s.aws/instance-cpu";
+/// `karpenter.k8s.aws/instance-memory` (MiB).
+pub const INSTANCE_MEMORY_LABEL: &str = "karpenter.k8s.aws/instance-memory";
+/// `karpenter.k8s.aws/instance-pods`.
+pub const INSTANCE_PODS_LABEL: &str = "karpenter.k8s.aws/instance-pods";
+/// `karpenter.k8s.aws/instance-hypervisor`.
+pub const INSTANCE_HYPERVISOR_LABEL: &str = "karpenter.k8s.aws/instance-hypervisor";
+/// `karpenter.k8s.aws/instance-encryption-in-transit-supported`.
+pub const INSTANCE_ENCRYPTION_IN_TRANSIT_LABEL: &str = "karpenter.k8s.aws/instance-encryption-in-transit-supported";
+/// `karpenter.k8s.aws/instance-local-nvme` (GB).
+pub const INSTANCE_LOCAL_NVME_LABEL: &str = "karpenter.k8s.aws/instance-local-nvme";
+/// `karpenter.k8s.aws/instance-network-bandwidth` (Mbps).
+pub const INSTANCE_NETWORK_BANDWIDTH_LABEL: &str = "karpenter.k8s.aws/instance-network-bandwidth";
+/// `karpenter.k8s.aws/instance-gpu-name`.
+pub const INSTANCE_GPU_NAME_LABEL: &str = "karpenter.k8s.aws/instance-gpu-name";
+/// `karpenter.k8s.aws/instance-gpu-manufacturer`.
+pub const INSTANCE_GPU_MANUFACTURER_LABEL: &str = "karpenter.k8s.aws/instance-gpu-manufacturer";
+/// `karpenter.k8s.aws/instance-gpu-count`.
+pub const INSTANCE_GPU_COUNT_LABEL: &str = "karpenter.k8s.aws/instance-gpu-count";
+/// `karpenter.k8s.aws/instance-gpu-memory` (MiB).
+pub const INSTANCE_GPU_MEMORY_LABEL: &str = "karpenter.k8s.aws/instance-gpu-memory";
+/// `karpenter.k8s.aws/instance-accelerator-name`.
+pub const INSTANCE_ACCELERATOR_NAME_LABEL: &str = "karpenter.k8s.aws/instance-accelerator-name";
+/// `karpenter.k8s.aws/instance-accelerator-manufacturer`.
+pub const INSTANCE_ACCELERATOR_MANUFACTURER_LABEL: &str = "karpenter.k8s.aws/instance-accelerator-manufacturer";
+/// `karpenter.k8s.aws/instance-accelerator-count`.
+pub const INSTANCE_ACCELERATOR_COUNT_LABEL: &str = "karpenter.k8s.aws/instance-accelerator-count";
+/// `karpenter.k8s.aws/instance-accelerator-name`, `-manufacturer`, `-count`.
+pub const INSTANCE_ACCELERATOR_LABELS: [&str; 3] =
+    [INSTANCE_ACCELERATOR_NAME_LABEL, INSTANCE_ACCELERATOR_MANUFACTURER_LABEL, INSTANCE_ACCELERATOR_COUNT_LABEL];
 
 /// Capacity type values.
 pub const CAPACITY_TYPE_ON_DEMAND: &str = "on-demand";
@@ -73,6 +109,11 @@ pub const REQUESTED_RESOURCES_ANNOTATION: &str = "karpenter-rs.io/requested-exte
 pub const PRICE_CAPACITY_TYPE_ANNOTATION: &str = "karpenter-rs.io/priced-capacity-type";
 /// The zone `PRICE_ANNOTATION` was priced for.
 pub const PRICE_ZONE_ANNOTATION: &str = "karpenter-rs.io/priced-zone";
+/// The instance tag naming the configuration an instance was launched with
+/// (`cloudprovider::LaunchIdentity::config`): a controller restarted before the instance's Node
+/// existed adopts an instance whose tag matches what it would launch now, instead of launching
+/// again.
+pub const LAUNCH_CONFIG_TAG: &str = "karpenter-rs.io/launch-config";
 
 /// Labels users may constrain although their domain is restricted.
 pub const WELL_KNOWN_LABELS: &[&str] = &[
@@ -83,24 +124,24 @@ pub const WELL_KNOWN_LABELS: &[&str] = &[
     ARCH_LABEL,
     OS_LABEL,
     CAPACITY_TYPE_LABEL,
-    "karpenter.k8s.aws/instance-hypervisor",
-    "karpenter.k8s.aws/instance-encryption-in-transit-supported",
+    INSTANCE_HYPERVISOR_LABEL,
+    INSTANCE_ENCRYPTION_IN_TRANSIT_LABEL,
     INSTANCE_CATEGORY_LABEL,
     INSTANCE_FAMILY_LABEL,
     INSTANCE_GENERATION_LABEL,
-    "karpenter.k8s.aws/instance-size",
-    "karpenter.k8s.aws/instance-local-nvme",
-    "karpenter.k8s.aws/instance-cpu",
-    "karpenter.k8s.aws/instance-memory",
-    "karpenter.k8s.aws/instance-network-bandwidth",
-    "karpenter.k8s.aws/instance-pods",
-    "karpenter.k8s.aws/instance-gpu-name",
-    "karpenter.k8s.aws/instance-gpu-manufacturer",
-    "karpenter.k8s.aws/instance-gpu-count",
-    "karpenter.k8s.aws/instance-gpu-memory",
-    "karpenter.k8s.aws/instance-accelerator-name",
-    "karpenter.k8s.aws/instance-accelerator-manufacturer",
-    "karpenter.k8s.aws/instance-accelerator-count",
+    INSTANCE_SIZE_LABEL,
+    INSTANCE_LOCAL_NVME_LABEL,
+    INSTANCE_CPU_LABEL,
+    INSTANCE_MEMORY_LABEL,
+    INSTANCE_NETWORK_BANDWIDTH_LABEL,
+    INSTANCE_PODS_LABEL,
+    INSTANCE_GPU_NAME_LABEL,
+    INSTANCE_GPU_MANUFACTURER_LABEL,
+    INSTANCE_GPU_COUNT_LABEL,
+    INSTANCE_GPU_MEMORY_LABEL,
+    INSTANCE_ACCELERATOR_NAME_LABEL,
+    INSTANCE_ACCELERATOR_MANUFACTURER_LABEL,
+    INSTANCE_ACCELERATOR_COUNT_LABEL,
     "node.kubernetes.io/windows-build",
 ];
 

@@ -25,9 +25,7 @@ use crate::cloudprovider::{Error, Instance, InstanceOption, Offering};
 
 /// Most instance types sent in one launch (`MaxInstanceTypes` of the AWS provider).
 pub const MAX_INSTANCE_TYPES: usize = 60;
-/// Tag every launched instance carries, valued `owned`: `kubernetes.io/cluster/<cluster>`.
-pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
-pub use crate::apis::v1alpha1::validation::MANAGED_BY_TAG;
+pub use crate::apis::v1alpha1::validation::{CLUSTER_TAG_PREFIX, MANAGED_BY_TAG};
 /// Instance states that count as existing (everything but `terminated`).
 pub const LIVE_STATES: &[&str] = &["pending", "running", "stopping", "stopped", "shutting-down"];
 
@@ -389,6 +387,9 @@ pub fn live_filter() -> Filter {
         .build()
 }
 
+/// Pause between `read_back`'s reads of a just-launched instance without a private DNS name yet.
+const READ_BACK_PAUSE: Duration = Duration::from_secs(1);
+
 /// Reads a just-launched instance back, waiting (up to 6 tries, 1 s apart) for its private DNS
 /// name, which names the Node.
 pub async fn read_back(ec2: &Client, id: &str) -> Result<Instance, Error> {
@@ -396,7 +397,7 @@ pub async fn read_back(ec2: &Client, id: &str) -> Result<Instance, Error> {
     let mut last = None;
     for attempt in 0..6 {
         if attempt > 0 {
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            tokio::time::sleep(READ_BACK_PAUSE).await;
         }
         match describe(ec2, &ids, vec![]).await {
             Ok(found) => match found.into_iter().next() {

@@ -70,14 +70,23 @@ pub struct DeprovisioningConfig {
     pub drift_enabled: bool,
 }
 
+/// How often a deprovisioning pass runs, by default.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+/// How long after launch a node is presumed nominated for its pods, by default.
+pub const DEFAULT_NOMINATION: Duration = Duration::from_secs(20);
+/// How long replacements may take to become Ready before a replacement is abandoned, by default.
+pub const DEFAULT_REPLACEMENT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+/// How long a pass waits for a node it deleted to be gone before it moves on, by default.
+pub const DEFAULT_DELETION_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+
 impl Default for DeprovisioningConfig {
     fn default() -> Self {
         DeprovisioningConfig {
-            interval: Duration::from_secs(10),
-            nomination: Duration::from_secs(20),
+            interval: DEFAULT_INTERVAL,
+            nomination: DEFAULT_NOMINATION,
             node_selector: PROVISIONER_NAME_LABEL.to_string(),
-            replacement_timeout: Duration::from_secs(10 * 60),
-            deletion_timeout: Duration::from_secs(10 * 60),
+            replacement_timeout: DEFAULT_REPLACEMENT_TIMEOUT,
+            deletion_timeout: DEFAULT_DELETION_TIMEOUT,
             consolidation_ttl: consolidation::CONSOLIDATION_TTL,
             drift_enabled: true,
         }
@@ -409,6 +418,9 @@ enum Awaited {
     TimedOut,
 }
 
+/// How often `await_nodes` looks again at the nodes a command waits for.
+const AWAIT_NODES_POLL: Duration = Duration::from_secs(1);
+
 /// Waits, checking every second, until every node of `names` is in the shared state and
 /// satisfies `done` (`decide::replacements`). Stops as soon as one of them is gone or being
 /// deleted: otherwise the pass, and with it every other deprovisioning command (one at a time),
@@ -429,7 +441,7 @@ async fn await_nodes(state: &Cluster, names: &[String], deadline: Instant, done:
         if Instant::now() > deadline {
             return Awaited::TimedOut;
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(AWAIT_NODES_POLL).await;
     }
 }
 

@@ -53,17 +53,29 @@ pub struct GarbageCollectionConfig {
     pub max_removals_per_pass: usize,
 }
 
+/// Period between garbage-collection passes once started up, by default.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(120);
+/// Longest period of the first passes after start (`--gc-interval` may make it shorter).
+pub const STARTUP_INTERVAL: Duration = Duration::from_secs(10);
+/// How old an instance without a Node must be before it is collected, by default.
+pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(120);
+/// How long an instance launched for pending pods is left to be adopted, by default (the
+/// registration TTL's default).
+pub const DEFAULT_ADOPTABLE_FOR: Duration = Duration::from_secs(15 * 60);
+/// Launch templates no launch has used for this long are deleted, by default.
+pub const DEFAULT_LAUNCH_TEMPLATE_UNUSED_FOR: Duration = Duration::from_secs(600);
+
 impl Default for GarbageCollectionConfig {
     fn default() -> Self {
         GarbageCollectionConfig {
-            interval: Duration::from_secs(120),
-            startup_interval: Duration::from_secs(10),
+            interval: DEFAULT_INTERVAL,
+            startup_interval: STARTUP_INTERVAL,
             startup_passes: 20,
-            grace_period: Duration::from_secs(120),
-            adoptable_for: Duration::from_secs(15 * 60),
+            grace_period: DEFAULT_GRACE_PERIOD,
+            adoptable_for: DEFAULT_ADOPTABLE_FOR,
             instance_tags: BTreeMap::new(),
             node_selector: PROVISIONER_NAME_LABEL.to_string(),
-            launch_template_unused_for: Duration::from_secs(600),
+            launch_template_unused_for: DEFAULT_LAUNCH_TEMPLATE_UNUSED_FOR,
             max_removals_per_pass: 20,
         }
     }

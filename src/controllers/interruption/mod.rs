@@ -56,12 +56,17 @@ pub struct InterruptionConfig {
     pub max_backoff: Duration,
 }
 
+/// First wait after a failed queue call, by default.
+pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
+/// Longest wait between failed queue calls, by default.
+pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(60);
+
 impl Default for InterruptionConfig {
     fn default() -> Self {
         InterruptionConfig {
             queue_name: String::new(),
-            backoff: Duration::from_secs(1),
-            max_backoff: Duration::from_secs(60),
+            backoff: DEFAULT_BACKOFF,
+            max_backoff: DEFAULT_MAX_BACKOFF,
         }
     }
 }

@@ -47,11 +47,16 @@ pub const NODE_GRACE: Duration = Duration::from_secs(30);
 /// pending after this lost its room to others.
 pub const CONTESTED_GRACE: Duration = Duration::from_secs(5);
 
+/// The wait before retrying after the first failed provisioning pass (`pass_retry_delay`).
+pub const PASS_RETRY_BASE: Duration = Duration::from_secs(1);
+/// The longest wait before retrying after failed provisioning passes (`pass_retry_delay`).
+pub const PASS_RETRY_MAX: Duration = Duration::from_secs(30);
+
 /// The wait before retrying after `consecutive` failed provisioning passes in a row (1 for the
 /// first): 1 s doubling to at most 30 s. A pass that fails (an outage of the API server or of
 /// EC2) is tried again, but never in a loop.
 pub fn pass_retry_delay(consecutive: u32) -> Duration {
-    doubling(Duration::from_secs(1), Duration::from_secs(30), consecutive.max(1))
+    doubling(PASS_RETRY_BASE, PASS_RETRY_MAX, consecutive.max(1))
 }
 
 /// `first × 2^(nth − 1)`, at most `cap` (`nth` counts from 1).

@@ -17,11 +17,16 @@ pub struct BatchWindows {
     pub max: Duration,
 }
 
+/// The batch closes when no trigger arrived for this long, by default (`BATCH_IDLE_DURATION`).
+pub const DEFAULT_IDLE: Duration = Duration::from_secs(1);
+/// The batch closes at the latest after this long, by default (`BATCH_MAX_DURATION`).
+pub const DEFAULT_MAX: Duration = Duration::from_secs(10);
+
 impl Default for BatchWindows {
     fn default() -> Self {
         BatchWindows {
-            idle: Duration::from_secs(1),
-            max: Duration::from_secs(10),
+            idle: DEFAULT_IDLE,
+            max: DEFAULT_MAX,
         }
     }
 }

@@ -20,7 +20,7 @@ pub mod binding;
 mod launch;
 mod pass;
 pub use pass::Snapshot;
-use pass::NOMINATION;
+use pass::{NODE_SEEN_LIMIT, NODE_SEEN_POLL, NOMINATION};
 pub mod lifecycle;
 pub mod node;
 pub mod pods;
@@ -81,6 +81,10 @@ pub struct ProvisioningConfig {
     pub kubernetes_version: Option<KubernetesVersion>,
 }
 
+/// How long a launched node may stay not Ready before it is deleted, by default (as by
+/// `core@v0.28.0:pkg/controllers/machine/lifecycle/liveness.go`).
+pub const DEFAULT_REGISTRATION_TTL: Duration = Duration::from_secs(15 * 60);
+
 impl Default for ProvisioningConfig {
     fn default() -> Self {
         ProvisioningConfig {
@@ -88,7 +92,7 @@ impl Default for ProvisioningConfig {
             region: String::new(),
             windows: BatchWindows::default(),
             bind_pods: true,
-            registration_ttl: Duration::from_secs(15 * 60),
+            registration_ttl: DEFAULT_REGISTRATION_TTL,
             max_launches_per_minute: 100,
             node_settings: Default::default(),
             kubernetes_version: None,
@@ -511,9 +515,9 @@ impl Context {
         self.cloud.resolve(&template).await?;
         let name = launch::launch(self, request, &provisioner, template, spot_max).await?;
         stores.nominate(&name, NOMINATION);
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + NODE_SEEN_LIMIT;
         while stores.nodes.get(&reflector::ObjectRef::new(&name)).is_none() && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(NODE_SEEN_POLL).await;
         }
         Ok(name)
     }

@@ -12,7 +12,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use crate::apis::hash::{node_template_hash, provisioner_hash, NODE_TEMPLATE_HASH_ANNOTATION, PROVISIONER_HASH_ANNOTATION};
 use crate::apis::v1alpha1::AwsNodeTemplateSpec;
 use crate::apis::v1alpha5::labels::{
-    CAPACITY_TYPE_LABEL, PRICE_ANNOTATION, PRICE_CAPACITY_TYPE_ANNOTATION, PRICE_ZONE_ANNOTATION, PROVISIONER_NAME_LABEL, REGION_LABEL,
+    CAPACITY_TYPE_LABEL, HOSTNAME_LABEL, PRICE_ANNOTATION, PRICE_CAPACITY_TYPE_ANNOTATION, PRICE_ZONE_ANNOTATION, PROVISIONER_NAME_LABEL,
+    REGION_LABEL,
     TERMINATION_FINALIZER, ZONE_LABEL,
 };
 use crate::apis::v1alpha5::Provisioner;
@@ -94,7 +95,7 @@ pub fn node_for(
     }
     labels.insert(CAPACITY_TYPE_LABEL.into(), instance.capacity_type.clone());
     labels.insert(PROVISIONER_NAME_LABEL.into(), provisioner_name.clone());
-    labels.insert("kubernetes.io/hostname".into(), instance.node_name());
+    labels.insert(HOSTNAME_LABEL.into(), instance.node_name());
 
     let mut taints: Vec<Taint> = spec.taints.clone().unwrap_or_default();
     for t in spec.startup_taints.iter().flatten() {

@@ -13,6 +13,12 @@ const MAX_CONCURRENT_LAUNCHES: usize = 16;
 /// (and is retried after `backoff::pass_retry_delay`).
 const SETTLE_LIMIT: Duration = Duration::from_secs(60);
 
+/// How long a launch waits for the Nodes it created to appear in the cluster view (a pass fails
+/// past it; `Provisioner::launch` returns anyway).
+pub(super) const NODE_SEEN_LIMIT: Duration = Duration::from_secs(30);
+/// How often a launch looks again for its Nodes in the cluster view.
+pub(super) const NODE_SEEN_POLL: Duration = Duration::from_millis(100);
+
 /// One provisioning pass: read (nodes before pods), simulate, launch.
 #[instrument(skip_all)]
 pub(super) async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError> {
@@ -350,12 +356,12 @@ pub(super) async fn provision(
     let launched: Vec<String> = launched.into_iter().flatten().collect();
     // The next pass must see every Node this one created (they count against limits and hold
     // the pods planned for them), or it would launch for the same pods again.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + NODE_SEEN_LIMIT;
     while !launched.iter().all(|n| stores.nodes.get(&reflector::ObjectRef::new(n)).is_some()) {
         if Instant::now() > deadline {
             return Err(PassError::NodesNotSeen(launched.len()));
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(NODE_SEEN_POLL).await;
     }
     Ok(launched)
 }

@@ -179,7 +179,7 @@ fn cached_objects_drop_managed_fields_and_the_last_applied_copy_only() {
     let mut pod: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {
             "name": "web",
-            "annotations": {LAST_APPLIED: "{\"big\": true}", "team": "a"},
+            "annotations": {LAST_APPLIED_ANNOTATION: "{\"big\": true}", "team": "a"},
             "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]
         },
         "spec": {"containers": [{"name": "app"}], "nodeName": "n1"}

@@ -3,11 +3,10 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::apis::keys::UNSCHEDULABLE_TAINT_KEY;
 use crate::scheduling::pods::{is_daemon_or_mirror, is_terminal};
 use jiff::{SignedDuration, Timestamp};
 
-/// The taint a cordoned node carries; pods tolerating it (DaemonSet pods) are not drained.
-pub const UNSCHEDULABLE_TAINT_KEY: &str = "node.kubernetes.io/unschedulable";
 /// Priority classes whose pods are evicted only after every other pod.
 pub const CRITICAL_PRIORITY_CLASSES: &[&str] = &["system-cluster-critical", "system-node-critical"];
 /// A pod deleted longer ago than this is presumed stuck on a partitioned kubelet and ignored.

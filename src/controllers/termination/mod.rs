@@ -47,6 +47,9 @@ const RECONCILE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 const MAX_CONCURRENT_NODES: usize = 16;
 /// At most one `FailedDraining` event per node this often.
 const DRAINING_EVENT_PERIOD: Duration = Duration::from_secs(30);
+/// A retry back-off entry is forgotten this long after its wait ended, so the map does not keep
+/// every pod and node ever retried.
+const FORGET_BACKOFF_AFTER: Duration = Duration::from_secs(300);
 
 /// Settings of the termination controller.
 #[derive(Clone, Debug)]
@@ -55,10 +58,13 @@ pub struct TerminationConfig {
     pub interval: Duration,
 }
 
+/// How often deleting nodes are reconciled, by default.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+
 impl Default for TerminationConfig {
     fn default() -> Self {
         TerminationConfig {
-            interval: Duration::from_secs(1),
+            interval: DEFAULT_INTERVAL,
         }
     }
 }
@@ -193,7 +199,7 @@ pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receive
         let now = Instant::now();
         state
             .backoff
-            .retain(|_, (until, _)| now.duration_since(*until) < Duration::from_secs(300));
+            .retain(|_, (until, _)| now.duration_since(*until) < FORGET_BACKOFF_AFTER);
         state
             .draining_events
             .retain(|name, _| terminating.iter().any(|n| n.name_any() == *name));

@@ -17,6 +17,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
+use crate::apis::keys::POD_DELETION_COST_ANNOTATION;
 use crate::apis::v1alpha5::labels::{
     opted_out, CAPACITY_TYPE_LABEL, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, DO_NOT_CONSOLIDATE_ANNOTATION, DO_NOT_DISRUPT_ANNOTATION,
     INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL, ZONE_LABEL,
@@ -306,7 +307,7 @@ pub fn disruption_cost(pods: &[Pod]) -> f64 {
                 .metadata
                 .annotations
                 .as_ref()
-                .and_then(|a| a.get("controller.kubernetes.io/pod-deletion-cost"))
+                .and_then(|a| a.get(POD_DELETION_COST_ANNOTATION))
                 .and_then(|v| v.trim().parse::<f64>().ok())
                 .unwrap_or(0.0);
             let priority = p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0) as f64;

@@ -1,5 +1,5 @@
 use super::*;
-use crate::scheduling::nodes::INITIALIZED_LABEL;
+use crate::apis::v1alpha5::labels::INITIALIZED_LABEL;
 use serde_json::json;
 
 const NOMINATION: i64 = 20;

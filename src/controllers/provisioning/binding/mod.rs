@@ -23,6 +23,8 @@ use crate::scheduling::PodKey;
 
 /// How often the binder looks for planned pods whose node is ready.
 const TICK: Duration = Duration::from_millis(500);
+/// A plan of pods to bind is forgotten this long after it was recorded, bound or not.
+const PLAN_TTL: Duration = Duration::from_secs(15 * 60);
 /// Ready nodes whose planned pods are bound at the same time.
 const NODES_AT_ONCE: usize = 8;
 /// Bindings in flight at once for one node (the client's rate limit bounds them all).
@@ -47,7 +49,7 @@ pub(super) async fn bind_loop(ctx: Arc<Context>, stores: Stores, shutdown: Cance
             planned
                 .iter()
                 .filter_map(|(node_name, plan)| {
-                    if plan.since.elapsed() > Duration::from_secs(15 * 60) {
+                    if plan.since.elapsed() > PLAN_TTL {
                         done.push(node_name.clone());
                         return None;
                     }

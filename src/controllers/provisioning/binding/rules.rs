@@ -10,17 +10,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
 use kube::Api;
 
+use crate::apis::keys::{NOT_READY_TAINT_KEY, UNINITIALIZED_TAINT_KEY, UNREACHABLE_TAINT_KEY};
 use crate::apis::quantity::parse_quantity;
 use crate::scheduling::pods::{is_terminal, is_terminal_or_terminating, PodState};
 use crate::scheduling::resources::pod_requests;
 use crate::scheduling::{taints, Resources};
 
 /// Taints the node lifecycle puts on a node that is not ready yet.
-pub const EPHEMERAL_TAINTS: &[&str] = &[
-    "node.kubernetes.io/not-ready",
-    "node.kubernetes.io/unreachable",
-    "node.cloudprovider.kubernetes.io/uninitialized",
-];
+pub const EPHEMERAL_TAINTS: &[&str] = &[NOT_READY_TAINT_KEY, UNREACHABLE_TAINT_KEY, UNINITIALIZED_TAINT_KEY];
 
 /// Whether pods planned for `node` may be bound to it now.
 pub fn is_ready_for_pods(node: &Node, startup_taints: &[Taint], requested: &BTreeMap<String, f64>) -> bool {

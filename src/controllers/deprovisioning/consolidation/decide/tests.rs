@@ -1,5 +1,5 @@
 use super::*;
-use crate::scheduling::nodes::INITIALIZED_LABEL;
+use crate::apis::v1alpha5::labels::INITIALIZED_LABEL;
 use crate::scheduling::testing::{instance_type, pod, provisioner, ZONES};
 use crate::scheduling::{ExistingNode, ProvisionerInput};
 use serde_json::json;
