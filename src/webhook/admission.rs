@@ -427,11 +427,18 @@ fn decode_object<T: DeserializeOwned + JsonSchema>(object: &RawValue) -> Result<
                 Err(typed) => typed.path().to_string(),
                 Ok(_) => String::new(),
             };
-            let at = if at.is_empty() || at == "." { "object".to_string() } else { at };
-            Err(FieldErrors::from(FieldError::forbidden(
-                Path::new(&at),
-                format!("nested too deeply to read ({e}; JSON is read to 128 levels)"),
-            )))
+            // `?` stands for a map key the typed read was reading: the field at fault is its map.
+            let at = at.split(".?").next().unwrap_or_default().to_string();
+            let at = if at.is_empty() || at == "." || at == "?" { "object".to_string() } else { at };
+            let message = e.to_string();
+            let reason = if message.starts_with("recursion limit exceeded") {
+                format!("nested too deeply to read ({e}; JSON is read to 128 levels)")
+            } else {
+                // Text the envelope's reader skipped over but no JSON reader accepts, such as a
+                // lone UTF-16 surrogate escape (`"\ud800"`).
+                format!("not valid JSON: {}", message.rfind(" at line ").map_or(message.as_str(), |i| &message[..i]))
+            };
+            Err(FieldErrors::from(FieldError::forbidden(Path::new(&at), reason)))
         }
     })
 }

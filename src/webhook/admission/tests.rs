@@ -251,3 +251,28 @@ fn the_mutate_patch_gives_the_object_exactly_its_defaults() {
     }
     assert!(seen >= 6, "{seen} fixtures");
 }
+
+#[test]
+fn an_object_with_text_no_json_reader_accepts_is_denied_naming_its_field() {
+    // Found by the coverage-guided fuzzer: a lone UTF-16 surrogate escape in a key is skipped
+    // over by the envelope's reader but refused by every tree reader; it was denied as "nested
+    // too deeply" at `spec.kubeletConfiguration.systemReserved.?`, a path the object does not have.
+    let p = first_writeup_provisioner();
+    let text = String::from_utf8(create(&p)).unwrap();
+    let broken = text.replacen(
+        r#""spec":{"#,
+        r#""spec":{"kubeletConfiguration":{"systemReserved":{"cpu":"100m","memory\ud800x":"1Gi"}},"#,
+        1,
+    );
+    assert_ne!(broken, text, "the review has a spec to break");
+    for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
+        let response = answer(endpoint, broken.as_bytes());
+        assert_eq!(response["allowed"], false, "{response}");
+        let message = response["status"]["message"].as_str().unwrap();
+        assert!(
+            message
+                .starts_with(r#"Provisioner "service" is invalid: spec.kubeletConfiguration.systemReserved: forbidden: not valid JSON: "#),
+            "{message}"
+        );
+    }
+}
