@@ -1202,7 +1202,10 @@ fn consolidation_and_expiration_never_disrupt_nodes_at_the_same_time() {
             let mut seen: BTreeSet<String> = BTreeSet::new();
             let mut violations: Vec<String> = Vec::new();
             let mut expiry_stopped = false;
-            let deadline = Instant::now() + Duration::from_secs(420);
+            // Long enough for the turn of this test's consolidation behind the commands of the
+            // binary's other tests (one controller, one command at a time) on a loaded CI machine:
+            // at 7 minutes it was missed there, with and without termination's work queue.
+            let deadline = Instant::now() + Duration::from_secs(900);
             while Instant::now() < deadline && !(seen.contains("expired") && seen.contains("consolidation")) {
                 let disrupted: Vec<(String, String)> = e
                     .nodes()
@@ -1239,7 +1242,7 @@ fn consolidation_and_expiration_never_disrupt_nodes_at_the_same_time() {
             assert!(violations.is_empty(), "two commands disrupted nodes at once: {violations:#?}");
             assert!(
                 seen.contains("expired") && seen.contains("consolidation"),
-                "both expiration and consolidation disrupted nodes within 7 minutes (seen: {seen:?})"
+                "both expiration and consolidation disrupted nodes within 15 minutes (seen: {seen:?})"
             );
             m.wait_running(2);
         });
