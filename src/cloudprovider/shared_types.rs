@@ -11,21 +11,27 @@ use super::catalogue::TypeCache;
 
 /// The last finished `TypeCache`, swapped in whole.
 #[derive(Default)]
-pub struct SharedTypes(Mutex<Arc<TypeCache>>);
+pub struct SharedTypes {
+    current: Mutex<Arc<TypeCache>>,
+    /// Held by an update for its whole build: a provisioning pass and a deprovisioning snapshot
+    /// (which does not take the pass lock) may update at the same time, and the second then
+    /// builds on the first's result instead of translating the same catalogue again.
+    building: Mutex<()>,
+}
 
 impl SharedTypes {
-    /// The cache as the last finished pass left it.
+    /// The cache as the last finished update left it.
     pub fn current(&self) -> Arc<TypeCache> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.current.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Runs `build` on a copy of the current cache (no lock held while it runs), then makes the
-    /// copy current. Passes that update run one at a time (provisioning's pass lock); were two to
-    /// overlap, the later swap would win, which only costs a translation again.
+    /// Runs `build` on a copy of the current cache, then makes the copy current. Readers never
+    /// wait for it (`current` is locked only to copy and to swap); another update does.
     pub fn update<R>(&self, build: impl FnOnce(&mut TypeCache) -> R) -> R {
+        let _one_at_a_time = self.building.lock().unwrap_or_else(|e| e.into_inner());
         let mut next = TypeCache::clone(&self.current());
         let result = build(&mut next);
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(next);
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(next);
         result
     }
 }
@@ -65,7 +71,13 @@ mod tests {
         let template = NodeTemplate::from_provider(&AwsProvider::default(), "c", KubernetesVersion { major: 1, minor: 33 }).unwrap();
         let zones = BTreeSet::from(["ap-northeast-2a".to_string()]);
         cache.set_catalogue(catalogue);
-        cache.instance_types(&provisioner("service").build(), &template, &zones, "ap-northeast-2", &NodeSettings::default());
+        cache.instance_types(
+            &provisioner("service").build(),
+            &template,
+            &zones,
+            "ap-northeast-2",
+            &NodeSettings::default(),
+        );
     }
 
     #[test]
@@ -92,7 +104,9 @@ mod tests {
             let shared = shared.clone();
             std::thread::spawn(move || {
                 let current = shared.current();
-                answer_tx.send((current.instance_type("service", "t3.large").is_some(), current.catalogue().len())).unwrap();
+                answer_tx
+                    .send((current.instance_type("service", "t3.large").is_some(), current.catalogue().len()))
+                    .unwrap();
             });
         }
         // Not a timing assertion: the reader answers long before this unless it waits for the
@@ -100,8 +114,38 @@ mod tests {
         let read = answer.recv_timeout(Duration::from_secs(60));
         release.send(()).unwrap();
         builder.join().unwrap();
-        assert_eq!(read, Ok((true, 1)), "the reader got the last finished cache while the next was built");
+        assert_eq!(
+            read,
+            Ok((true, 1)),
+            "the reader got the last finished cache while the next was built"
+        );
         assert_eq!(shared.current().catalogue().len(), 2, "the finished build is current");
+    }
+
+    #[test]
+    fn an_update_started_during_another_builds_on_its_result() {
+        let shared = Arc::new(SharedTypes::default());
+        let (started_tx, started) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel::<()>();
+        let first = {
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                shared.update(|cache| {
+                    started_tx.send(()).unwrap();
+                    release_rx.recv().unwrap();
+                    build(cache, vec![info("t3.large")]);
+                })
+            })
+        };
+        started.recv().unwrap();
+        let second = {
+            let shared = shared.clone();
+            // What the second update found when its build began.
+            std::thread::spawn(move || shared.update(|cache| cache.catalogue().len()))
+        };
+        release.send(()).unwrap();
+        first.join().unwrap();
+        assert_eq!(second.join().unwrap(), 1, "the second update began from the first's cache");
     }
 
     #[test]
