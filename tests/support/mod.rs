@@ -34,6 +34,37 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The in-process controllers' log: TEST_LOG=<filter> (e.g. `karpenter_rs=debug`) prints it
+/// with the tests' output; otherwise it goes, at debug for this crate, to
+/// `<cluster state>/logs/controllers-<test binary>.log`, so that a test that failed on a loaded
+/// CI machine can be read afterwards (tests/run.sh keeps the logs directory).
+fn init_controller_log(cluster: &Cluster) {
+    use tracing_subscriber::EnvFilter;
+    if let Ok(filter) = std::env::var("TEST_LOG") {
+        let _ = tracing_subscriber::fmt().with_env_filter(EnvFilter::new(filter)).with_test_writer().try_init();
+        return;
+    }
+    let Some(state) = cluster.env.get("LOCAL_CLUSTER_STATE") else { return };
+    let binary = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "tests".to_string());
+    let dir = std::path::Path::new(state).join("logs");
+    let _ = std::fs::create_dir_all(&dir);
+    let Ok(file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("controllers-{binary}.log")))
+    else {
+        return;
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::new("info,karpenter_rs=debug"))
+        .with_ansi(false)
+        .with_writer(std::sync::Mutex::new(file))
+        .try_init();
+}
+
 /// The directory of the local cluster's state: `LOCAL_CLUSTER_STATE` where set (tests/run.sh runs
 /// several clusters side by side, one per lane), else target/local-cluster.
 pub fn cluster_state_dir() -> PathBuf {
@@ -413,13 +444,7 @@ impl Controller {
 
     /// Provisioning, plus `loops` when given, on a runtime of their own.
     fn start_with(cluster: &Cluster, loops: Option<Loops>, cloud_config: karpenter_rs::cloudprovider::CloudConfig) -> Controller {
-        // TEST_LOG=<filter> (e.g. `karpenter_rs=debug`) prints the controllers' logs.
-        if let Ok(filter) = std::env::var("TEST_LOG") {
-            let _ = tracing_subscriber::fmt()
-                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-                .with_test_writer()
-                .try_init();
-        }
+        init_controller_log(cluster);
         use karpenter_rs::controllers::provisioning;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
