@@ -1240,10 +1240,41 @@ fn consolidation_and_expiration_never_disrupt_nodes_at_the_same_time() {
                 std::thread::sleep(Duration::from_millis(250));
             }
             assert!(violations.is_empty(), "two commands disrupted nodes at once: {violations:#?}");
-            assert!(
-                seen.contains("expired") && seen.contains("consolidation"),
-                "both expiration and consolidation disrupted nodes within 15 minutes (seen: {seen:?})"
-            );
+            if !(seen.contains("expired") && seen.contains("consolidation")) {
+                // What the nodes and the controllers were doing, to read the failure by.
+                let nodes: Vec<String> = e
+                    .nodes()
+                    .into_iter()
+                    .chain(m.nodes())
+                    .map(|n| {
+                        let on_node = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(n.name_any().as_str());
+                        let pods = m.pods().into_iter().chain(e.pods()).filter(on_node).count();
+                        format!(
+                            "{} created {:?} unschedulable {:?} deleting {} annotations {:?} labels {:?} pods {pods}",
+                            n.name_any(),
+                            n.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()),
+                            n.spec.as_ref().and_then(|s| s.unschedulable),
+                            n.metadata.deletion_timestamp.is_some(),
+                            n.annotations(),
+                            n.labels()
+                                .iter()
+                                .filter(|(k, _)| k.starts_with("karpenter"))
+                                .collect::<BTreeMap<_, _>>(),
+                        )
+                    })
+                    .collect();
+                let mut needles: Vec<String> = ["consolidat", "waiting for the deletion", "deprovisioning waits", "pass failed"]
+                    .map(String::from)
+                    .into();
+                needles.extend([e.provisioner.clone(), m.provisioner.clone()]);
+                needles.extend(e.nodes().iter().chain(m.nodes().iter()).map(|n| n.name_any()));
+                let needles: Vec<&str> = needles.iter().map(String::as_str).collect();
+                panic!(
+                    "both expiration and consolidation disrupted nodes within 15 minutes (seen: {seen:?})\nnodes:\n{}\ncontroller log:\n{}",
+                    nodes.join("\n"),
+                    support::controller_log_lines(cluster, &needles, 200)
+                );
+            }
             m.wait_running(2);
         });
     });

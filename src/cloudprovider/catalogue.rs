@@ -281,5 +281,26 @@ pub fn instance_id(node: &Node) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The catalogue entry of a test-catalogue type (`scheduling::testing::facts`), sold on-demand in
+/// `ap-northeast-2a` at `price`, for the tests of the modules that read the catalogue.
+#[cfg(test)]
+pub(crate) fn test_info(name: &str, price: f64) -> InstanceTypeInfo {
+    InstanceTypeInfo {
+        facts: crate::scheduling::testing::facts(name),
+        accelerators: vec![],
+        category: String::new(),
+        family: String::new(),
+        generation: None,
+        size: String::new(),
+        capacity_types: vec!["on-demand".into()],
+        offerings: vec![crate::cloudprovider::OfferingInfo {
+            zone: "ap-northeast-2a".into(),
+            capacity_type: "on-demand".into(),
+            price,
+            available: true,
+        }],
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -44,26 +44,12 @@ mod tests {
 
     use super::*;
     use crate::apis::v1alpha1::AwsProvider;
-    use crate::cloudprovider::{InstanceTypeInfo, KubernetesVersion, NodeTemplate, OfferingInfo};
-    use crate::scheduling::testing::{facts, provisioner};
+    use crate::cloudprovider::{InstanceTypeInfo, KubernetesVersion, NodeTemplate};
+    use crate::scheduling::testing::provisioner;
     use crate::scheduling::NodeSettings;
 
     fn info(name: &str) -> InstanceTypeInfo {
-        InstanceTypeInfo {
-            facts: facts(name),
-            accelerators: vec![],
-            category: String::new(),
-            family: String::new(),
-            generation: None,
-            size: String::new(),
-            capacity_types: vec!["on-demand".into()],
-            offerings: vec![OfferingInfo {
-                zone: "ap-northeast-2a".into(),
-                capacity_type: "on-demand".into(),
-                price: 0.1,
-                available: true,
-            }],
-        }
+        crate::cloudprovider::catalogue::test_info(name, 0.1)
     }
 
     /// Builds `service`'s types from `catalogue` into `cache`.

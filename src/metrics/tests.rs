@@ -109,14 +109,9 @@ fn instance_type_gauges_hold_one_on_demand_price_per_type_and_spot_per_zone_and_
         available: true,
     };
     let info = |name: &str, offerings: Vec<OfferingInfo>| InstanceTypeInfo {
-        facts: crate::scheduling::testing::facts(name),
-        accelerators: vec![],
-        category: String::new(),
-        family: String::new(),
-        generation: None,
-        size: String::new(),
         capacity_types: vec!["on-demand".into(), "spot".into()],
         offerings,
+        ..crate::cloudprovider::catalogue::test_info(name, 0.0)
     };
     let metrics = Metrics::new();
     assert!(!metrics.render().contains("instance_type_cpu_cores"), "no catalogue yet");

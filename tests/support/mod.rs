@@ -34,6 +34,30 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Where this test binary's in-process controllers log (`init_controller_log`).
+pub fn controller_log_path(cluster: &Cluster) -> Option<std::path::PathBuf> {
+    let state = cluster.env.get("LOCAL_CLUSTER_STATE")?;
+    let binary = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "tests".to_string());
+    Some(std::path::Path::new(state).join("logs").join(format!("controllers-{binary}.log")))
+}
+
+/// The last `count` lines of the controllers' log that contain any of `needles`, for a failure
+/// message: what the controllers did about the test's objects.
+pub fn controller_log_lines(cluster: &Cluster, needles: &[&str], count: usize) -> String {
+    let Some(text) = controller_log_path(cluster).and_then(|p| std::fs::read_to_string(p).ok()) else {
+        return "(no controller log: TEST_LOG prints it with the output)".to_string();
+    };
+    let lines: Vec<&str> = text.lines().filter(|l| needles.iter().any(|n| l.contains(n))).collect();
+    lines[lines.len().saturating_sub(count)..]
+        .iter()
+        .map(|l| l.chars().take(400).collect::<String>())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The in-process controllers' log: TEST_LOG=<filter> (e.g. `karpenter_rs=debug`) prints it
 /// with the tests' output; otherwise it goes, at debug for this crate, to
 /// `<cluster state>/logs/controllers-<test binary>.log`, so that a test that failed on a loaded
@@ -41,21 +65,17 @@ pub fn repo_root() -> PathBuf {
 fn init_controller_log(cluster: &Cluster) {
     use tracing_subscriber::EnvFilter;
     if let Ok(filter) = std::env::var("TEST_LOG") {
-        let _ = tracing_subscriber::fmt().with_env_filter(EnvFilter::new(filter)).with_test_writer().try_init();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(EnvFilter::new(filter))
+            .with_test_writer()
+            .try_init();
         return;
     }
-    let Some(state) = cluster.env.get("LOCAL_CLUSTER_STATE") else { return };
-    let binary = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.file_stem().map(|s| s.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| "tests".to_string());
-    let dir = std::path::Path::new(state).join("logs");
-    let _ = std::fs::create_dir_all(&dir);
-    let Ok(file) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(format!("controllers-{binary}.log")))
-    else {
+    let Some(path) = controller_log_path(cluster) else { return };
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(&path) else {
         return;
     };
     let _ = tracing_subscriber::fmt()

@@ -2,7 +2,7 @@ use super::*;
 use crate::apis::v1alpha1::AwsProvider;
 use crate::apis::v1alpha1::{AwsNodeTemplateSpec, BlockDevice, BlockDeviceMapping};
 use crate::cloudprovider::KubernetesVersion;
-use crate::scheduling::testing::{self, instance_type, pod, provisioner, service};
+use crate::scheduling::testing::{instance_type, pod, provisioner, service};
 use crate::scheduling::{GpuFacts, InstanceFacts, Offering, Requirements};
 
 /// A type sold in one zone at `on_demand` and `spot` (None: not as spot).
@@ -236,21 +236,7 @@ fn launch_requests_carry_the_filtered_options() {
 
 /// The catalogue entry of a test-catalogue type, sold on-demand in `ap-northeast-2a`.
 fn info(name: &str) -> InstanceTypeInfo {
-    InstanceTypeInfo {
-        facts: testing::facts(name),
-        accelerators: vec![],
-        category: String::new(),
-        family: String::new(),
-        generation: None,
-        size: String::new(),
-        capacity_types: vec!["on-demand".into()],
-        offerings: vec![Offering {
-            zone: "ap-northeast-2a".into(),
-            capacity_type: "on-demand".into(),
-            price: 0.0832,
-            available: true,
-        }],
-    }
+    test_info(name, 0.0832)
 }
 
 fn template_with_root(family: Option<&str>, root: Option<(&str, &str)>) -> NodeTemplate {

@@ -6,7 +6,6 @@
 //! checked with the API server. The rules are in `decide.rs` (`decide::emptiness`); an empty node
 //! is simply deleted, no replacement needed.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use jiff::Timestamp;
@@ -21,6 +20,7 @@ use crate::apis::v1alpha5::labels::EMPTINESS_TIMESTAMP_ANNOTATION;
 use crate::apis::v1alpha5::Provisioner;
 use crate::controllers::events::publish;
 use crate::controllers::node_ops::{self, Written};
+use crate::controllers::state::StateNode;
 use crate::metrics;
 
 /// Marks, unmarks and deletes (after checking with the API server) every node of `nodes` by its
@@ -29,19 +29,17 @@ use crate::metrics;
 /// returned.
 pub(super) async fn remove_empty<'p>(
     ctx: &Context,
-    nodes: &[Arc<Node>],
-    pods_by_node: &HashMap<String, Vec<Arc<Pod>>>,
+    nodes: &[StateNode],
     provisioner_of: impl Fn(&Node) -> Option<&'p Arc<Provisioner>>,
     waiting: bool,
     now: Timestamp,
 ) -> Result<bool, DeprovisioningError> {
-    let no_pods: Vec<Arc<Pod>> = Vec::new();
     let nomination = jiff::SignedDuration::try_from(ctx.config.nomination).unwrap_or_default();
     let mut errors = Vec::new();
     let mut deleted = false;
-    for node in nodes {
+    for StateNode { node, pods, .. } in nodes {
+        let node: &Node = node;
         let ttl = provisioner_of(node).and_then(|p| p.spec.ttl_seconds_after_empty);
-        let pods = pods_by_node.get(&node.name_any()).unwrap_or(&no_pods);
         let result = match decide::emptiness(node, pods, ttl, nomination, now) {
             Emptiness::Ignore | Emptiness::Occupied | Emptiness::Wait { .. } => Ok(()),
             Emptiness::Mark | Emptiness::Delete if waiting => {

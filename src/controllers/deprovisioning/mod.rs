@@ -26,7 +26,7 @@ use std::sync::Mutex as StdMutex;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::runtime::events::{EventType, Recorder};
 use kube::ResourceExt;
 use tokio::sync::watch;
@@ -40,7 +40,7 @@ use crate::controllers::events::publish;
 use crate::controllers::node_ops::{self, Cordon, Written};
 use crate::controllers::provisioning::Provisioning;
 use crate::controllers::Shared;
-use crate::controllers::state::Cluster;
+use crate::controllers::state::{Cluster, StateNode};
 use crate::metrics::{self, Metrics};
 use crate::scheduling::nodes::is_ready;
 use crate::telemetry;
@@ -179,12 +179,11 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
         return Ok(());
     }
     let now = Timestamp::now();
-    let nodes = considered(ctx);
+    let view = considered(ctx);
+    let nodes: Vec<Arc<Node>> = view.iter().map(|n| n.node.clone()).collect();
     debug!(nodes = nodes.len(), "deprovisioning pass");
-    let pods_by_node = stores.pods_by_node();
     let provisioners: HashMap<String, Arc<Provisioner>> = stores.provisioners.state().into_iter().map(|p| (p.name_any(), p)).collect();
     let provisioner_of = |node: &Node| node.labels().get(PROVISIONER_NAME_LABEL).and_then(|name| provisioners.get(name));
-    let no_pods: Vec<Arc<Pod>> = Vec::new();
     // Only a deletion of our own command holds the pass, and only up to the deletion timeout.
     let deletion_timeout = jiff::SignedDuration::try_from(ctx.config.deletion_timeout).unwrap_or(jiff::SignedDuration::MAX);
     let deletions = decide::deletions(nodes.iter().map(|n| n.as_ref()), deletion_timeout, now);
@@ -209,12 +208,12 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
         .deprovisioning_evaluation
         .with_label_values(&[metrics::reason::EXPIRATION])
         .start_timer();
-    let candidates: Vec<Candidate<'_>> = nodes
+    let candidates: Vec<Candidate<'_>> = view
         .iter()
         .map(|n| Candidate {
-            node: n,
-            pods: pods_by_node.get(&n.name_any()).unwrap_or(&no_pods),
-            ttl_seconds_until_expired: provisioner_of(n).and_then(|p| p.spec.ttl_seconds_until_expired),
+            node: &n.node,
+            pods: &n.pods,
+            ttl_seconds_until_expired: provisioner_of(&n.node).and_then(|p| p.spec.ttl_seconds_until_expired),
         })
         .collect();
     // Expiration and drift both pick their node past the same PodDisruptionBudgets.
@@ -244,7 +243,7 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
         .deprovisioning_evaluation
         .with_label_values(&[metrics::reason::EMPTINESS])
         .start_timer();
-    let deleted = emptiness::remove_empty(ctx, &nodes, &pods_by_node, provisioner_of, waiting, now).await;
+    let deleted = emptiness::remove_empty(ctx, &view, provisioner_of, waiting, now).await;
     drop(emptiness_timer);
     // One command per pass; and nothing new while a deletion of ours drains.
     if deleted? || waiting {
@@ -258,14 +257,16 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
     consolidation::consolidate(ctx).await.map(drop)
 }
 
-/// The nodes deprovisioning considers: ours, narrowed by the configured selector.
-fn considered(ctx: &Context) -> Vec<Arc<Node>> {
-    ctx.state
+/// The nodes deprovisioning considers, with their pods: ours, narrowed by the configured selector.
+fn considered(ctx: &Context) -> Vec<StateNode> {
+    let nodes: Vec<Arc<Node>> = ctx
+        .state
         .nodes
         .state()
         .into_iter()
         .filter(|n| n.labels().contains_key(PROVISIONER_NAME_LABEL) && decide::selects(&ctx.config.node_selector, n.labels()))
-        .collect()
+        .collect();
+    ctx.state.view_of(&nodes, &ctx.state.pods.state())
 }
 
 /// Whether an earlier pass cordoned `node` to replace it.

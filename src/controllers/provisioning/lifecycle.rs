@@ -124,7 +124,7 @@ pub(super) async fn step(ctx: &Context, stores: &Stores) {
         let instance_type = node
             .labels()
             .get(INSTANCE_TYPE_LABEL)
-            .and_then(|name| ctx.expected_instance_type(owner, name));
+            .and_then(|name| ctx.state.instance_type(owner, name));
         match decide(&node, &startup_taints, instance_type.as_deref(), ctx.config.registration_ttl, now) {
             Lifecycle::Ignore | Lifecycle::Wait => {}
             Lifecycle::Initialize => initialize(ctx, &node).await,

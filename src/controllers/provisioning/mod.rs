@@ -44,17 +44,15 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, instrument, warn};
 
-use crate::apis::v1alpha5::labels::{INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL};
 use crate::apis::v1alpha5::Provisioner;
 use crate::cloudprovider::catalogue;
-use crate::cloudprovider::shared_types::SharedTypes;
 use crate::cloudprovider::{CloudProvider, KubernetesVersion, NodeTemplate};
 use crate::controllers::events;
-use crate::controllers::state::Cluster;
+use crate::controllers::state::{self, Cluster};
 use crate::controllers::Shared;
 use crate::metrics::Metrics;
 use crate::ratelimit::TokenBucket;
-use crate::scheduling::{self, ExistingNode, InstanceType, PodKey, ProvisionerInput, SimulationInput};
+use crate::scheduling::{self, ExistingNode, PodKey, ProvisionerInput, SimulationInput};
 use crate::telemetry;
 use batcher::{BatchWindows, Batcher};
 
@@ -131,9 +129,6 @@ pub struct Context {
     launch_rate: StdMutex<backoff::LaunchRate>,
     /// The API server's version and when it was read.
     api_server_version: StdMutex<Option<(Instant, KubernetesVersion)>>,
-    /// Every Provisioner's instance types, translated once per catalogue; readers never wait
-    /// for a translation in progress.
-    type_cache: SharedTypes,
     /// The rate limit of `Nominated` events.
     nomination_events: StdMutex<TokenBucket>,
     /// Event publishing left to run in the background. Dropped with the context, which aborts
@@ -172,7 +167,6 @@ impl Context {
             backoff: StdMutex::new(backoff::LaunchBackoff::default()),
             launch_rate: StdMutex::new(backoff::LaunchRate::new(config.max_launches_per_minute)),
             api_server_version: StdMutex::new(None),
-            type_cache: SharedTypes::default(),
             nomination_events: StdMutex::new(TokenBucket::new(
                 NOMINATION_EVENTS_PER_SECOND,
                 NOMINATION_EVENTS_BURST,
@@ -185,37 +179,18 @@ impl Context {
         })
     }
 
-    /// The instance type `name` as `provisioner`'s last pass saw it (what a node that has not
-    /// initialised yet is expected to offer), whether or not its requirements still allow it.
-    pub fn expected_instance_type(&self, provisioner: &str, name: &str) -> Option<Arc<InstanceType>> {
-        self.type_cache.current().instance_type(provisioner, name)
-    }
-
-    /// `nodes` as the simulation sees them, with the pods bound to them: a node of ours that has
-    /// not initialised counts what its instance type offers (`core@v0.27.0:pkg/controllers/state/node.go`
-    /// `Allocatable`).
-    fn existing_nodes(&self, nodes: &[Arc<Node>], all_pods: &[Arc<Pod>], provisioners: &[Arc<Provisioner>]) -> Vec<ExistingNode> {
-        Self::existing_nodes_with(&self.type_cache.current(), nodes, all_pods, provisioners)
-    }
-
-    /// `existing_nodes` with the type cache already held.
+    /// `nodes` as the simulation sees them, with the pods bound to them (`StateNode::existing`),
+    /// their instance types as `types` has them.
     fn existing_nodes_with(
         types: &catalogue::TypeCache,
         nodes: &[Arc<Node>],
         all_pods: &[Arc<Pod>],
         provisioners: &[Arc<Provisioner>],
     ) -> Vec<ExistingNode> {
-        let mut existing = pass::existing_nodes(nodes, all_pods, provisioners);
-        for node in existing.iter_mut().filter(|n| !n.initialized) {
-            let expected = node
-                .provisioner()
-                .zip(node.labels.get(INSTANCE_TYPE_LABEL))
-                .and_then(|(p, name)| types.instance_type(p, name));
-            if let Some(it) = expected {
-                node.expect(&it);
-            }
-        }
-        existing
+        state::node::group(nodes, all_pods, |_| false, types)
+            .iter()
+            .map(|n| n.existing(provisioners))
+            .collect()
     }
 
     /// Starts a provisioning pass soon (after the batching window), e.g. for the pods of a node
@@ -525,7 +500,7 @@ impl Context {
 
 /// What the other controllers may ask of provisioning (Karpenter's `provisioning.Provisioner`
 /// as its deprovisioners and interruption hold it): a pass soon, the cluster as a pass sees it,
-/// room for a node's pods, one node launched, and what a node of ours is expected to offer.
+/// room for a node's pods, one node launched.
 /// They hold this, not provisioning's `Context`.
 #[async_trait::async_trait]
 pub trait Provisioning: Send + Sync {
@@ -541,9 +516,6 @@ pub trait Provisioning: Send + Sync {
     async fn launch(&self, request: &scheduling::NodeRequest) -> Result<String, PassError>;
     /// The AWS settings `provisioner`'s nodes are launched with now (`Context::node_template_of`).
     async fn node_template_of(&self, provisioner: &Provisioner) -> Result<NodeTemplate, PassError>;
-    /// What a node of `provisioner` of type `instance_type` is expected to offer
-    /// (`Context::expected_instance_type`).
-    fn expected_instance_type(&self, provisioner: &str, instance_type: &str) -> Option<Arc<InstanceType>>;
 }
 
 #[async_trait::async_trait]
@@ -562,9 +534,6 @@ impl Provisioning for Context {
     }
     async fn node_template_of(&self, provisioner: &Provisioner) -> Result<NodeTemplate, PassError> {
         Context::node_template_of(self, provisioner).await
-    }
-    fn expected_instance_type(&self, provisioner: &str, instance_type: &str) -> Option<Arc<InstanceType>> {
-        Context::expected_instance_type(self, provisioner, instance_type)
     }
 }
 

@@ -146,7 +146,7 @@ pub(super) async fn snapshot(
     // The catalogue translation is CPU work of up to seconds: run it where it does not hold up
     // the runtime's other tasks (the binder, node lifecycle, the watches), on a copy of the
     // cache that readers do not wait for.
-    let input = tokio::task::block_in_place(|| ctx.type_cache.update(|type_cache| {
+    let input = tokio::task::block_in_place(|| ctx.state.types.update(|type_cache| {
         type_cache.retain(|name| provisioners.iter().any(|p| p.name_any() == name));
         if type_cache.set_catalogue(catalogue) {
             ctx.metrics.set_instance_types(type_cache.shared_catalogue(), &ctx.config.region);
@@ -364,31 +364,6 @@ pub(super) async fn provision(
         tokio::time::sleep(NODE_SEEN_POLL).await;
     }
     Ok(launched)
-}
-
-/// Existing and in-flight nodes with their pods, for the simulation.
-pub(super) fn existing_nodes(nodes: &[Arc<Node>], all_pods: &[Arc<Pod>], provisioners: &[Arc<Provisioner>]) -> Vec<ExistingNode> {
-    let mut by_node: HashMap<&str, Vec<Arc<Pod>>> = HashMap::new();
-    for pod in all_pods {
-        if crate::scheduling::pods::is_terminal(pod) {
-            continue;
-        }
-        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-            by_node.entry(node).or_default().push(pod.clone());
-        }
-    }
-    nodes
-        .iter()
-        .map(|node| {
-            let mut existing = ExistingNode::from_node(node, by_node.remove(node.name_any().as_str()).unwrap_or_default());
-            if let Some(owner) = node.labels().get(PROVISIONER_NAME_LABEL) {
-                if let Some(p) = provisioners.iter().find(|p| p.name_any() == *owner) {
-                    existing.startup_taints = p.spec.startup_taints.clone().unwrap_or_default();
-                }
-            }
-            existing
-        })
-        .collect()
 }
 
 /// Publishes the `Nominated` event of each pod in the background, at most as many as

@@ -30,7 +30,7 @@ use crate::cloudprovider::{self, instance_id_from_provider_id, CloudProvider};
 use crate::controllers::events::publish;
 use crate::controllers::Shared;
 use crate::controllers::node_ops::{self, Cordon, Evicted, Written};
-use crate::controllers::state::Cluster;
+use crate::controllers::state::{Cluster, StateNode};
 use crate::metrics::Metrics;
 use crate::telemetry;
 use drain::PodName;
@@ -170,15 +170,15 @@ pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receive
         }
         let due = queue.take(now, MAX_CONCURRENT_NODES);
         if !due.is_empty() {
-            // The pods of every node, from the shared cache, grouped once for the tick (not at
-            // all in the ticks, most of them, with no node deleting).
-            let mut pods_of = state.pods_by_node();
+            // The deleting nodes with their pods, from the shared view, grouped once for the
+            // tick (not at all in the ticks, most of them, with no node deleting).
+            let mut view = state.view_of(&terminating, &state.pods.state());
             for name in due {
-                let Some(node) = terminating.iter().find(|n| n.name_any() == name).cloned() else {
+                let Some(at) = view.iter().position(|n| n.name() == name) else {
                     queue.finished(&name, Outcome::Done, now);
                     continue;
                 };
-                let pods = pods_of.remove(&name).unwrap_or_default();
+                let StateNode { node, pods, .. } = view.swap_remove(at);
                 let ctx = ctx.clone();
                 running.spawn(async move {
                     let result = match tokio::time::timeout(RECONCILE_TIMEOUT, reconcile(&ctx, &node, &pods)).await {

@@ -35,7 +35,6 @@ use kube::ResourceExt;
 use tracing::{debug, info, warn};
 
 use super::{cordon, delete_node, Context, DeprovisioningError};
-use crate::apis::v1alpha5::labels::{INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL};
 use crate::controllers::events::publish;
 use crate::controllers::provisioning::Snapshot;
 use crate::metrics::{self, reason::CONSOLIDATION};
@@ -132,6 +131,7 @@ pub(super) async fn consolidate(ctx: &Context) -> Result<bool, DeprovisioningErr
 pub(super) async fn resume(ctx: &Context) -> Result<Option<bool>, DeprovisioningError> {
     let marked: Vec<Arc<Node>> = super::considered(ctx)
         .into_iter()
+        .map(|n| n.node)
         .filter(|n| n.metadata.deletion_timestamp.is_none())
         .filter(|n| n.annotations().get(super::VOLUNTARY_DISRUPTION_ANNOTATION).map(String::as_str) == Some(CONSOLIDATION))
         .collect();
@@ -217,7 +217,6 @@ async fn candidates_of(ctx: &Context, snapshot: &Snapshot, resuming: bool) -> Ve
 fn candidates_and_blocked(ctx: &Context, snapshot: &Snapshot, resuming: bool) -> (Vec<Candidate>, Vec<(Arc<Node>, String)>) {
     let state = &ctx.state;
     let nodes = super::considered(ctx);
-    let pods_by_node = state.pods_by_node();
     let provisioners = state.provisioners.state();
     let pdbs: Vec<_> = state.pdbs.state().iter().map(|b| (**b).clone()).collect();
     let prepare = |pod: &Pod| {
@@ -228,24 +227,17 @@ fn candidates_and_blocked(ctx: &Context, snapshot: &Snapshot, resuming: bool) ->
         snapshot.volumes.constrain(pod)
     };
     let now = Timestamp::now();
-    let no_pods = Vec::new();
     let mut out = Vec::new();
     let mut blocked = Vec::new();
-    for node in &nodes {
-        let name = node.name_any();
-        let provisioner = node
-            .labels()
-            .get(PROVISIONER_NAME_LABEL)
-            .and_then(|p| provisioners.iter().find(|x| x.name_any() == *p));
-        let instance_type = provisioner
-            .zip(node.labels().get(INSTANCE_TYPE_LABEL))
-            .and_then(|(p, it)| ctx.provisioning.expected_instance_type(&p.name_any(), it));
+    for state_node in &nodes {
+        let (node, name) = (&state_node.node, state_node.name());
+        let provisioner = state_node.provisioner().and_then(|p| provisioners.iter().find(|x| x.name_any() == p));
         let view = NodeView {
             node,
-            pods: pods_by_node.get(&name).unwrap_or(&no_pods),
+            pods: &state_node.pods,
             provisioner: provisioner.map(|p| p.as_ref()),
-            instance_type: instance_type.as_deref(),
-            nominated: state.is_nominated(&name),
+            instance_type: state_node.instance_type.as_deref(),
+            nominated: state_node.nominated,
             resuming,
         };
         match decide::candidate(view, &pdbs, &prepare, now) {

@@ -19,6 +19,7 @@ use tracing::debug;
 
 use super::{lifecycle, pods, Context, Stores};
 use crate::apis::v1alpha5::Provisioner;
+use crate::controllers::state::StateNode;
 use crate::controllers::supervisor::{deadline, Liveness};
 use crate::metrics::GaugeSeries;
 use crate::scheduling;
@@ -52,9 +53,14 @@ pub(super) async fn status_loop(
         if ticks % 5 != 1 {
             continue;
         }
-        let nodes = ctx.existing_nodes(&stores.nodes.state(), &[], &stores.provisioners.state());
+        let provisioners = stores.provisioners.state();
+        let nodes: Vec<_> = stores
+            .view_of(&stores.nodes.state(), &[])
+            .iter()
+            .map(|n| n.existing(&provisioners))
+            .collect();
         let (mut usages, mut limits, mut percents) = (Vec::new(), Vec::new(), Vec::new());
-        for p in stores.provisioners.state() {
+        for p in provisioners {
             let name = p.name_any();
             let used = scheduling::provisioner_usage(&nodes, &name);
             for r in usage::resource_usage(&p, &used) {
@@ -90,15 +96,8 @@ pub(super) async fn status_loop(
         limit_series.replace_all(limits);
         percent_series.replace_all(percents);
 
-        let all_nodes = stores.nodes.state();
         let all_pods = stores.pods.state();
-        let mut on_node: HashMap<&str, Vec<&Pod>> = HashMap::new();
-        for pod in &all_pods {
-            if let Some(name) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty()) {
-                on_node.entry(name).or_default().push(pod.as_ref());
-            }
-        }
-        node_series.replace_all(&ctx, &all_nodes, &on_node);
+        node_series.replace_all(&ctx, &stores.view_of(&stores.nodes.state(), &all_pods));
         let live: HashSet<&str> = all_pods.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
         startups.lock().unwrap_or_else(|e| e.into_inner()).retain(|uid| live.contains(uid));
         ctx.metrics.reconciled("metric_scraper", started, true);
@@ -130,11 +129,11 @@ impl NodeSeries {
     }
 
     /// Every node's series (pods by the node they are bound to); a node gone takes its series.
-    fn replace_all(&mut self, ctx: &Context, nodes: &[Arc<Node>], on_node: &HashMap<&str, Vec<&Pod>>) {
+    fn replace_all(&mut self, ctx: &Context, nodes: &[StateNode]) {
         let mut all: [Vec<node_metrics::Series>; 6] = Default::default();
         for node in nodes {
-            let pods = on_node.get(node.name_any().as_str()).map(Vec::as_slice).unwrap_or_default();
-            for (all, series) in all.iter_mut().zip(node_metrics::node_gauges(node, pods).into_array()) {
+            let pods: Vec<&Pod> = node.pods.iter().map(Arc::as_ref).collect();
+            for (all, series) in all.iter_mut().zip(node_metrics::node_gauges(&node.node, &pods).into_array()) {
                 all.extend(series);
             }
         }
@@ -143,7 +142,7 @@ impl NodeSeries {
         }
         // Nodes launched before the price annotation existed are priced from the catalogue, as
         // the last finished pass translated it (a pass translating the next one is not waited for).
-        let type_cache = ctx.type_cache.current();
+        let type_cache = ctx.state.types.current();
         let mut catalogue_price = |instance_type: &str, capacity_type: &str, zone: &str| {
             type_cache
                 .catalogue()
@@ -156,7 +155,7 @@ impl NodeSeries {
         };
         let prices: Vec<_> = nodes
             .iter()
-            .filter_map(|n| node_metrics::node_price(n, &mut catalogue_price))
+            .filter_map(|n| node_metrics::node_price(&n.node, &mut catalogue_price))
             .collect();
         self.price.replace_all(prices);
     }

@@ -11,6 +11,11 @@
 //! watch to reconnect (`watch_backoff` retries at most 6 s apart) and, after a restart, to list
 //! again. Provisioning and deprovisioning wait for that (`Cluster::stale`) rather than launch for
 //! pods that already have a node or delete a node that got pods meanwhile.
+//!
+//! Per node, `nodes_view` gives one `StateNode` (`node.rs`): its unfinished pods, nomination and
+//! instance type, grouped once per read, so no controller regroups pods by node itself.
+
+pub mod node;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,7 +35,9 @@ use tokio_util::sync::CancellationToken;
 use crate::apis::keys::LAST_APPLIED_ANNOTATION;
 use crate::apis::v1alpha1::AwsNodeTemplate;
 use crate::apis::v1alpha5::Provisioner;
+use crate::cloudprovider::shared_types::SharedTypes;
 use crate::controllers::supervisor::Liveness;
+pub use node::StateNode;
 
 /// Called with every pod created, changed or deleted.
 type PodHook = Box<dyn Fn(&Pod) + Send + Sync>;
@@ -78,6 +85,9 @@ pub struct Cluster {
     generation: Arc<AtomicU64>,
     on_pod: PodHookSlot,
     nominations: Mutex<HashMap<String, Instant>>,
+    /// The instance types as the last provisioning pass translated the catalogue for each
+    /// Provisioner (what a node that has not initialised is expected to offer, and its price).
+    pub types: SharedTypes,
     last_watch_error: Arc<Mutex<Option<WatchError>>>,
     synced: Synced,
 }
@@ -242,6 +252,7 @@ impl Cluster {
             generation,
             on_pod,
             nominations: Mutex::new(HashMap::new()),
+            types: SharedTypes::default(),
             last_watch_error: errors.clone(),
             synced,
         })
@@ -277,15 +288,22 @@ impl Cluster {
         self.synced.wait().await
     }
 
-    /// The cached pods bound to a node, by node name.
-    pub fn pods_by_node(&self) -> HashMap<String, Vec<Arc<Pod>>> {
-        let mut by_node: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
-        for pod in self.pods.state() {
-            if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
-                by_node.entry(node).or_default().push(pod);
-            }
-        }
-        by_node
+    /// Every node with its unfinished pods, nomination and instance type, read from the caches
+    /// now (`node::group`).
+    pub fn nodes_view(&self) -> Vec<StateNode> {
+        self.view_of(&self.nodes.state(), &self.pods.state())
+    }
+
+    /// `nodes_view` of nodes and pods already read from the caches (a pass reads them once).
+    pub fn view_of(&self, nodes: &[Arc<Node>], pods: &[Arc<Pod>]) -> Vec<StateNode> {
+        let nominations = self.nominations.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let now = Instant::now();
+        node::group(nodes, pods, |name| nominations.get(name).is_some_and(|until| *until > now), &self.types.current())
+    }
+
+    /// What the last pass's catalogue says instance type `name` of `provisioner` offers.
+    pub fn instance_type(&self, provisioner: &str, name: &str) -> Option<Arc<crate::scheduling::instance_types::InstanceType>> {
+        self.types.current().instance_type(provisioner, name)
     }
 
     /// Moves with every change to a Node, a Pod or a Provisioner.
@@ -307,12 +325,6 @@ impl Cluster {
         let now = Instant::now();
         nominations.retain(|_, until| *until > now);
         nominations.insert(node.to_string(), now + period);
-    }
-
-    /// Whether `node` is nominated now.
-    pub fn is_nominated(&self, node: &str) -> bool {
-        let nominations = self.nominations.lock().unwrap_or_else(|e| e.into_inner());
-        nominations.get(node).is_some_and(|until| *until > Instant::now())
     }
 }
 
