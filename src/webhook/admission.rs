@@ -526,7 +526,7 @@ fn unreadable(body: &[u8]) -> Outcome {
             // Read again for the path of the field at fault (`request.name: invalid type ...`).
             let mut de = serde_json::Deserializer::from_slice(body);
             let error = match serde_path_to_error::deserialize::<_, Envelope<'_, false>>(&mut de) {
-                Err(e) => envelope_error(&e.path().to_string(), &e.inner().to_string()),
+                Err(e) => envelope_error(&e.path().to_string(), &e.inner().to_string(), e.inner().is_syntax()),
                 Ok(_) => "unreadable".to_string(),
             };
             invalid(Some(&uid), format!("malformed AdmissionReview: {error}"))
@@ -537,9 +537,20 @@ fn unreadable(body: &[u8]) -> Outcome {
 
 /// `path: reason` for an envelope serde could not read: a field given twice is named by its own
 /// path (`kind`, `request.uid`), and serde's ` at line 1 column 63` is dropped (a review is one
-/// line to the API server, and its author wrote YAML).
-fn envelope_error(path: &str, message: &str) -> String {
+/// line to the API server, and its author wrote YAML). Text no JSON reader accepts (`syntax`,
+/// e.g. a lone UTF-16 surrogate escape in a key, which the raw reader of the uid skips over) is
+/// named at the map that holds it, `not valid JSON: ...`: serde's `?` stands for the key it was
+/// reading, which the review does not have.
+fn envelope_error(path: &str, message: &str, syntax: bool) -> String {
     let message = message.rfind(" at line ").map_or(message, |i| &message[..i]);
+    let invalid;
+    let (path, message) = if syntax {
+        let map = path.split(".?").next().unwrap_or_default();
+        invalid = format!("not valid JSON: {message}");
+        (if map.is_empty() || map == "?" { "." } else { map }, invalid.as_str())
+    } else {
+        (path, message)
+    };
     let field = message.strip_prefix("duplicate field `").and_then(|r| r.strip_suffix('`'));
     match (path, field) {
         (".", Some(field)) => format!("{field}: {message}"),

@@ -253,6 +253,25 @@ fn the_mutate_patch_gives_the_object_exactly_its_defaults() {
 }
 
 #[test]
+fn a_review_with_text_no_json_reader_accepts_in_its_envelope_is_denied_naming_the_map() {
+    // Found by the third coverage-guided run: the same lone surrogate escape in a key of the
+    // envelope (`request.kind`) was denied at `request.kind.?`, a path the review does not have.
+    let p = first_writeup_provisioner();
+    let text = String::from_utf8(create(&p)).unwrap();
+    let broken = text.replacen(r#""version":"v1alpha5""#, r#""v\ud800ersion":"v1alpha5""#, 1);
+    assert_ne!(broken, text, "the review names its kind's version");
+    for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
+        let response = answer(endpoint, broken.as_bytes());
+        assert_eq!(response["allowed"], false, "{response}");
+        let message = response["status"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("malformed AdmissionReview: request.kind: not valid JSON: "),
+            "{message}"
+        );
+    }
+}
+
+#[test]
 fn an_object_with_text_no_json_reader_accepts_is_denied_naming_its_field() {
     // Found by the coverage-guided fuzzer: a lone UTF-16 surrogate escape in a key is skipped
     // over by the envelope's reader but refused by every tree reader; it was denied as "nested
