@@ -45,6 +45,8 @@ pub enum Command {
     Convert(ConvertArgs),
     /// A live view of the cluster's nodes: type, capacity type, zone, price, pods, requests against allocatable, status.
     Nodes(crate::viewer::NodesArgs),
+    /// Why a pod is pending or on its node's type; why a node stays and what removing it would do (from the running controller, or a view of its own).
+    Explain(crate::explain::cli::ExplainArgs),
 }
 
 /// Settings of `convert`: the inputs, and what karpenter-rs ran with (its defaults depend on it).

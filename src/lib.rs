@@ -10,6 +10,7 @@ pub mod config;
 pub mod controllers;
 pub mod convert;
 pub mod crds;
+pub mod explain;
 pub mod failpoint;
 #[cfg(test)]
 mod hostile_values;

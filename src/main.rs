@@ -30,6 +30,7 @@ fn main() -> anyhow::Result<()> {
         Command::Simulate(args) => simulate(&args),
         Command::Convert(args) => convert(&args),
         Command::Nodes(args) => nodes(args),
+        Command::Explain(args) => explain(&args),
     }
 }
 
@@ -65,7 +66,12 @@ async fn run(args: RunArgs, with_controllers: bool) -> anyhow::Result<()> {
     // Port 0 binds any free port; the addresses logged below are the ones really bound.
     let metrics_addr = metrics_listener.local_addr().context("reading the metrics address")?;
     let health_addr = health_listener.local_addr().context("reading the health probe address")?;
-    let metrics_task = probes::serve(metrics_listener, probes::metrics_router(metrics.clone()), shutdown.clone());
+    let explain_slot = karpenter_rs::explain::live::ExplainSlot::default();
+    let metrics_task = probes::serve(
+        metrics_listener,
+        probes::metrics_router(metrics.clone()).merge(probes::explain_router(explain_slot.clone())),
+        shutdown.clone(),
+    );
     let health_task = probes::serve(
         health_listener,
         probes::health_router(readiness.clone(), metrics.liveness.clone()),
@@ -96,7 +102,14 @@ async fn run(args: RunArgs, with_controllers: bool) -> anyhow::Result<()> {
     });
     // The controllers need the Kubernetes API and AWS; the webhook needs neither and keeps
     // serving whatever happens to them.
-    let controllers = with_controllers.then(|| tokio::spawn(run_controllers(args.clone(), metrics.clone(), shutdown.clone())));
+    let controllers = with_controllers.then(|| {
+        tokio::spawn(run_controllers(
+            args.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+            explain_slot.clone(),
+        ))
+    });
     info!(
         cluster = %args.cluster_name,
         webhook = %webhook.local_addr,
@@ -241,7 +254,7 @@ enum TermEnd {
 /// with the controllers' in-memory state made afresh: a follower until it leads again after a
 /// lost Lease; with the settings read again, and the Lease released first, after a change. The
 /// cluster view (one watch per kind) is kept across terms, and the webhook serves throughout.
-async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: CancellationToken) {
+async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: CancellationToken, explain: karpenter_rs::explain::live::ExplainSlot) {
     let Some((client, lease_client, root_cert)) = retrying(&shutdown, "controllers cannot start", || connect(&args)).await else {
         return;
     };
@@ -257,6 +270,7 @@ async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: Cancellation
         client,
         lease_client,
         metrics,
+        explain,
         shutdown,
     };
     loop {
@@ -293,6 +307,8 @@ struct Process {
     state: std::sync::Arc<karpenter_rs::controllers::state::Cluster>,
     metrics: Metrics,
     shutdown: CancellationToken,
+    /// What the metrics port's `/explain` answers from, set by each term.
+    explain: karpenter_rs::explain::live::ExplainSlot,
 }
 
 /// One term of the controllers (see `run_controllers`), with `args` and the cloud they describe.
@@ -311,6 +327,7 @@ async fn term(
         state,
         metrics,
         shutdown,
+        explain,
     } = process;
     let (leading_tx, leading_rx) = tokio::sync::watch::channel(!args.leader_elect);
     // Stopped only after the passes have: on SIGTERM the Lease is released once nothing acts.
@@ -322,7 +339,8 @@ async fn term(
     });
     // Termination runs only on the leader, like every other controller (Karpenter runs them
     // all in its leader-elected manager): two replicas would evict and terminate side by side.
-    let shared = controllers::Shared::new(client.clone(), cloud.clone(), metrics.clone(), state.clone());
+    let mut shared = controllers::Shared::new(client.clone(), cloud.clone(), metrics.clone(), state.clone());
+    shared.explain = explain.clone();
     let settings = controllers::Settings {
         provisioning: args.provisioning(),
         termination: Some(Default::default()),
@@ -462,6 +480,15 @@ fn nodes(args: karpenter_rs::viewer::NodesArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the runtime")?
         .block_on(karpenter_rs::viewer::live::run(args))
+}
+
+/// `explain`: the answer on stdout; why there is none on stderr with exit code 1.
+fn explain(args: &karpenter_rs::explain::cli::ExplainArgs) -> anyhow::Result<()> {
+    if let Err(message) = karpenter_rs::explain::cli::run(args) {
+        eprintln!("error: {message}");
+        std::process::exit(1);
+    }
+    Ok(())
 }
 
 /// `simulate`: the report on stdout; an input error on stderr with exit code 1.

@@ -1526,3 +1526,114 @@ fn rebalance_recommendations_foreign_instances_and_garbage_change_nothing() {
         assert_eq!(s.wait_running(1), BTreeSet::from([name]), "the pod did not move");
     });
 }
+
+/// `karpenter-rs explain`, the binary, against these controllers' metrics port and against a view
+/// of its own: two half-empty nodes, both opted out of consolidation. Each says so in
+/// consolidation's words (the `Unconsolidatable` event's text), and removing the first is
+/// predicted to move its pod onto the second with no launch and the cluster's price down by one
+/// node. Then the opt-out is lifted from the first node: consolidation deletes it without a
+/// launch and the pod lands where explain said. A pod too big for every type is explained by its
+/// Provisioner's rule, `no_room`, naming the largest type.
+#[test]
+fn explain_says_why_nodes_stay_and_predicts_what_consolidation_then_does() {
+    let (cluster, controller) = setup();
+    let requirements = json!([
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["t3.xlarge"]},
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+    ]);
+    let scenario = Scenario::consolidating(cluster, "explain", requirements);
+    with_scenario(scenario, controller, |s| {
+        let explain = |args: &[&str], via_controller: bool| -> serde_json::Value {
+            let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_karpenter-rs"));
+            command.arg("explain").args(args).args(["-o", "json"]).envs(&cluster.env);
+            if via_controller {
+                command.args(["--controller", &controller.metrics_url]);
+            }
+            let out = command.output().expect("running karpenter-rs explain");
+            assert!(out.status.success(), "explain {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            if via_controller {
+                assert!(out.stderr.is_empty(), "the controller answered: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            serde_json::from_slice(&out.stdout).expect("explain -o json prints JSON")
+        };
+        let consolidation = |answer: &serde_json::Value| -> serde_json::Value {
+            answer["methods"].as_array().unwrap().iter().find(|m| m["method"] == "consolidation").unwrap().clone()
+        };
+        s.deploy("a", 3, "1", |_| {});
+        let first = s.wait_running(3).into_iter().next().unwrap();
+        kubectl_ok(cluster, &["annotate", "node", &first, "karpenter.sh/do-not-consolidate=true"], None);
+        s.deploy("b", 3, "1", |_| {});
+        s.wait_running(6);
+        let second = s.node_names().into_iter().find(|n| *n != first).expect("a second node");
+        kubectl_ok(cluster, &["annotate", "node", &second, "karpenter.sh/do-not-consolidate=true"], None);
+        s.scale("a", 1);
+        s.scale("b", 1);
+        s.wait_running(2);
+        let blocked = "blocked: karpenter.sh/do-not-consolidate annotation exists";
+        let answer = wait_for("explain to see both nodes half empty", Duration::from_secs(120), || {
+            let answer = explain(&["node", &first], true);
+            (answer["pods"].as_array().map(Vec::len) == Some(1)
+                && explain(&["node", &second], true)["pods"].as_array().map(Vec::len) == Some(1))
+            .then_some(answer)
+        });
+        assert_eq!(answer["kind"], "node");
+        assert_eq!(answer["provisioner"], s.provisioner.as_str());
+        assert_eq!(answer["instanceType"], "t3.xlarge");
+        assert_eq!(consolidation(&answer)["state"], blocked, "{answer:#}");
+        let moves = answer["removal"]["moves"].as_array().unwrap();
+        assert_eq!(moves.len(), 1, "{answer:#}");
+        assert_eq!(moves[0]["to"], json!({"kind": "node", "name": second}), "{answer:#}");
+        let price = answer["pricePerHour"].as_f64().unwrap();
+        let (before, after) = (
+            answer["removal"]["clusterPriceBefore"].as_f64().unwrap(),
+            answer["removal"]["clusterPriceAfter"].as_f64().unwrap(),
+        );
+        assert!((before - after - price).abs() < 1e-6, "one node's price less: {before} → {after}, {price}");
+        // The same blocker is the node's Unconsolidatable event.
+        wait_for("the Unconsolidatable event", Duration::from_secs(90), || {
+            node_events(cluster, &first, "Unconsolidatable")
+                .iter()
+                .any(|e| e["message"] == "karpenter.sh/do-not-consolidate annotation exists")
+                .then_some(())
+        });
+        // A view of its own (no controller to ask) gives the same answer.
+        let own = explain(&["node", &first], false);
+        assert_eq!(consolidation(&own)["state"], blocked, "{own:#}");
+        assert_eq!(own["removal"]["moves"], answer["removal"]["moves"]);
+
+        // A pod no t3.xlarge can hold.
+        let mut huge = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "huge", "namespace": s.namespace},
+            "spec": {
+                "nodeSelector": {"nodeType": s.node_type},
+                "tolerations": [{"key": "service", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+                "containers": [{"name": "c", "image": "nginx", "resources": {"requests": {"cpu": "64"}}}]
+            }
+        });
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&huge.take().to_string()));
+        let pod = format!("{}/huge", s.namespace);
+        let answer = wait_for("the scheduler to mark the pod unschedulable", Duration::from_secs(60), || {
+            let answer = explain(&["pod", &pod], true);
+            answer["summary"].as_str().is_some_and(|t| t.starts_with("unschedulable")).then_some(answer)
+        });
+        let verdict = answer["provisioners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["provisioner"] == s.provisioner.as_str())
+            .cloned()
+            .unwrap_or_else(|| panic!("a verdict of {}: {answer:#}", s.provisioner));
+        assert_eq!(verdict["outcome"], "no_room", "{answer:#}");
+        kubectl_ok(cluster, &["delete", "pod", "huge", "-n", &s.namespace, "--wait=false"], None);
+
+        // Lifted: consolidation does what explain predicted.
+        kubectl_ok(cluster, &["annotate", "node", &first, "karpenter.sh/do-not-consolidate-"], None);
+        wait_for("the first node consolidated", Duration::from_secs(180), || {
+            (!s.node_names().contains(&first)).then_some(())
+        });
+        let left = s.wait_running(2);
+        assert_eq!(left, BTreeSet::from([second.clone()]), "the pod moved where explain said");
+        assert_eq!(s.node_names(), BTreeSet::from([second]), "no node was launched");
+    });
+}

@@ -149,11 +149,20 @@ mod tests {
         let t0 = Instant::now();
         let key = |reason: &str, note: &str| EventKey::new(&pod("a", "u1"), reason, note);
         assert!(dedupe.admit(key("FailedProvisioning", "no fit"), t0));
-        assert!(!dedupe.admit(key("FailedProvisioning", "no fit"), t0 + Duration::from_secs(10)), "a pass later");
+        assert!(
+            !dedupe.admit(key("FailedProvisioning", "no fit"), t0 + Duration::from_secs(10)),
+            "a pass later"
+        );
         assert!(dedupe.admit(key("FailedProvisioning", "another reason"), t0), "another note");
         assert!(dedupe.admit(key("Nominated", "no fit"), t0), "another reason");
-        assert!(dedupe.admit(EventKey::new(&pod("a", "u2"), "FailedProvisioning", "no fit"), t0), "a pod of the same name made again");
-        assert!(dedupe.admit(key("FailedProvisioning", "no fit"), t0 + DEDUPE_PERIOD), "once the period is over");
+        assert!(
+            dedupe.admit(EventKey::new(&pod("a", "u2"), "FailedProvisioning", "no fit"), t0),
+            "a pod of the same name made again"
+        );
+        assert!(
+            dedupe.admit(key("FailedProvisioning", "no fit"), t0 + DEDUPE_PERIOD),
+            "once the period is over"
+        );
     }
 
     #[test]

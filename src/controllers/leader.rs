@@ -17,8 +17,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
 use kube::Api;
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 /// Lease settings (controller-runtime's defaults: 15 s lease, 10 s renew deadline, 2 s retry).
@@ -330,12 +330,18 @@ mod tests {
         let t0 = Instant::now();
         let mut observed = Observed::default();
         assert_eq!(observed.see(Some(&versioned("1")), t0), Duration::ZERO, "first sight");
-        assert_eq!(observed.see(Some(&versioned("1")), t0 + Duration::from_secs(8)), Duration::from_secs(8));
+        assert_eq!(
+            observed.see(Some(&versioned("1")), t0 + Duration::from_secs(8)),
+            Duration::from_secs(8)
+        );
         assert_eq!(
             observed.see(Some(&versioned("2")), t0 + Duration::from_secs(10)),
             Duration::ZERO,
             "renewed"
         );
-        assert_eq!(observed.see(Some(&versioned("2")), t0 + Duration::from_secs(26)), Duration::from_secs(16));
+        assert_eq!(
+            observed.see(Some(&versioned("2")), t0 + Duration::from_secs(26)),
+            Duration::from_secs(16)
+        );
     }
 }

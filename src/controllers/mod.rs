@@ -62,6 +62,8 @@ pub struct Shared {
     pub recorder: Recorder,
     /// The one view of the cluster (one watch per kind in the process).
     pub state: Arc<state::Cluster>,
+    /// Where `run_all` puts what answers `/explain` on the metrics port while it runs.
+    pub explain: crate::explain::live::ExplainSlot,
 }
 
 impl Shared {
@@ -73,6 +75,7 @@ impl Shared {
             cloud,
             metrics,
             state,
+            explain: Default::default(),
         }
     }
 }
@@ -104,6 +107,18 @@ pub async fn run_all(shared: Shared, settings: Settings, leading: watch::Receive
     let provisioning = provisioning::Context::new(&shared, settings.provisioning);
     let provisioner: Arc<dyn provisioning::Provisioning> = provisioning.clone();
     let Shared { state, metrics, .. } = shared.clone();
+    // `/explain` answers from this term's provisioning snapshot while it runs (and leads).
+    shared.explain.set(Some(crate::explain::live::Explainer {
+        state: state.clone(),
+        provisioning: provisioner.clone(),
+        nomination: settings
+            .deprovisioning
+            .as_ref()
+            .map_or(deprovisioning::DEFAULT_NOMINATION, |d| d.nomination),
+        drift_enabled: settings.deprovisioning.as_ref().is_some_and(|d| d.drift_enabled),
+        leading: leading.clone(),
+    }));
+    let _cleared = ClearOnDrop(shared.explain.clone());
     let mut tasks = Tasks::default();
     if let Some(config) = settings.termination {
         let ctx = termination::Context::new(&shared, config);
@@ -140,6 +155,15 @@ pub async fn run_all(shared: Shared, settings: Settings, leading: watch::Receive
         });
     }
     tasks.until_stopped(&shutdown).await
+}
+
+/// Clears the explain slot when `run_all` ends or is dropped (a term that ends answers no more).
+struct ClearOnDrop(crate::explain::live::ExplainSlot);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        self.0.set(None);
+    }
 }
 
 /// How long the controllers have after shutdown to stop: a pass in blocking work (a

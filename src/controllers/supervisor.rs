@@ -83,7 +83,11 @@ where
             return;
         };
         // A controller that ran a while before this panic starts again at once-ish.
-        in_a_row = if started.elapsed() > RESTART_MAX { 1 } else { in_a_row.saturating_add(1) };
+        in_a_row = if started.elapsed() > RESTART_MAX {
+            1
+        } else {
+            in_a_row.saturating_add(1)
+        };
         // Jittered within it: controllers that panic on the same bad value do not restart together.
         let delay = crate::retry::jittered(restart_delay(in_a_row));
         metrics.controller_panics.with_label_values(&[controller]).inc();
@@ -176,7 +180,10 @@ mod tests {
         }
         assert!(liveness.problems(Instant::now()).is_empty());
         liveness.panicked("termination");
-        assert_eq!(liveness.problems(Instant::now()), vec!["termination: panicked 5 times in a row".to_string()]);
+        assert_eq!(
+            liveness.problems(Instant::now()),
+            vec!["termination: panicked 5 times in a row".to_string()]
+        );
         drop(liveness.pass("termination"));
         assert!(liveness.problems(Instant::now()).is_empty());
     }
@@ -213,16 +220,22 @@ mod tests {
         let shutdown = CancellationToken::new();
         let starts = Arc::new(std::sync::atomic::AtomicU32::new(0));
         let (s, stop) = (starts.clone(), shutdown.clone());
-        supervise("garbagecollection", Duration::from_secs(60), metrics.clone(), shutdown.clone(), move || {
-            let (s, stop) = (s.clone(), stop.clone());
-            async move {
-                if s.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 3 {
-                    panic!("failpoint");
+        supervise(
+            "garbagecollection",
+            Duration::from_secs(60),
+            metrics.clone(),
+            shutdown.clone(),
+            move || {
+                let (s, stop) = (s.clone(), stop.clone());
+                async move {
+                    if s.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 3 {
+                        panic!("failpoint");
+                    }
+                    // The fourth start runs until shutdown.
+                    stop.cancel();
                 }
-                // The fourth start runs until shutdown.
-                stop.cancel();
-            }
-        })
+            },
+        )
         .await;
         assert_eq!(starts.load(std::sync::atomic::Ordering::SeqCst), 4);
         assert_eq!(metrics.controller_panics.with_label_values(&["garbagecollection"]).get(), 3);
@@ -231,7 +244,14 @@ mod tests {
     #[tokio::test]
     async fn a_controller_that_returns_on_its_own_is_no_longer_tracked() {
         let metrics = Metrics::new();
-        supervise("interruption", Duration::from_secs(60), metrics.clone(), CancellationToken::new(), || async {}).await;
+        supervise(
+            "interruption",
+            Duration::from_secs(60),
+            metrics.clone(),
+            CancellationToken::new(),
+            || async {},
+        )
+        .await;
         assert!(metrics.liveness.problems(Instant::now() + Duration::from_secs(3600)).is_empty());
     }
 }

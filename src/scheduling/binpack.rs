@@ -209,7 +209,7 @@ pub(crate) struct NewNodeError {
 
 /// The kinds of `NewNodeError`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Refusal {
+pub enum Refusal {
     /// Taints, requirements or topology rule the template out.
     Incompatible,
     /// The pod is compatible, but no instance type satisfies the combined requirements with an
@@ -223,7 +223,7 @@ pub(crate) enum Refusal {
 
 impl Refusal {
     /// The refusal as a metric label.
-    pub(crate) fn label(self) -> &'static str {
+    pub fn label(self) -> &'static str {
         match self {
             Refusal::Incompatible => "incompatible",
             Refusal::NoOffering => "no_offering",

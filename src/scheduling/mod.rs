@@ -28,6 +28,7 @@ mod topology;
 #[cfg(test)]
 pub(crate) mod testing;
 
+pub use binpack::Refusal;
 pub use capacity::{AmiFamily, GpuFacts, InstanceFacts, NodeSettings, Overhead};
 pub use instance_types::{InstanceType, Offering};
 pub use nodes::{provisioner_usage, ExistingNode};

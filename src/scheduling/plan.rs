@@ -115,6 +115,9 @@ pub struct Plan {
     /// refusal (`limits`, `no_room`, `no_offering`); a pod none was compatible with counts once
     /// as (``, `incompatible`), or (``, `no_provisioner`) when no Provisioner can launch.
     pub unschedulable_by: BTreeMap<(String, String), usize>,
+    /// Per unschedulable pod, each Provisioner's refusal from its last attempt: (Provisioner,
+    /// kind, the first rule that excluded it); empty when no Provisioner could launch.
+    pub refusals: BTreeMap<PodKey, Vec<(String, Refusal, String)>>,
 }
 
 /// Runs the scheduling simulation. See the module documentation for the algorithm.
@@ -264,8 +267,8 @@ fn solve(input: &SimulationInput, templates: Vec<NodeTemplate>, daemons: &[Daemo
             .unwrap_or_default();
         let compatible: BTreeSet<(String, &str)> = refused
             .iter()
-            .filter(|(_, kind)| *kind != Refusal::Incompatible)
-            .map(|(p, kind)| (p.clone(), kind.label()))
+            .filter(|(_, kind, _)| *kind != Refusal::Incompatible)
+            .map(|(p, kind, _)| (p.clone(), kind.label()))
             .collect();
         let counted: Vec<(String, String)> = if !compatible.is_empty() {
             compatible.into_iter().map(|(p, why)| (p, why.to_string())).collect()
@@ -274,9 +277,10 @@ fn solve(input: &SimulationInput, templates: Vec<NodeTemplate>, daemons: &[Daemo
         } else {
             vec![(String::new(), Refusal::Incompatible.label().to_string())]
         };
-        for key in counted {
-            *plan.unschedulable_by.entry(key).or_default() += 1;
+        for counted in counted {
+            *plan.unschedulable_by.entry(counted).or_default() += 1;
         }
+        plan.refusals.insert(key.clone(), refused);
     }
     plan.unschedulable.sort();
     plan.new_nodes = (0..s.planned.len()).map(|n| s.node_request(n)).collect();
@@ -348,8 +352,8 @@ struct Solver<'a> {
     /// Per pod, from its last attempt: (Provisioner, reason) of the compatible Provisioners
     /// that had no instance type with room or an available offering.
     unfit: HashMap<usize, Vec<(String, String)>>,
-    /// Per pod, from its last attempt: each Provisioner's refusal.
-    refused: HashMap<usize, Vec<(String, Refusal)>>,
+    /// Per pod, from its last attempt: each Provisioner's refusal, with its message.
+    refused: HashMap<usize, Vec<(String, Refusal, String)>>,
 }
 
 impl Solver<'_> {
@@ -474,7 +478,7 @@ impl Solver<'_> {
                 }
                 Err(e) => {
                     let provisioner = self.templates[t].provisioner.clone();
-                    self.refused.entry(i).or_default().push((provisioner, e.kind));
+                    self.refused.entry(i).or_default().push((provisioner, e.kind, e.message.clone()));
                     if e.kind == Refusal::Limits {
                         self.limited.insert(self.templates[t].provisioner.clone());
                     }

@@ -398,6 +398,8 @@ pub struct Controller {
     runtime: tokio::runtime::Runtime,
     shutdown: CancellationToken,
     pub metrics: Metrics,
+    /// `http://127.0.0.1:PORT` of the controllers' metrics port (`/metrics`, `/explain/...`).
+    pub metrics_url: String,
 }
 
 impl Controller {
@@ -491,6 +493,15 @@ impl Controller {
         };
         let (token, m) = (shutdown.clone(), metrics.clone());
         let kube_client = runtime.block_on(client(cluster));
+        // The metrics port as the binary serves it: /metrics and the leader's /explain.
+        let explain = karpenter_rs::explain::live::ExplainSlot::default();
+        let metrics_url = runtime.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a metrics port");
+            let url = format!("http://{}", listener.local_addr().unwrap());
+            let router = karpenter_rs::probes::metrics_router(metrics.clone()).merge(karpenter_rs::probes::explain_router(explain.clone()));
+            karpenter_rs::probes::serve(listener, router, shutdown.clone());
+            url
+        });
         runtime.spawn(async move {
             let cloud = karpenter_rs::cloudprovider::aws::AwsCloudProvider::new(cloud_config)
                 .await
@@ -500,7 +511,8 @@ impl Controller {
             let (_leading_tx, leading) = tokio::sync::watch::channel(true);
             let state = karpenter_rs::controllers::state::Cluster::start(&kube_client, &token, &m.liveness);
             // The binary's wiring, with the loops the test asked for.
-            let shared = karpenter_rs::controllers::Shared::new(kube_client, cloud, m, state);
+            let mut shared = karpenter_rs::controllers::Shared::new(kube_client, cloud, m, state);
+            shared.explain = explain;
             let settings = karpenter_rs::controllers::Settings {
                 provisioning: config,
                 termination: loops.as_ref().map(|l| l.termination.clone()),
@@ -514,6 +526,7 @@ impl Controller {
             runtime,
             shutdown,
             metrics,
+            metrics_url,
         }
     }
 }

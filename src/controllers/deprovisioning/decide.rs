@@ -55,7 +55,11 @@ pub fn do_not_evict(pods: &[Arc<Pod>]) -> Option<&Pod> {
         !is_terminal(p)
             && !is_terminating(p)
             && !is_mirror_pod(p)
-            && opted_out(p.metadata.annotations.as_ref(), &[DO_NOT_EVICT_ANNOTATION, DO_NOT_DISRUPT_ANNOTATION]).is_some()
+            && opted_out(
+                p.metadata.annotations.as_ref(),
+                &[DO_NOT_EVICT_ANNOTATION, DO_NOT_DISRUPT_ANNOTATION],
+            )
+            .is_some()
     })
 }
 

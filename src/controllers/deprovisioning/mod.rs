@@ -39,8 +39,8 @@ use crate::cloudprovider::CloudProvider;
 use crate::controllers::events::publish;
 use crate::controllers::node_ops::{self, Cordon, Written};
 use crate::controllers::provisioning::Provisioning;
-use crate::controllers::Shared;
 use crate::controllers::state::{Cluster, StateNode};
+use crate::controllers::Shared;
 use crate::metrics::{self, Metrics};
 use crate::scheduling::nodes::is_ready;
 use crate::telemetry;
@@ -96,6 +96,8 @@ impl Default for DeprovisioningConfig {
 /// The annotation on a node a command of ours is replacing or deleting, with the method
 /// (`expired`, `consolidation`).
 pub use crate::apis::v1alpha5::labels::VOLUNTARY_DISRUPTION_ANNOTATION;
+/// The `karpenter.sh/voluntary-disruption` value of a node marked drifted.
+pub use drift_marks::DRIFTED;
 
 /// What the deprovisioning loop needs.
 pub struct Context {

@@ -155,11 +155,32 @@ mod tests {
     #[test]
     fn a_pass_removes_at_most_the_cap_and_nothing_when_most_look_gone() {
         let ids = |n: usize| (0..n).collect::<Vec<_>>();
-        assert_eq!(bounded(ids(2), 2, 10), Removal::Remove { now: ids(2), held_back: 0 }, "a small cluster's only nodes");
+        assert_eq!(
+            bounded(ids(2), 2, 10),
+            Removal::Remove { now: ids(2), held_back: 0 },
+            "a small cluster's only nodes"
+        );
         assert_eq!(bounded(ids(1), 3, 10), Removal::Remove { now: ids(1), held_back: 0 });
-        assert_eq!(bounded(ids(12), 40, 10), Removal::Remove { now: ids(10), held_back: 2 });
-        assert_eq!(bounded(ids(20), 40, 10), Removal::Remove { now: ids(10), held_back: 10 }, "half is not most");
-        assert_eq!(bounded(ids(2), 3, 10), Removal::Remove { now: ids(2), held_back: 0 }, "two leaked after a crash");
+        assert_eq!(
+            bounded(ids(12), 40, 10),
+            Removal::Remove {
+                now: ids(10),
+                held_back: 2
+            }
+        );
+        assert_eq!(
+            bounded(ids(20), 40, 10),
+            Removal::Remove {
+                now: ids(10),
+                held_back: 10
+            },
+            "half is not most"
+        );
+        assert_eq!(
+            bounded(ids(2), 3, 10),
+            Removal::Remove { now: ids(2), held_back: 0 },
+            "two leaked after a crash"
+        );
         assert_eq!(bounded(ids(3), 5, 10), Removal::Suspicious { found: 3, seen: 5 });
         assert_eq!(
             bounded(ids(500), 500, 10),

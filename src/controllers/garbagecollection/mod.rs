@@ -24,8 +24,8 @@ use tracing::{error, info, instrument, warn};
 use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
 use crate::cloudprovider::{self, CloudProvider};
 use crate::controllers::events::publish;
-use crate::controllers::Shared;
 use crate::controllers::node_ops::{self, Written};
+use crate::controllers::Shared;
 use crate::metrics::{self, Metrics};
 use crate::telemetry;
 
@@ -111,7 +111,12 @@ impl Context {
         match collect::bounded(found, seen, self.config.max_removals_per_pass) {
             collect::Removal::Remove { now, held_back } => {
                 if held_back > 0 {
-                    info!(held_back, removing = now.len(), "garbage collection removes at most {} {what} per pass; the rest wait for the next pass", self.config.max_removals_per_pass);
+                    info!(
+                        held_back,
+                        removing = now.len(),
+                        "garbage collection removes at most {} {what} per pass; the rest wait for the next pass",
+                        self.config.max_removals_per_pass
+                    );
                 }
                 now
             }
@@ -176,7 +181,13 @@ async fn pass(ctx: &Context) -> Result<(), GarbageCollectionError> {
         .await
         .map_err(|source| GarbageCollectionError::ListNodes { source })?
         .items;
-    let leaked = collect::leaked_instances(&instances, &nodes, ctx.config.grace_period, ctx.config.adoptable_for, SystemTime::now());
+    let leaked = collect::leaked_instances(
+        &instances,
+        &nodes,
+        ctx.config.grace_period,
+        ctx.config.adoptable_for,
+        SystemTime::now(),
+    );
     for instance_id in ctx.bounded("instances without a node", leaked, instances.len()) {
         let provisioner = instances
             .iter()

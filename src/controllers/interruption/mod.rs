@@ -38,8 +38,8 @@ use crate::cloudprovider::{instance_id_from_provider_id, CloudProvider, Offering
 use crate::controllers::events::publish;
 use crate::controllers::node_ops;
 use crate::controllers::provisioning::Provisioning;
-use crate::controllers::Shared;
 use crate::controllers::state::Cluster;
+use crate::controllers::Shared;
 use crate::metrics::Metrics;
 use messages::{Kind, Message};
 

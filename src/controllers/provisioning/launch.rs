@@ -8,11 +8,11 @@ use tracing::{info, instrument, warn};
 
 use super::{adopt, lifecycle, node, Context, PlannedNode, Stores};
 use crate::apis::hash;
-use crate::controllers::node_ops;
 use crate::apis::v1alpha1::AwsProvider;
 use crate::apis::v1alpha5::labels::REQUESTED_RESOURCES_ANNOTATION;
 use crate::apis::v1alpha5::Provisioner;
 use crate::cloudprovider::{self, catalogue, CloudProvider, KubernetesVersion, LaunchIdentity, NodeTemplate};
+use crate::controllers::node_ops;
 use crate::metrics::Metrics;
 use crate::scheduling;
 

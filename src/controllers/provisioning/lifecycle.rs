@@ -21,10 +21,10 @@ use tracing::{debug, info, warn};
 
 use super::binding::rules;
 use super::{publish, Context, Stores};
+use crate::apis::v1alpha5::labels::INITIALIZED_LABEL;
 use crate::apis::v1alpha5::labels::{INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL, REQUESTED_RESOURCES_ANNOTATION};
 use crate::controllers::node_ops::{self, Written};
 use crate::metrics;
-use crate::apis::v1alpha5::labels::INITIALIZED_LABEL;
 use crate::scheduling::nodes::{is_labelled_initialized, is_ready};
 use crate::scheduling::InstanceType;
 

@@ -13,8 +13,7 @@ use crate::apis::hash::{node_template_hash, provisioner_hash, NODE_TEMPLATE_HASH
 use crate::apis::v1alpha1::AwsNodeTemplateSpec;
 use crate::apis::v1alpha5::labels::{
     CAPACITY_TYPE_LABEL, HOSTNAME_LABEL, PRICE_ANNOTATION, PRICE_CAPACITY_TYPE_ANNOTATION, PRICE_ZONE_ANNOTATION, PROVISIONER_NAME_LABEL,
-    REGION_LABEL,
-    TERMINATION_FINALIZER, ZONE_LABEL,
+    REGION_LABEL, TERMINATION_FINALIZER, ZONE_LABEL,
 };
 use crate::apis::v1alpha5::Provisioner;
 use crate::cloudprovider::Instance;

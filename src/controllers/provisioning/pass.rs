@@ -146,42 +146,44 @@ pub(super) async fn snapshot(
     // The catalogue translation is CPU work of up to seconds: run it where it does not hold up
     // the runtime's other tasks (the binder, node lifecycle, the watches), on a copy of the
     // cache that readers do not wait for.
-    let input = tokio::task::block_in_place(|| ctx.state.types.update(|type_cache| {
-        type_cache.retain(|name| provisioners.iter().any(|p| p.name_any() == name));
-        if type_cache.set_catalogue(catalogue) {
-            ctx.metrics.set_instance_types(type_cache.shared_catalogue(), &ctx.config.region);
-        }
-        let mut input = SimulationInput {
-            pods: pending,
-            provisioners: provisioners
-                .iter()
-                .filter_map(|p| {
-                    let (template, _) = templates.get(&p.name_any())?;
-                    Some(ProvisionerInput {
-                        provisioner: (**p).clone(),
-                        instance_types: type_cache.instance_types(
-                            p,
-                            template,
-                            &zones[&p.name_any()],
-                            &ctx.config.region,
-                            &ctx.config.node_settings,
-                        ),
+    let input = tokio::task::block_in_place(|| {
+        ctx.state.types.update(|type_cache| {
+            type_cache.retain(|name| provisioners.iter().any(|p| p.name_any() == name));
+            if type_cache.set_catalogue(catalogue) {
+                ctx.metrics.set_instance_types(type_cache.shared_catalogue(), &ctx.config.region);
+            }
+            let mut input = SimulationInput {
+                pods: pending,
+                provisioners: provisioners
+                    .iter()
+                    .filter_map(|p| {
+                        let (template, _) = templates.get(&p.name_any())?;
+                        Some(ProvisionerInput {
+                            provisioner: (**p).clone(),
+                            instance_types: type_cache.instance_types(
+                                p,
+                                template,
+                                &zones[&p.name_any()],
+                                &ctx.config.region,
+                                &ctx.config.node_settings,
+                            ),
+                        })
                     })
-                })
-                .collect(),
-            // Filled in below, once these instance types are recorded.
-            nodes: Vec::new(),
-            daemonset_pods: pods::daemonset_overhead_pods(&stores.daemonsets.state(), all_pods),
-            namespace_labels: stores
-                .namespaces
-                .state()
-                .iter()
-                .map(|n| (n.name_any(), n.labels().clone()))
-                .collect(),
-        };
-        input.nodes = Context::existing_nodes_with(type_cache, nodes, all_pods, &provisioners);
-        input
-    }));
+                    .collect(),
+                // Filled in below, once these instance types are recorded.
+                nodes: Vec::new(),
+                daemonset_pods: pods::daemonset_overhead_pods(&stores.daemonsets.state(), all_pods),
+                namespace_labels: stores
+                    .namespaces
+                    .state()
+                    .iter()
+                    .map(|n| (n.name_any(), n.labels().clone()))
+                    .collect(),
+            };
+            input.nodes = Context::existing_nodes_with(type_cache, nodes, all_pods, &provisioners);
+            input
+        })
+    });
     Ok(Snapshot {
         input,
         volumes,
@@ -306,10 +308,7 @@ pub(super) async fn provision(
         if let Some(why) = stores.stale() {
             return Err(PassError::NotLaunching(why.to_string()));
         }
-        ctx.client
-            .apiserver_version()
-            .await
-            .map_err(PassError::ApiServerSilent)?;
+        ctx.client.apiserver_version().await.map_err(PassError::ApiServerSilent)?;
     }
     let admitted: Vec<&scheduling::NodeRequest> = {
         let now = Instant::now();

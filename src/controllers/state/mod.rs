@@ -298,7 +298,12 @@ impl Cluster {
     pub fn view_of(&self, nodes: &[Arc<Node>], pods: &[Arc<Pod>]) -> Vec<StateNode> {
         let nominations = self.nominations.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let now = Instant::now();
-        node::group(nodes, pods, |name| nominations.get(name).is_some_and(|until| *until > now), &self.types.current())
+        node::group(
+            nodes,
+            pods,
+            |name| nominations.get(name).is_some_and(|until| *until > now),
+            &self.types.current(),
+        )
     }
 
     /// What the last pass's catalogue says instance type `name` of `provisioner` offers.

@@ -72,7 +72,10 @@ impl StateNode {
     /// (`core@v0.27.0:pkg/controllers/state/node.go` `Allocatable`).
     pub fn existing(&self, provisioners: &[Arc<Provisioner>]) -> ExistingNode {
         let mut existing = ExistingNode::from_node(&self.node, self.pods.clone());
-        if let Some(p) = self.provisioner().and_then(|owner| provisioners.iter().find(|p| p.name_any() == owner)) {
+        if let Some(p) = self
+            .provisioner()
+            .and_then(|owner| provisioners.iter().find(|p| p.name_any() == owner))
+        {
             existing.startup_taints = p.spec.startup_taints.clone().unwrap_or_default();
         }
         if !existing.initialized {
@@ -192,7 +195,11 @@ mod tests {
         assert_eq!(expected.allocatable, view[0].instance_type.as_ref().unwrap().allocatable());
         let reported = view[1].existing(&provisioners);
         assert!(reported.initialized);
-        assert_eq!(reported.allocatable, crate::scheduling::Resources::zero(), "what its status reports: nothing yet");
+        assert_eq!(
+            reported.allocatable,
+            crate::scheduling::Resources::zero(),
+            "what its status reports: nothing yet"
+        );
     }
 
     #[test]
@@ -208,7 +215,9 @@ mod tests {
             &TypeCache::default(),
         );
         assert_eq!(
-            view.iter().map(|n| (n.deleting(), n.disrupting(), n.marked_for_deletion())).collect::<Vec<_>>(),
+            view.iter()
+                .map(|n| (n.deleting(), n.disrupting(), n.marked_for_deletion()))
+                .collect::<Vec<_>>(),
             [(true, false, true), (false, true, true), (false, false, false)]
         );
     }

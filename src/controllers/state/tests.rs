@@ -38,7 +38,8 @@ fn stored(conditions: serde_json::Value) -> kube::api::DynamicObject {
 fn the_validation_condition_follows_whether_the_object_can_be_read() {
     let t0: jiff::Timestamp = "2026-12-05T10:00:00Z".parse().unwrap();
     let t1 = t0 + jiff::SignedDuration::from_mins(5);
-    let other = serde_json::json!({"type": "Other", "status": "True", "reason": "R", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"});
+    let other =
+        serde_json::json!({"type": "Other", "status": "True", "reason": "R", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"});
     assert_eq!(
         validation_conditions(&stored(serde_json::json!([other.clone()])), None, t0),
         None,

@@ -28,9 +28,9 @@ use tracing::{debug, info, instrument, warn};
 use crate::apis::v1alpha5::labels::{PROVISIONER_NAME_LABEL, TERMINATION_FINALIZER};
 use crate::cloudprovider::{self, instance_id_from_provider_id, CloudProvider};
 use crate::controllers::events::publish;
-use crate::controllers::Shared;
 use crate::controllers::node_ops::{self, Cordon, Evicted, Written};
 use crate::controllers::state::{Cluster, StateNode};
+use crate::controllers::Shared;
 use crate::metrics::Metrics;
 use crate::telemetry;
 use drain::PodName;
@@ -192,7 +192,8 @@ pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receive
                 });
             }
         }
-        ctx.metrics.reconciled("termination", started, !std::mem::take(&mut failed_since_tick));
+        ctx.metrics
+            .reconciled("termination", started, !std::mem::take(&mut failed_since_tick));
         waiting.retain(|name, _| terminating.iter().any(|n| n.name_any() == *name));
         ctx.metrics.eviction_queue_depth.set(waiting.values().sum::<usize>() as i64);
         let mut state = ctx.state.lock().await;
@@ -342,7 +343,9 @@ async fn evict(ctx: &Context, pod: &PodName) {
     let mut state = ctx.state.lock().await;
     if refused {
         let delay = next_delay(state.backoff.get(pod).map(|(_, d)| *d), MIN_EVICTION_BACKOFF, MAX_EVICTION_BACKOFF);
-        state.backoff.insert(pod.clone(), (Instant::now() + crate::retry::jittered(delay), delay));
+        state
+            .backoff
+            .insert(pod.clone(), (Instant::now() + crate::retry::jittered(delay), delay));
     } else {
         state.backoff.remove(pod);
     }

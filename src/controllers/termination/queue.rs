@@ -65,7 +65,12 @@ impl WorkQueue {
     /// flight until `finished`.
     pub fn take(&mut self, now: Instant, slots: usize) -> Vec<String> {
         let free = slots.saturating_sub(self.in_flight.len());
-        let mut ready: Vec<(Instant, String)> = self.due.iter().filter(|(_, at)| **at <= now).map(|(n, at)| (*at, n.clone())).collect();
+        let mut ready: Vec<(Instant, String)> = self
+            .due
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(n, at)| (*at, n.clone()))
+            .collect();
         ready.sort();
         ready.truncate(free);
         ready
@@ -174,7 +179,10 @@ mod tests {
             q.finished("a", Outcome::Failed, now);
             let wait = q.backoff_of("a").unwrap();
             waits.push(wait.as_secs());
-            assert!(q.take(now + wait - Duration::from_millis(1), 16).iter().all(|n| n != "a"), "not before its back-off");
+            assert!(
+                q.take(now + wait - Duration::from_millis(1), 16).iter().all(|n| n != "a"),
+                "not before its back-off"
+            );
             now += wait;
         }
         assert_eq!(waits, [1, 2, 4, 8, 8]);

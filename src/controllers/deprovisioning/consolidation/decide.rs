@@ -201,66 +201,21 @@ pub fn candidate(
     prepare: &dyn Fn(&Pod) -> Pod,
     now: Timestamp,
 ) -> Result<Candidate, Ineligible> {
+    if let Some(first) = ineligible(view, pdbs, now, false).into_iter().next() {
+        return Err(first);
+    }
     let node = view.node;
-    let name = node.metadata.name.clone().unwrap_or_default();
     let labels = node.metadata.labels.clone().unwrap_or_default();
-    let annotations = node.metadata.annotations.clone().unwrap_or_default();
-    let skip = |why: &str| Err(Ineligible::Skip(why.to_string()));
-    let Some(provisioner_name) = labels.get(PROVISIONER_NAME_LABEL) else {
-        return skip("not launched by a Provisioner");
-    };
-    if node.metadata.deletion_timestamp.is_some() {
-        return skip("being deleted");
-    }
-    if annotations.contains_key(VOLUNTARY_DISRUPTION_ANNOTATION) && !view.resuming {
-        return skip("being replaced");
-    }
-    let Some(provisioner) = view.provisioner else {
-        return skip("its provisioner is unknown");
-    };
-    if !consolidates(provisioner) {
-        // Karpenter publishes "provisioner X has consolidation disabled" on every node of every
-        // such Provisioner each pass; that is noise for the users who chose emptiness TTLs.
-        return skip("its provisioner does not consolidate");
-    }
-    if let Some(key) = opted_out(Some(&annotations), &[DO_NOT_CONSOLIDATE_ANNOTATION, DO_NOT_DISRUPT_ANNOTATION]) {
-        return Err(Ineligible::Blocked(format!("{key} annotation exists")));
-    }
-    if !is_labelled_initialized(node) {
-        return Err(Ineligible::Blocked("node is not initialized".to_string()));
-    }
-    if view.nominated {
-        return Err(Ineligible::Blocked("node is nominated for a pending pod".to_string()));
-    }
-    let live: Vec<&Pod> = view.pods.iter().map(|p| p.as_ref()).filter(|p| occupies(p)).collect();
-    if live.iter().any(|p| scheduled_at(p).is_some_and(|at| now < at + ttl())) {
-        return skip("received a pod in the last 15s");
-    }
-    let (Some(instance_type), Some(zone), Some(capacity_type)) = (
+    let (Some(provisioner), Some(instance_type), Some(zone), Some(capacity_type), Some(price)) = (
+        view.provisioner,
         labels.get(INSTANCE_TYPE_LABEL),
         labels.get(ZONE_LABEL),
         labels.get(CAPACITY_TYPE_LABEL),
+        price(view),
     ) else {
-        return skip("missing its instance type, zone or capacity type label");
+        // `ineligible` has named each of these missing; kept total rather than trusted.
+        return Err(Ineligible::Skip("missing its provisioner, labels or price".to_string()));
     };
-    let Some(price) = view
-        .instance_type
-        .filter(|it| it.name == *instance_type)
-        .and_then(|it| it.offerings.iter().find(|o| o.zone == *zone && o.capacity_type == *capacity_type))
-        .map(|o| o.price)
-    else {
-        return skip("its instance type or offering is not in the catalogue");
-    };
-    if let Some(pod) = do_not_evict(view.pods) {
-        return Err(Ineligible::Blocked(format!(
-            "pod {}/{} has do not evict annotation",
-            pod.metadata.namespace.as_deref().unwrap_or("default"),
-            pod.metadata.name.as_deref().unwrap_or_default()
-        )));
-    }
-    if let Some((pdb, _)) = blocking_pdb(view.pods, pdbs) {
-        return Err(Ineligible::Blocked(format!("pdb {pdb} prevents pod evictions")));
-    }
     let pods: Vec<Pod> = view
         .pods
         .iter()
@@ -270,8 +225,8 @@ pub fn candidate(
     let created = node.metadata.creation_timestamp.as_ref().map(|t| t.0);
     let lifetime = lifetime_remaining(created, provisioner.spec.ttl_seconds_until_expired, now);
     Ok(Candidate {
-        name,
-        provisioner: provisioner_name.clone(),
+        name: node.metadata.name.clone().unwrap_or_default(),
+        provisioner: labels.get(PROVISIONER_NAME_LABEL).cloned().unwrap_or_default(),
         instance_type: instance_type.clone(),
         zone: zone.clone(),
         capacity_type: capacity_type.clone(),
@@ -279,6 +234,88 @@ pub fn candidate(
         disruption_cost: disruption_cost(&pods) * lifetime,
         pods,
     })
+}
+
+/// The node's price per hour: its instance type's offering in its zone and capacity type.
+pub fn price(view: NodeView<'_>) -> Option<f64> {
+    let labels = view.node.metadata.labels.as_ref()?;
+    let (instance_type, zone, capacity_type) = (
+        labels.get(INSTANCE_TYPE_LABEL)?,
+        labels.get(ZONE_LABEL)?,
+        labels.get(CAPACITY_TYPE_LABEL)?,
+    );
+    view.instance_type
+        .filter(|it| it.name == *instance_type)
+        .and_then(|it| it.offerings.iter().find(|o| o.zone == *zone && o.capacity_type == *capacity_type))
+        .map(|o| o.price)
+}
+
+/// Why the node is not a candidate, in the order `candidate` checks: only the first unless
+/// `every` (what `explain` shows: every blocker at once). A check that needs what an earlier one
+/// found missing (the Provisioner, the labels) is not reached.
+pub fn ineligible(view: NodeView<'_>, pdbs: &[PodDisruptionBudget], now: Timestamp, every: bool) -> Vec<Ineligible> {
+    let node = view.node;
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let annotations = node.metadata.annotations.clone().unwrap_or_default();
+    let mut found = Vec::new();
+    let skip = |why: &str| Ineligible::Skip(why.to_string());
+    // Each check in turn; `found!` records one and, unless `every`, ends the list there.
+    macro_rules! found {
+        ($why:expr) => {{
+            found.push($why);
+            if !every {
+                return found;
+            }
+        }};
+    }
+    if !labels.contains_key(PROVISIONER_NAME_LABEL) {
+        found.push(skip("not launched by a Provisioner"));
+        return found;
+    }
+    if node.metadata.deletion_timestamp.is_some() {
+        found!(skip("being deleted"));
+    }
+    if annotations.contains_key(VOLUNTARY_DISRUPTION_ANNOTATION) && !view.resuming {
+        found!(skip("being replaced"));
+    }
+    let Some(provisioner) = view.provisioner else {
+        found.push(skip("its provisioner is unknown"));
+        return found;
+    };
+    if !consolidates(provisioner) {
+        // Karpenter publishes "provisioner X has consolidation disabled" on every node of every
+        // such Provisioner each pass; that is noise for the users who chose emptiness TTLs.
+        found!(skip("its provisioner does not consolidate"));
+    }
+    if let Some(key) = opted_out(Some(&annotations), &[DO_NOT_CONSOLIDATE_ANNOTATION, DO_NOT_DISRUPT_ANNOTATION]) {
+        found!(Ineligible::Blocked(format!("{key} annotation exists")));
+    }
+    if !is_labelled_initialized(node) {
+        found!(Ineligible::Blocked("node is not initialized".to_string()));
+    }
+    if view.nominated {
+        found!(Ineligible::Blocked("node is nominated for a pending pod".to_string()));
+    }
+    let live: Vec<&Pod> = view.pods.iter().map(|p| p.as_ref()).filter(|p| occupies(p)).collect();
+    if live.iter().any(|p| scheduled_at(p).is_some_and(|at| now < at + ttl())) {
+        found!(skip("received a pod in the last 15s"));
+    }
+    if !(labels.contains_key(INSTANCE_TYPE_LABEL) && labels.contains_key(ZONE_LABEL) && labels.contains_key(CAPACITY_TYPE_LABEL)) {
+        found!(skip("missing its instance type, zone or capacity type label"));
+    } else if price(view).is_none() {
+        found!(skip("its instance type or offering is not in the catalogue"));
+    }
+    if let Some(pod) = do_not_evict(view.pods) {
+        found!(Ineligible::Blocked(format!(
+            "pod {}/{} has do not evict annotation",
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        )));
+    }
+    if let Some((pdb, _)) = blocking_pdb(view.pods, pdbs) {
+        found!(Ineligible::Blocked(format!("pdb {pdb} prevents pod evictions")));
+    }
+    found
 }
 
 fn ttl() -> SignedDuration {
@@ -391,9 +428,16 @@ fn compute_on(simulator: &Simulator, candidates: &[&Candidate]) -> Result<Comman
         n => return Err(format!("can't remove without creating {n} nodes")),
     }
     let mut request = new.remove(0);
+    let cheapest = request.cheapest().map(|(_, o)| o.price);
     request.instance_type_options = cheaper_than(&request.instance_type_options, &request.requirements, price_before);
     if request.instance_type_options.is_empty() {
-        return Err("can't replace with a cheaper node".to_string());
+        // Karpenter's words, then the figures.
+        return Err(match cheapest {
+            Some(cheapest) => {
+                format!("can't replace with a cheaper node: ${price_before:.4}/h now, the cheapest replacement ${cheapest:.4}/h")
+            }
+            None => "can't replace with a cheaper node".to_string(),
+        });
     }
     let capacity = request.requirements.get(CAPACITY_TYPE_LABEL).cloned();
     let allows = |value: &str| capacity.as_ref().is_none_or(|r| r.has(value));

@@ -231,7 +231,9 @@ fn candidates_and_blocked(ctx: &Context, snapshot: &Snapshot, resuming: bool) ->
     let mut blocked = Vec::new();
     for state_node in &nodes {
         let (node, name) = (&state_node.node, state_node.name());
-        let provisioner = state_node.provisioner().and_then(|p| provisioners.iter().find(|x| x.name_any() == p));
+        let provisioner = state_node
+            .provisioner()
+            .and_then(|p| provisioners.iter().find(|x| x.name_any() == p));
         let view = NodeView {
             node,
             pods: &state_node.pods,

@@ -204,7 +204,15 @@ fn the_cheapest_type_that_fits_is_kept() {
     let world = World::new(consolidating(&["on-demand"])).with_node("a", SMALL, "on-demand", &["1"]);
     let (command, refused, _) = single_node(&Simulator::new(&world.cluster()), &world.candidates(), &never());
     assert!(command.is_none());
-    assert_eq!(refused, [("a".to_string(), "can't replace with a cheaper node".to_string())]);
+    assert_eq!(refused.len(), 1);
+    let (node, why) = &refused[0];
+    assert_eq!(node, "a");
+    // Karpenter's words, then what the node costs and what the cheapest replacement would.
+    let price = world.candidates()[0].price;
+    assert_eq!(
+        why,
+        &format!("can't replace with a cheaper node: ${price:.4}/h now, the cheapest replacement ${price:.4}/h")
+    );
 }
 
 #[test]

@@ -1,0 +1,207 @@
+//! `explain pod NAMESPACE/NAME`: for a pending pod, what a provisioning pass would do with it and,
+//! per Provisioner, the first rule that excludes it; for a pod on a node, the node's type and
+//! price and the types a pass would choose for the pod today. Pure: the pod is simulated on its
+//! own against the cluster's nodes and Provisioners, as a pass would place it.
+
+use std::sync::Arc;
+
+use kube::ResourceExt;
+use serde::{Deserialize, Serialize};
+
+use super::World;
+use crate::controllers::deprovisioning::consolidation;
+use crate::controllers::provisioning::pods::is_provisionable;
+use crate::scheduling::pods::is_daemon_or_mirror;
+use crate::scheduling::{simulate, validate_pod, PodKey, SimulationInput};
+
+/// The answer to `explain pod`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodExplanation {
+    /// `namespace/name`.
+    pub pod: String,
+    /// Its phase.
+    pub phase: Option<String>,
+    /// The node it is bound to.
+    pub node: Option<String>,
+    /// The node the scheduler nominated it to (`status.nominatedNodeName`).
+    pub nominated_node: Option<String>,
+    /// What happens to it, in a sentence.
+    pub summary: String,
+    /// For a pod on a node of ours: that node's type and price.
+    pub node_type: Option<TypeChoice>,
+    /// The instance types a pass would choose for the pod on its own today, cheapest first (at
+    /// most three).
+    pub cheapest_types: Vec<TypeChoice>,
+    /// Per Provisioner, whether it could launch for the pod and if not the first rule that
+    /// excludes it.
+    pub provisioners: Vec<Verdict>,
+}
+
+/// An instance type with its price.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TypeChoice {
+    /// The type.
+    pub instance_type: String,
+    /// Its cheapest allowed offering's price per hour.
+    pub price_per_hour: f64,
+}
+
+/// One Provisioner's answer for the pod.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Verdict {
+    /// The Provisioner.
+    pub provisioner: String,
+    /// `launches`, or the kind of refusal: `incompatible` (taints, requirements, topology),
+    /// `limits`, `no_room`, `no_offering`.
+    pub outcome: String,
+    /// The rule, with both sides or the figures.
+    pub reason: String,
+}
+
+/// Explains pod `namespace/name` in `world`.
+pub fn explain_pod(world: &World<'_>, namespace: &str, name: &str) -> Result<PodExplanation, String> {
+    let pod = world
+        .pods
+        .iter()
+        .find(|p| p.namespace().as_deref() == Some(namespace) && p.name_any() == name)
+        .ok_or_else(|| format!("pod {namespace}/{name} not found"))?;
+    let key = PodKey::of(pod);
+    let status = pod.status.as_ref();
+    let bound = pod.spec.as_ref().and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty());
+    let nominated_node = status.and_then(|s| s.nominated_node_name.clone()).filter(|n| !n.is_empty());
+    let alone = (world.prepare)(pod);
+    // The pod on its own, against the cluster's nodes (a pending pod) or a cluster without
+    // nodes (a bound pod: which type would a pass launch for it today).
+    let mut input = SimulationInput {
+        pods: vec![Arc::new(alone)],
+        provisioners: world.input.provisioners.clone(),
+        nodes: if bound.is_some() { Vec::new() } else { world.input.nodes.clone() },
+        daemonset_pods: world.input.daemonset_pods.clone(),
+        namespace_labels: world.input.namespace_labels.clone(),
+    };
+    input.nodes.retain(|n| !n.marked_for_deletion);
+    let plan = simulate(&input);
+    let request = plan.new_nodes.iter().find(|r| r.pods.contains(&key));
+    let cheapest_types: Vec<TypeChoice> = request
+        .map(|r| {
+            let mut priced: Vec<TypeChoice> = r
+                .instance_type_options
+                .iter()
+                .filter_map(|it| {
+                    it.cheapest_matching(&r.requirements).map(|o| TypeChoice {
+                        instance_type: it.name.clone(),
+                        price_per_hour: o.price,
+                    })
+                })
+                .collect();
+            priced.sort_by(|a, b| {
+                a.price_per_hour
+                    .total_cmp(&b.price_per_hour)
+                    .then_with(|| a.instance_type.cmp(&b.instance_type))
+            });
+            priced.truncate(3);
+            priced
+        })
+        .unwrap_or_default();
+    let mut provisioners: Vec<Verdict> = plan
+        .refusals
+        .get(&key)
+        .map(|refusals| {
+            refusals
+                .iter()
+                .map(|(provisioner, kind, message)| Verdict {
+                    provisioner: provisioner.clone(),
+                    outcome: kind.label().to_string(),
+                    reason: message.clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(r) = request {
+        provisioners.push(Verdict {
+            provisioner: r.provisioner.clone(),
+            outcome: "launches".to_string(),
+            reason: cheapest_types
+                .first()
+                .map(|t| format!("cheapest fitting type {} at {}", t.instance_type, super::dollars(t.price_per_hour)))
+                .unwrap_or_default(),
+        });
+    }
+    let node_type = bound.as_deref().and_then(|node| {
+        let state = world.nodes.iter().find(|n| n.name() == node)?;
+        let view = consolidation::NodeView {
+            node: &state.node,
+            pods: &state.pods,
+            provisioner: None,
+            instance_type: state.instance_type.as_deref(),
+            nominated: false,
+            resuming: false,
+        };
+        Some(TypeChoice {
+            instance_type: state.instance_type.as_ref()?.name.clone(),
+            price_per_hour: consolidation::decide::price(view)?,
+        })
+    });
+    let on_existing = plan.existing_assignments.iter().find(|(k, _)| *k == key).map(|(_, n)| n.clone());
+    let summary = match (&bound, status.and_then(|s| s.phase.as_deref())) {
+        (Some(node), phase) => {
+            let mut text = format!("{} on node {node}", phase.unwrap_or("bound"));
+            if let Some(t) = &node_type {
+                text.push_str(&format!(" ({} at {})", t.instance_type, super::dollars(t.price_per_hour)));
+            }
+            if let (Some(first), Some(second)) = (cheapest_types.first(), cheapest_types.get(1)) {
+                text.push_str(&format!(
+                    "; on its own today it would get {} at {} (runner-up {} at {})",
+                    first.instance_type,
+                    super::dollars(first.price_per_hour),
+                    second.instance_type,
+                    super::dollars(second.price_per_hour)
+                ));
+            }
+            text
+        }
+        (None, _) if !is_provisionable(pod) => match &nominated_node {
+            Some(node) => format!("nominated to node {node} by the scheduler: it waits for room there (provisioning leaves it alone)"),
+            None if pod.metadata.deletion_timestamp.is_some() => "being deleted".to_string(),
+            None if is_daemon_or_mirror(pod) => "a DaemonSet or mirror pod: provisioning does not launch for it".to_string(),
+            None => "not provisioned for yet: the scheduler has not marked it unschedulable (PodScheduled=False, reason Unschedulable)"
+                .to_string(),
+        },
+        (None, _) => match validate_pod(pod) {
+            Err(why) => format!("ignored by provisioning: {why}"),
+            Ok(()) => match (&on_existing, request, plan.unschedulable.iter().find(|(k, _)| *k == key)) {
+                (Some(node), _, _) => {
+                    let initialised = world.nodes.iter().find(|n| n.name() == node).is_none_or(|n| n.initialized());
+                    if initialised {
+                        format!("fits on node {node}: the scheduler places it there")
+                    } else {
+                        format!("waits for node {node}, launched for it and not initialised yet")
+                    }
+                }
+                (None, Some(r), _) => format!(
+                    "needs a new node: Provisioner {} launches {}",
+                    r.provisioner,
+                    cheapest_types
+                        .first()
+                        .map(|t| format!("{} at {}", t.instance_type, super::dollars(t.price_per_hour)))
+                        .unwrap_or_else(|| "a node".to_string())
+                ),
+                (None, None, Some((_, why))) => format!("unschedulable: {why}"),
+                (None, None, None) => "no Provisioner can launch a node for it".to_string(),
+            },
+        },
+    };
+    Ok(PodExplanation {
+        pod: key.to_string(),
+        phase: status.and_then(|s| s.phase.clone()),
+        node: bound,
+        nominated_node,
+        summary,
+        node_type,
+        cheapest_types,
+        provisioners,
+    })
+}
