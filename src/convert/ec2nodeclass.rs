@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 
 use super::nodepool::object_metadata;
 use super::yaml::{self, Document, Item, MapBuilder, Node};
-use super::{ClassPlan, Settings};
+use super::class_plan::ClassPlan;
+use super::Settings;
 use crate::apis::field_error::{FieldError, FieldErrors, Path};
 use crate::apis::quantity::parse_quantity;
 use crate::apis::v1alpha1::validation::ID_FILTER_KEYS;
