@@ -192,9 +192,11 @@ pub struct AcceleratorInfo {
 /// Where and how an instance type can be bought, and for how much: the simulation's own type.
 pub type OfferingInfo = crate::scheduling::Offering;
 
-/// An offering that could not be launched.
+/// Which offering: an instance type in a zone as a capacity type, without a price (what a
+/// capacity error and the unavailable-offerings cache name; `OfferingInfo` is an offering with its
+/// price and availability).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Offering {
+pub struct OfferingId {
     /// `t3.large`.
     pub instance_type: String,
     /// Availability zone.
@@ -203,7 +205,7 @@ pub struct Offering {
     pub capacity_type: String,
 }
 
-impl fmt::Display for Offering {
+impl fmt::Display for OfferingId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {} in {}", self.capacity_type, self.instance_type, self.zone)
     }
@@ -219,7 +221,7 @@ pub enum Error {
     #[error("insufficient capacity for {}", join_offerings(offerings))]
     InsufficientCapacity {
         /// The offerings that failed or were already known to be unavailable.
-        offerings: Vec<Offering>,
+        offerings: Vec<OfferingId>,
     },
     /// The settings cannot work as written (no subnet matches the selector, unknown AMI family, ...).
     #[error("{0}")]
@@ -237,7 +239,7 @@ pub enum Error {
     },
 }
 
-fn join_offerings(offerings: &[Offering]) -> String {
+fn join_offerings(offerings: &[OfferingId]) -> String {
     if offerings.is_empty() {
         return "every requested offering".to_string();
     }
@@ -302,7 +304,7 @@ pub trait CloudProvider: Send + Sync {
     /// Marks offerings unavailable for a while (the insufficient-capacity cache,
     /// `aws@v0.27.0:pkg/cache/unavailableofferings.go`), e.g. the spot offering of an instance EC2
     /// is interrupting: launches go elsewhere meanwhile.
-    fn mark_unavailable(&self, offerings: &[Offering]);
+    fn mark_unavailable(&self, offerings: &[OfferingId]);
 }
 
 #[cfg(test)]
