@@ -2,102 +2,35 @@
 //! `LaunchRequest`, `Instance`, `Error`) and the `CloudProvider` trait. The AWS implementation
 //! lives in `aws/`; nothing here knows about EC2 or does I/O, so `scheduling/` and the
 //! controllers can use these types and tests can implement the trait.
+//!
+//! Here: the settings, the instance types, the errors and the trait. A Provisioner's AWS settings,
+//! the Kubernetes version and the AMI family default are in `node_template`; what a launch takes
+//! and gives (options, request, instance) in `launch`.
 
 pub mod aws;
 pub mod catalogue;
+mod launch;
+mod node_template;
 pub mod queue;
 pub mod shared_types;
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::Taint;
 
 use base64::Engine;
 
-use crate::apis::quantity::parse_quantity;
-use crate::apis::v1alpha1::defaults::discovery_selector;
-use crate::apis::v1alpha1::{AwsNodeTemplateSpec, AwsNodeTemplateStatus, AwsProvider, BlockDeviceMapping, MetadataOptions};
-use crate::apis::v1alpha5::KubeletConfiguration;
-use crate::scheduling::capacity::DEFAULT_EPHEMERAL_STORAGE_BYTES;
+use crate::apis::v1alpha1::AwsNodeTemplateStatus;
 pub use crate::scheduling::AmiFamily;
 use crate::scheduling::InstanceFacts;
 
-/// A Kubernetes `major.minor`: the version whose EKS-optimized AMIs nodes boot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct KubernetesVersion {
-    /// `1` of `1.33`.
-    pub major: u32,
-    /// `33` of `1.33`.
-    pub minor: u32,
-}
-
-impl KubernetesVersion {
-    /// The first version whose nodes default to AL2023: EKS publishes no AL2 AMIs from 1.33 on
-    /// (Karpenter v0.31 always defaulted to AL2; README's table of differences).
-    pub const FIRST_AL2023_DEFAULT: KubernetesVersion = KubernetesVersion { major: 1, minor: 33 };
-
-    /// From `major.minor` (`1.33`); a leading `v` and a patch (`v1.33.2`) are accepted.
-    pub fn parse(value: &str) -> Result<KubernetesVersion, String> {
-        let err = || format!("invalid Kubernetes version {value:?}: expected major.minor, e.g. 1.33");
-        let parts: Vec<&str> = value.trim().trim_start_matches('v').split('.').collect();
-        let numeric = |p: &&str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
-        if !(2..=3).contains(&parts.len()) || !parts.iter().all(numeric) {
-            return Err(err());
-        }
-        Ok(KubernetesVersion {
-            major: parts[0].parse().map_err(|_| err())?,
-            minor: parts[1].parse().map_err(|_| err())?,
-        })
-    }
-
-    /// From the API server's `/version` `major` and `minor`, whose trailing `+` (and anything
-    /// else after the digits, as some distributions add) is dropped
-    /// (`aws@v0.27.0:pkg/providers/version/version.go`).
-    pub fn from_api_server(major: &str, minor: &str) -> Result<KubernetesVersion, String> {
-        let digits = |s: &str| -> String { s.chars().take_while(char::is_ascii_digit).collect() };
-        let err = || format!("the API server reports version major {major:?} minor {minor:?}, not numbers");
-        Ok(KubernetesVersion {
-            major: digits(major).parse().map_err(|_| err())?,
-            minor: digits(minor).parse().map_err(|_| err())?,
-        })
-    }
-}
-
-impl fmt::Display for KubernetesVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.major, self.minor)
-    }
-}
-
-impl std::str::FromStr for KubernetesVersion {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        KubernetesVersion::parse(s)
-    }
-}
-
-/// The AMI family of a template that names none: AL2 up to Kubernetes 1.32, AL2023 from 1.33
-/// on (a deliberate difference, in README's table; Karpenter v0.31 always took AL2).
-pub fn default_ami_family(version: KubernetesVersion) -> AmiFamily {
-    if version >= KubernetesVersion::FIRST_AL2023_DEFAULT {
-        AmiFamily::Al2023
-    } else {
-        AmiFamily::Al2
-    }
-}
-
-/// The AMI family of `spec.amiFamily`, or the version's default when absent.
-pub fn ami_family(value: Option<&str>, version: KubernetesVersion) -> Result<AmiFamily, Error> {
-    match value {
-        Some(v) => AmiFamily::parse(v).map_err(Error::InvalidConfiguration),
-        None => Ok(default_ami_family(version)),
-    }
-}
+pub use launch::{
+    instance_id_from_provider_id, instances_named_by, Instance, InstanceOption, LaunchIdentity, LaunchRequest, LAUNCH_CONFIG_TAG,
+};
+pub use node_template::{ami_family, default_ami_family, spot_max_price, KubernetesVersion, NodeTemplate};
 
 /// The CA bundle as EKS reports it (base64 of the PEM certificates) of DER certificates, e.g.
 /// the root certificates of the controller's own kube config.
@@ -259,261 +192,11 @@ pub struct AcceleratorInfo {
 /// Where and how an instance type can be bought, and for how much: the simulation's own type.
 pub type OfferingInfo = crate::scheduling::Offering;
 
-/// The AWS settings of one Provisioner, from its AWSNodeTemplate or its inline `spec.provider`,
-/// with absent selectors defaulted to the cluster's discovery tag.
-#[derive(Clone, Debug, PartialEq)]
-pub struct NodeTemplate {
-    /// Tags (or `aws-ids`) selecting the subnets.
-    pub subnet_selector: BTreeMap<String, String>,
-    /// Tags (or `aws-ids`) selecting the security groups; empty with `launch_template`.
-    pub security_group_selector: BTreeMap<String, String>,
-    /// AMI family (bootstrap format, SSM parameters, root device): the template's, else the
-    /// Kubernetes version's default.
-    pub ami_family: AmiFamily,
-    /// Kubernetes `major.minor` whose AMIs the nodes boot (the family's SSM parameters).
-    pub kubernetes_version: KubernetesVersion,
-    /// Tags or ids selecting AMIs instead of the family's SSM parameter.
-    pub ami_selector: Option<BTreeMap<String, String>>,
-    /// IAM instance profile; `None` uses `CloudConfig::default_instance_profile`.
-    pub instance_profile: Option<String>,
-    /// Custom user data merged with the generated bootstrap.
-    pub user_data: Option<String>,
-    /// Tags for instances, volumes and launch templates.
-    pub tags: BTreeMap<String, String>,
-    /// Block devices; `None` uses the family's defaults.
-    pub block_device_mappings: Option<Vec<BlockDeviceMapping>>,
-    /// Instance metadata options; absent fields use the defaults.
-    pub metadata_options: Option<MetadataOptions>,
-    /// Whether detailed monitoring is on.
-    pub detailed_monitoring: bool,
-    /// CreateFleet `Context` (capacity reservations etc.).
-    pub context: Option<String>,
-    /// An existing launch template used as-is instead of generated ones.
-    pub launch_template: Option<String>,
-}
-
-impl NodeTemplate {
-    /// From an AWSNodeTemplate for nodes of Kubernetes `version`; absent selectors select
-    /// `karpenter.sh/discovery: <cluster_name>`.
-    pub fn from_node_template(spec: &AwsNodeTemplateSpec, cluster_name: &str, version: KubernetesVersion) -> Result<NodeTemplate, Error> {
-        Ok(NodeTemplate {
-            subnet_selector: spec.subnet_selector.clone().unwrap_or_else(|| discovery_selector(cluster_name)),
-            security_group_selector: default_security_groups(
-                spec.security_group_selector.as_ref(),
-                spec.launch_template.as_deref(),
-                cluster_name,
-            ),
-            ami_family: ami_family(spec.ami_family.as_deref(), version)?,
-            kubernetes_version: version,
-            ami_selector: spec.ami_selector.clone(),
-            instance_profile: spec.instance_profile.clone(),
-            user_data: spec.user_data.clone(),
-            tags: spec.tags.clone().unwrap_or_default(),
-            block_device_mappings: spec.block_device_mappings.clone(),
-            metadata_options: spec.metadata_options.clone(),
-            detailed_monitoring: spec.detailed_monitoring.unwrap_or(false),
-            context: spec.context.clone(),
-            launch_template: spec.launch_template.clone(),
-        })
-    }
-
-    /// From a Provisioner's inline `spec.provider` for nodes of Kubernetes `version`; the cluster
-    /// for default selectors is its `clusterName` when set, else `cluster_name`.
-    pub fn from_provider(provider: &AwsProvider, cluster_name: &str, version: KubernetesVersion) -> Result<NodeTemplate, Error> {
-        let cluster = provider.cluster_name.as_deref().filter(|c| !c.is_empty()).unwrap_or(cluster_name);
-        Ok(NodeTemplate {
-            subnet_selector: provider.subnet_selector.clone().unwrap_or_else(|| discovery_selector(cluster)),
-            security_group_selector: default_security_groups(
-                provider.security_group_selector.as_ref(),
-                provider.launch_template.as_deref(),
-                cluster,
-            ),
-            ami_family: ami_family(provider.ami_family.as_deref(), version)?,
-            kubernetes_version: version,
-            ami_selector: None,
-            instance_profile: provider.instance_profile.clone(),
-            user_data: None,
-            tags: provider.tags.clone().unwrap_or_default(),
-            block_device_mappings: provider.block_device_mappings.clone(),
-            metadata_options: provider.metadata_options.clone(),
-            detailed_monitoring: false,
-            context: provider.context.clone(),
-            launch_template: provider.launch_template.clone(),
-        })
-    }
-}
-
-impl NodeTemplate {
-    /// Bytes of the volume holding the kubelet's ephemeral storage: the block-device mapping
-    /// of the family's ephemeral device (Custom: the last mapping), else the family's default
-    /// root size, 20Gi (`aws@v0.27.0:pkg/providers/instancetype/types.go` `ephemeralStorage`). A
-    /// mapping without a readable `volumeSize` counts as absent (admission rejects unreadable sizes).
-    pub fn ephemeral_storage_bytes(&self) -> i64 {
-        let mappings = self.block_device_mappings.as_deref().unwrap_or_default();
-        let root = match self.ami_family.ephemeral_device() {
-            Some(device) => mappings.iter().find(|m| m.device_name.as_deref() == Some(device)),
-            None => mappings.last(),
-        };
-        root.and_then(|m| m.ebs.as_ref())
-            .and_then(|ebs| ebs.volume_size.as_ref())
-            .and_then(|size| parse_quantity(&size.0))
-            .map(|bytes| bytes.ceil() as i64)
-            .unwrap_or(DEFAULT_EPHEMERAL_STORAGE_BYTES)
-    }
-}
-
-fn default_security_groups(
-    selector: Option<&BTreeMap<String, String>>,
-    launch_template: Option<&str>,
-    cluster: &str,
-) -> BTreeMap<String, String> {
-    match (selector, launch_template) {
-        (Some(s), _) => s.clone(),
-        (None, Some(_)) => BTreeMap::new(),
-        (None, None) => discovery_selector(cluster),
-    }
-}
-
-/// The spot price cap of an inline provider's `spotPrice` (USD per hour), if it has a valid one.
-pub fn spot_max_price(provider: &AwsProvider) -> Option<f64> {
-    provider
-        .spot_price
-        .as_deref()
-        .and_then(|p| crate::apis::v1alpha1::validation::check_spot_price(p).ok())
-}
-
-/// One (instance type, zone, capacity type) the controller is willing to launch, with its price.
-#[derive(Clone, Debug, PartialEq)]
-pub struct InstanceOption {
-    /// `t3.large`.
-    pub instance_type: String,
-    /// Availability zone.
-    pub zone: String,
-    /// `on-demand` or `spot`.
-    pub capacity_type: String,
-    /// USD per hour.
-    pub price: f64,
-}
-
-impl InstanceOption {
-    /// The offering `offering` of the instance type `instance_type`.
-    pub fn of(instance_type: &str, offering: &OfferingInfo) -> InstanceOption {
-        InstanceOption {
-            instance_type: instance_type.to_string(),
-            zone: offering.zone.clone(),
-            capacity_type: offering.capacity_type.clone(),
-            price: offering.price,
-        }
-    }
-}
-
-/// Everything needed to launch one node.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LaunchRequest {
-    /// The Provisioner the node is for (tags, `Name`).
-    pub provisioner_name: String,
-    /// A name for the node, used in the `Name` tag when given.
-    pub node_name: Option<String>,
-    /// The Provisioner's AWS settings.
-    pub template: NodeTemplate,
-    /// What may be launched, cheapest first (the order is kept; see `aws/instance.rs`).
-    pub instance_options: Vec<InstanceOption>,
-    /// Node labels for the kubelet (provisioner labels + `karpenter.sh/provisioner-name` + custom
-    /// requirement labels); `karpenter.sh/capacity-type` is added at launch.
-    pub labels: BTreeMap<String, String>,
-    /// Taints the node registers with.
-    pub taints: Vec<Taint>,
-    /// Taints the node starts with and a daemon removes; registered with the others.
-    pub startup_taints: Vec<Taint>,
-    /// The Provisioner's kubelet settings (maxPods, reserved resources, eviction, ...).
-    pub kubelet: KubeletConfiguration,
-    /// How many pods a node of each instance type holds as the plan counted them (its `pods`
-    /// capacity). Passed to the kubelet as its max pods, one launch template per distinct
-    /// figure, so that it takes as many pods as were planned: AL2's bootstrap would otherwise
-    /// apply its own ENI table (Karpenter always passes `--max-pods`,
-    /// aws@v0.27.0:pkg/providers/amifamily/resolver.go). A type not named here gets the
-    /// Provisioner's `maxPods`, or the AMI's own rule.
-    pub max_pods: BTreeMap<String, i64>,
-    /// Highest USD per hour paid for spot (`spec.provider.spotPrice`); dearer spot options are dropped.
-    pub spot_max_price: Option<f64>,
-    /// For a launch for pending pods: what makes it idempotent and its instance adoptable.
-    /// `None` (a bare launch): a fresh CreateFleet token, no launch-config tag.
-    pub identity: Option<LaunchIdentity>,
-}
-
-pub use crate::apis::v1alpha5::labels::LAUNCH_CONFIG_TAG;
-
-/// Who a launch is for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LaunchIdentity {
-    /// Digest of what shapes the node (`apis::hash::launch_config_hash`), tagged on the instance
-    /// as [`LAUNCH_CONFIG_TAG`].
-    pub config: String,
-    /// Digest of the configuration, the pods the node is for and the attempt's generation:
-    /// CreateFleet's `ClientToken` is derived from it, so a call retried after its answer was
-    /// lost, by this process or by one restarted, gets the instance already launched.
-    pub need: String,
-}
-
-/// A launched instance as EC2 reports it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Instance {
-    /// `i-0123...`.
-    pub id: String,
-    /// `t3.large`.
-    pub instance_type: String,
-    /// Availability zone.
-    pub zone: String,
-    /// `on-demand` or `spot`.
-    pub capacity_type: String,
-    /// EC2 private DNS name (the node name), may be empty right after launch.
-    pub private_dns_name: String,
-    /// Private IPv4 address.
-    pub private_ip: Option<String>,
-    /// When EC2 launched it.
-    pub launch_time: Option<SystemTime>,
-    /// `pending`, `running`, `shutting-down`, `terminated`, `stopping`, `stopped`.
-    pub state: String,
-    /// Its tags.
-    pub tags: BTreeMap<String, String>,
-    /// AMI it runs.
-    pub image_id: Option<String>,
-    /// Subnet it runs in.
-    pub subnet_id: Option<String>,
-    /// Security groups of its primary network interface, sorted.
-    pub security_group_ids: Vec<String>,
-}
-
-impl Instance {
-    /// `aws:///<zone>/<instance-id>`, the Node's `spec.providerID`.
-    pub fn provider_id(&self) -> String {
-        format!("aws:///{}/{}", self.zone, self.id)
-    }
-
-    /// The Node name: the lowercased private DNS name (`aws.nodeNameConvention=ip-name`).
-    pub fn node_name(&self) -> String {
-        self.private_dns_name.to_lowercase()
-    }
-}
-
-/// The instance ids the `spec.providerID`s of `nodes` name.
-pub fn instances_named_by<'a>(nodes: impl IntoIterator<Item = &'a k8s_openapi::api::core::v1::Node>) -> std::collections::HashSet<&'a str> {
-    nodes
-        .into_iter()
-        .filter_map(|n| n.spec.as_ref()?.provider_id.as_deref())
-        .filter_map(instance_id_from_provider_id)
-        .collect()
-}
-
-/// The instance id of a `spec.providerID` (`aws:///<zone>/<id>`), if it is one.
-pub fn instance_id_from_provider_id(provider_id: &str) -> Option<&str> {
-    let rest = provider_id.strip_prefix("aws://")?;
-    rest.rsplit('/').next().filter(|id| id.starts_with("i-"))
-}
-
-/// An offering that could not be launched.
+/// Which offering: an instance type in a zone as a capacity type, without a price (what a
+/// capacity error and the unavailable-offerings cache name; `OfferingInfo` is an offering with its
+/// price and availability).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Offering {
+pub struct OfferingId {
     /// `t3.large`.
     pub instance_type: String,
     /// Availability zone.
@@ -522,7 +205,7 @@ pub struct Offering {
     pub capacity_type: String,
 }
 
-impl fmt::Display for Offering {
+impl fmt::Display for OfferingId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {} in {}", self.capacity_type, self.instance_type, self.zone)
     }
@@ -538,7 +221,7 @@ pub enum Error {
     #[error("insufficient capacity for {}", join_offerings(offerings))]
     InsufficientCapacity {
         /// The offerings that failed or were already known to be unavailable.
-        offerings: Vec<Offering>,
+        offerings: Vec<OfferingId>,
     },
     /// The settings cannot work as written (no subnet matches the selector, unknown AMI family, ...).
     #[error("{0}")]
@@ -556,7 +239,7 @@ pub enum Error {
     },
 }
 
-fn join_offerings(offerings: &[Offering]) -> String {
+fn join_offerings(offerings: &[OfferingId]) -> String {
     if offerings.is_empty() {
         return "every requested offering".to_string();
     }
@@ -621,7 +304,7 @@ pub trait CloudProvider: Send + Sync {
     /// Marks offerings unavailable for a while (the insufficient-capacity cache,
     /// `aws@v0.27.0:pkg/cache/unavailableofferings.go`), e.g. the spot offering of an instance EC2
     /// is interrupting: launches go elsewhere meanwhile.
-    fn mark_unavailable(&self, offerings: &[Offering]);
+    fn mark_unavailable(&self, offerings: &[OfferingId]);
 }
 
 #[cfg(test)]

@@ -1,4 +1,7 @@
+use std::collections::BTreeMap;
+
 use super::*;
+use crate::settings::GlobalSettings;
 
 #[test]
 fn karpenters_env_names_are_aliases_that_ours_override() {

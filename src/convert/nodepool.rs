@@ -8,7 +8,8 @@ use k8s_openapi::api::core::v1::{NodeSelectorRequirement, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::yaml::{Document, Item, MapBuilder, Node};
-use super::{duration, ClassRef};
+use super::class_plan::ClassRef;
+use super::duration;
 use crate::apis::keys::LAST_APPLIED_ANNOTATION;
 use crate::apis::v1alpha5::labels::{
     CAPACITY_TYPE_LABEL, DO_NOT_CONSOLIDATE_ANNOTATION, DO_NOT_DISRUPT_ANNOTATION, HOSTNAME_LABEL,

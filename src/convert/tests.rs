@@ -1,8 +1,10 @@
 //! The conversion on both write-ups' manifests and on the cases where v1 differs.
 
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::*;
+use crate::apis::v1alpha5::{self, Provisioner};
 
 fn fixture(path: &str) -> Source {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");

@@ -33,6 +33,19 @@ impl PodKey {
             name: pod.metadata.name.clone().unwrap_or_default(),
         }
     }
+
+    /// A Pod carrying only this name, to refer to it (in an event) without reading it: after
+    /// its eviction it may already be gone.
+    pub fn as_object(&self) -> Pod {
+        Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(self.name.clone()),
+                namespace: Some(self.namespace.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
 }
 
 impl fmt::Display for PodKey {

@@ -21,7 +21,7 @@ use aws_sdk_ec2::Client;
 use super::errors::{self, AwsError};
 use super::subnets::Subnet;
 use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, PROVISIONER_NAME_LABEL};
-use crate::cloudprovider::{Error, Instance, InstanceOption, Offering};
+use crate::cloudprovider::{Error, Instance, InstanceOption, OfferingId};
 
 /// Most instance types sent in one launch (`MaxInstanceTypes` of the AWS provider).
 pub const MAX_INSTANCE_TYPES: usize = 60;
@@ -94,8 +94,8 @@ pub fn plan(
     })
 }
 
-fn offering(o: &InstanceOption) -> Offering {
-    Offering {
+fn offering(o: &InstanceOption) -> OfferingId {
+    OfferingId {
         instance_type: o.instance_type.clone(),
         zone: o.zone.clone(),
         capacity_type: o.capacity_type.clone(),
@@ -169,7 +169,7 @@ pub fn instance_tags(
 #[derive(Clone, Debug, PartialEq)]
 pub struct FleetError {
     /// The offering it is about.
-    pub offering: Offering,
+    pub offering: OfferingId,
     /// AWS error code.
     pub code: String,
     /// AWS message.
@@ -180,7 +180,7 @@ pub struct FleetError {
 /// code (those offerings are to be marked unavailable), else an API error listing them all.
 pub fn fleet_failure(errs: &[FleetError]) -> Error {
     if !errs.is_empty() && errs.iter().all(|e| errors::is_insufficient_capacity(&e.code)) {
-        let mut offerings: Vec<Offering> = errs.iter().map(|e| e.offering.clone()).collect();
+        let mut offerings: Vec<OfferingId> = errs.iter().map(|e| e.offering.clone()).collect();
         offerings.sort();
         offerings.dedup();
         return Error::InsufficientCapacity { offerings };
@@ -207,7 +207,7 @@ pub fn fleet_failure(errs: &[FleetError]) -> Error {
 }
 
 /// The offerings of capacity errors, to mark unavailable.
-pub fn capacity_failures(errs: &[FleetError]) -> Vec<Offering> {
+pub fn capacity_failures(errs: &[FleetError]) -> Vec<OfferingId> {
     errs.iter()
         .filter(|e| errors::is_insufficient_capacity(&e.code))
         .map(|e| e.offering.clone())
@@ -217,7 +217,7 @@ pub fn capacity_failures(errs: &[FleetError]) -> Vec<Offering> {
 fn fleet_error(e: &CreateFleetError, capacity_type: &str) -> Option<FleetError> {
     let ov = e.launch_template_and_overrides()?.overrides()?;
     Some(FleetError {
-        offering: Offering {
+        offering: OfferingId {
             instance_type: ov.instance_type()?.as_str().to_string(),
             zone: ov.availability_zone().unwrap_or_default().to_string(),
             capacity_type: e

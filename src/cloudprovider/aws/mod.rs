@@ -39,7 +39,7 @@ use self::subnets::{SecurityGroup, Subnet};
 use self::unavailable_offerings::UnavailableOfferings;
 use crate::apis::v1alpha1::{AmiStatus, AwsNodeTemplateStatus, SecurityGroupStatus, SubnetStatus};
 use crate::apis::v1alpha5::labels::{ARCH_LABEL, PROVISIONER_NAME_LABEL};
-use crate::cloudprovider::{CloudConfig, CloudProvider, Error, Instance, InstanceTypeInfo, LaunchRequest, NodeTemplate, Offering};
+use crate::cloudprovider::{CloudConfig, CloudProvider, Error, Instance, InstanceTypeInfo, LaunchRequest, NodeTemplate, OfferingId};
 
 /// A value cache with a time to live, keyed by selector.
 struct TtlCache<K, V> {
@@ -337,7 +337,7 @@ impl AwsCloudProvider {
         state.prices.clone()
     }
 
-    fn mark_offerings_unavailable(&self, offerings: &[Offering]) {
+    fn mark_offerings_unavailable(&self, offerings: &[OfferingId]) {
         let now = Instant::now();
         let mut cache = self.unavailable.lock().expect("cache lock is never poisoned: no panics while held");
         for o in offerings {
@@ -586,7 +586,7 @@ impl CloudProvider for AwsCloudProvider {
             Err(e) => Err(e),
         }
     }
-    fn mark_unavailable(&self, offerings: &[Offering]) {
+    fn mark_unavailable(&self, offerings: &[OfferingId]) {
         self.mark_offerings_unavailable(offerings);
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::cloudprovider::Offering;
+use crate::cloudprovider::OfferingId;
 
 /// How long an offering stays unavailable after a capacity error (Karpenter's 3 minutes).
 pub const UNAVAILABLE_OFFERINGS_TTL: Duration = Duration::from_secs(3 * 60);
@@ -13,7 +13,7 @@ pub const UNAVAILABLE_OFFERINGS_TTL: Duration = Duration::from_secs(3 * 60);
 /// Offerings without capacity, until when.
 #[derive(Debug, Default)]
 pub struct UnavailableOfferings {
-    until: HashMap<Offering, Instant>,
+    until: HashMap<OfferingId, Instant>,
     ttl: Option<Duration>,
 }
 
@@ -36,7 +36,7 @@ impl UnavailableOfferings {
     }
 
     /// Marks an offering unavailable from `now`; expired entries are dropped on the way.
-    pub fn mark(&mut self, offering: Offering, now: Instant) {
+    pub fn mark(&mut self, offering: OfferingId, now: Instant) {
         self.until.retain(|_, until| *until > now);
         let until = now + self.ttl();
         self.until.insert(offering, until);
@@ -44,7 +44,7 @@ impl UnavailableOfferings {
 
     /// Whether an offering is unavailable at `now`.
     pub fn is_unavailable(&self, instance_type: &str, zone: &str, capacity_type: &str, now: Instant) -> bool {
-        let key = Offering {
+        let key = OfferingId {
             instance_type: instance_type.to_string(),
             zone: zone.to_string(),
             capacity_type: capacity_type.to_string(),
@@ -53,8 +53,8 @@ impl UnavailableOfferings {
     }
 
     /// The offerings unavailable at `now`.
-    pub fn unavailable(&self, now: Instant) -> Vec<Offering> {
-        let mut out: Vec<Offering> = self.until.iter().filter(|(_, u)| **u > now).map(|(o, _)| o.clone()).collect();
+    pub fn unavailable(&self, now: Instant) -> Vec<OfferingId> {
+        let mut out: Vec<OfferingId> = self.until.iter().filter(|(_, u)| **u > now).map(|(o, _)| o.clone()).collect();
         out.sort();
         out
     }
@@ -64,8 +64,8 @@ impl UnavailableOfferings {
 mod tests {
     use super::*;
 
-    fn offering(t: &str, zone: &str, ct: &str) -> Offering {
-        Offering {
+    fn offering(t: &str, zone: &str, ct: &str) -> OfferingId {
+        OfferingId {
             instance_type: t.into(),
             zone: zone.into(),
             capacity_type: ct.into(),

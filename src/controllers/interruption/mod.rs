@@ -34,7 +34,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, CAPACITY_TYPE_SPOT, INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL, ZONE_LABEL};
 use crate::cloudprovider::queue::{Queue, Received};
-use crate::cloudprovider::{instance_id_from_provider_id, CloudProvider, Offering};
+use crate::cloudprovider::{instance_id_from_provider_id, CloudProvider, OfferingId};
 use crate::controllers::events::publish;
 use crate::controllers::node_ops;
 use crate::controllers::provisioning::Provisioning;
@@ -313,7 +313,7 @@ async fn act(ctx: &Context, message: &Message, instance_id: &str, action: &Actio
         let labels = node.labels();
         if let (Some(instance_type), Some(zone)) = (labels.get(INSTANCE_TYPE_LABEL), labels.get(ZONE_LABEL)) {
             if labels.get(CAPACITY_TYPE_LABEL).map(String::as_str) == Some(CAPACITY_TYPE_SPOT) {
-                ctx.cloud.mark_unavailable(&[Offering {
+                ctx.cloud.mark_unavailable(&[OfferingId {
                     instance_type: instance_type.clone(),
                     zone: zone.clone(),
                     capacity_type: CAPACITY_TYPE_SPOT.to_string(),

@@ -246,7 +246,7 @@ mod tests {
     use std::time::Duration;
 
     use crate::apis::v1alpha1::AwsNodeTemplateStatus;
-    use crate::cloudprovider::{Error, Instance, InstanceTypeInfo, LaunchRequest, Offering};
+    use crate::cloudprovider::{Error, Instance, InstanceTypeInfo, LaunchRequest, OfferingId};
 
     /// A cloud whose `create` answers from a script: fault injection (insufficient capacity) the
     /// EC2 emulator cannot produce. Every other method is unused here.
@@ -282,14 +282,14 @@ mod tests {
         async fn get(&self, _: &str) -> Result<Instance, Error> {
             unreachable!("not used by create_instance")
         }
-        fn mark_unavailable(&self, _: &[Offering]) {
+        fn mark_unavailable(&self, _: &[OfferingId]) {
             unreachable!("not used by create_instance")
         }
     }
 
     fn ice(zone: &str) -> Error {
         Error::InsufficientCapacity {
-            offerings: vec![Offering {
+            offerings: vec![OfferingId {
                 instance_type: "t3.large".into(),
                 zone: zone.into(),
                 capacity_type: "spot".into(),

@@ -4,51 +4,13 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::apis::keys::UNSCHEDULABLE_TAINT_KEY;
-use crate::scheduling::pods::{is_daemon_or_mirror, is_terminal};
+use crate::scheduling::pods::{is_daemon_or_mirror, is_terminal, PodKey};
 use jiff::{SignedDuration, Timestamp};
 
 /// Priority classes whose pods are evicted only after every other pod.
 pub const CRITICAL_PRIORITY_CLASSES: &[&str] = &["system-cluster-critical", "system-node-critical"];
 /// A pod deleted longer ago than this is presumed stuck on a partitioned kubelet and ignored.
 pub const STUCK_TERMINATING_AFTER_SECONDS: i64 = 60;
-
-/// `namespace/name` of a pod.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PodName {
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-}
-
-impl PodName {
-    /// A Pod carrying only this name, to refer to it (in an event) without reading it: after
-    /// its eviction it may already be gone.
-    pub fn as_object(&self) -> Pod {
-        Pod {
-            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                name: Some(self.name.clone()),
-                namespace: Some(self.namespace.clone()),
-                ..Default::default()
-            },
-            ..Default::default()
-        }
-    }
-
-    /// The name of `pod`.
-    pub fn of(pod: &Pod) -> PodName {
-        PodName {
-            namespace: pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
-            name: pod.metadata.name.clone().unwrap_or_default(),
-        }
-    }
-}
-
-impl std::fmt::Display for PodName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
 
 /// Tolerates `node.kubernetes.io/unschedulable:NoSchedule` (DaemonSet pods, blanket tolerations).
 pub fn tolerates_unschedulable(pod: &Pod) -> bool {
@@ -73,10 +35,10 @@ pub fn is_critical(pod: &Pod) -> bool {
 pub struct DrainPlan {
     /// Pods to evict now, in order: the non-critical ones, or the critical ones once no
     /// non-critical pod is left to evict.
-    pub evict: Vec<PodName>,
+    pub evict: Vec<PodKey>,
     /// Pods that must still go but are not evicted now: terminating ones (waited on) and critical
     /// ones held back behind non-critical ones.
-    pub waiting: Vec<PodName>,
+    pub waiting: Vec<PodKey>,
 }
 
 impl DrainPlan {
@@ -104,14 +66,14 @@ pub fn plan<'a>(pods: impl IntoIterator<Item = &'a Pod>, now: Timestamp) -> Drai
         }
         if let Some(deleted) = &pod.metadata.deletion_timestamp {
             if deleted.0 >= stuck_before {
-                plan.waiting.push(PodName::of(pod));
+                plan.waiting.push(PodKey::of(pod));
             }
             continue;
         }
         if is_critical(pod) {
-            critical.push(PodName::of(pod));
+            critical.push(PodKey::of(pod));
         } else {
-            non_critical.push(PodName::of(pod));
+            non_critical.push(PodKey::of(pod));
         }
     }
     critical.sort();
@@ -151,7 +113,7 @@ mod tests {
         }
     }
 
-    fn names(v: &[PodName]) -> Vec<&str> {
+    fn names(v: &[PodKey]) -> Vec<&str> {
         v.iter().map(|p| p.name.as_str()).collect()
     }
 

@@ -32,8 +32,8 @@ use crate::controllers::node_ops::{self, Cordon, Evicted, Written};
 use crate::controllers::state::{Cluster, StateNode};
 use crate::controllers::Shared;
 use crate::metrics::Metrics;
+use crate::scheduling::pods::PodKey;
 use crate::telemetry;
-use drain::PodName;
 use queue::{Outcome, WorkQueue};
 
 pub use crate::apis::v1alpha5::labels::EXCLUDE_FROM_LB_LABEL;
@@ -86,7 +86,7 @@ pub struct Context {
 #[derive(Default)]
 struct State {
     /// Pod → when its eviction may be tried again, and the delay after that.
-    backoff: HashMap<PodName, (Instant, Duration)>,
+    backoff: HashMap<PodKey, (Instant, Duration)>,
     /// Node → when the last `FailedDraining` event was published.
     draining_events: HashMap<String, Instant>,
 }
@@ -300,7 +300,7 @@ async fn reconcile(ctx: &Context, node: &Node, cached_pods: &[Arc<Pod>]) -> Resu
 
 /// Evicts one pod through the `policy/v1` Eviction subresource, unless it is backing off after
 /// a refusal. 404 means it is gone already; 429 means a PodDisruptionBudget refuses for now.
-async fn evict(ctx: &Context, pod: &PodName) {
+async fn evict(ctx: &Context, pod: &PodKey) {
     {
         let state = ctx.state.lock().await;
         if state.backoff.get(pod).is_some_and(|(until, _)| Instant::now() < *until) {

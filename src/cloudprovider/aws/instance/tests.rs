@@ -120,7 +120,7 @@ fn tags_instances_for_the_cluster_and_provisioner_over_user_tags() {
 
 fn fleet_error(t: &str, code: &str) -> FleetError {
     FleetError {
-        offering: Offering {
+        offering: OfferingId {
             instance_type: t.into(),
             zone: "ap-northeast-2a".into(),
             capacity_type: "spot".into(),
