@@ -2,6 +2,7 @@
 //! modules get typed sub-configs. The subcommands and their smaller argument sets are here, with
 //! the parsers of flag values; `run`'s flags and the sub-configs built from them are in `run`.
 
+mod explain;
 mod run;
 
 use std::path::PathBuf;
@@ -14,6 +15,7 @@ use crate::apis::v1alpha5::validation::MAX_TTL_SECONDS;
 use crate::apis::{ApiSettings, DEFAULT_TTL_SECONDS_AFTER_EMPTY, DEFAULT_TTL_SECONDS_UNTIL_EXPIRED};
 use crate::cloudprovider::KubernetesVersion;
 
+pub use explain::{ExplainArgs, What};
 pub use run::{RunArgs, ENV_ALIASES};
 
 /// karpenter-rs: node autoscaler for Kubernetes on AWS (Karpenter v1alpha5 APIs).
@@ -45,7 +47,7 @@ pub enum Command {
     /// A live view of the cluster's nodes: type, capacity type, zone, price, pods, requests against allocatable, status.
     Nodes(crate::viewer::NodesArgs),
     /// Why a pod is pending or on its node's type; why a node stays and what removing it would do (from the running controller, or a view of its own).
-    Explain(crate::explain::cli::ExplainArgs),
+    Explain(ExplainArgs),
 }
 
 /// Settings of `convert`: the inputs, and what karpenter-rs ran with (its defaults depend on it).

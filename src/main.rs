@@ -483,8 +483,8 @@ fn nodes(args: karpenter_rs::viewer::NodesArgs) -> anyhow::Result<()> {
 }
 
 /// `explain`: the answer on stdout; why there is none on stderr with exit code 1.
-fn explain(args: &karpenter_rs::explain::cli::ExplainArgs) -> anyhow::Result<()> {
-    if let Err(message) = karpenter_rs::explain::cli::run(args) {
+fn explain(args: &karpenter_rs::config::ExplainArgs) -> anyhow::Result<()> {
+    if let Err(message) = args.request().and_then(karpenter_rs::explain::cli::run) {
         eprintln!("error: {message}");
         std::process::exit(1);
     }

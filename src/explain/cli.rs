@@ -7,75 +7,39 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use clap::{Args, Subcommand};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::live::{Explainer, NoAnswer};
 use super::render::{render, Format};
 use super::{Explanation, Question};
-use crate::config::RunArgs;
+use crate::cloudprovider::CloudConfig;
+use crate::controllers::deprovisioning::DeprovisioningConfig;
+use crate::controllers::provisioning::ProvisioningConfig;
 
-/// `karpenter-rs explain`.
-#[derive(Args, Debug, Clone)]
-pub struct ExplainArgs {
-    /// What to explain.
-    #[command(subcommand)]
-    pub what: What,
-    /// Output: a table (text), json or yaml.
-    #[arg(short = 'o', long = "output", value_enum, default_value = "text", global = true)]
+/// What `explain` is asked and with which settings (`config::ExplainArgs`, resolved).
+pub struct Request {
+    /// The question.
+    pub question: Question,
+    /// The output format.
     pub output: Format,
-    /// The running controller's metrics address (`http://HOST:PORT`, e.g. through
-    /// `kubectl port-forward`), asked first; when it does not answer (or does not lead), explain
-    /// builds its own view of the cluster.
-    #[arg(long, env = "EXPLAIN_CONTROLLER", global = true)]
+    /// The running controller's metrics address, asked first.
     pub controller: Option<String>,
-    /// `run`'s settings, for a view of explain's own: the same flags and variables.
-    #[command(flatten)]
-    pub run: RunArgs,
-}
-
-/// The object explained.
-#[derive(Subcommand, Debug, Clone)]
-pub enum What {
-    /// Why a pod is pending, or why it runs on its node's type.
-    Pod {
-        /// `NAMESPACE/NAME` (or `NAME` in `default`).
-        target: String,
-    },
-    /// Which deprovisioning methods apply to a node and why it stays; what removing it would do.
-    Node {
-        /// The node's name.
-        name: String,
-    },
-}
-
-impl What {
-    /// The question, or why `target` is not one.
-    pub fn question(&self) -> Result<Question, String> {
-        match self {
-            What::Node { name } if name.is_empty() => Err("node: a name is needed".to_string()),
-            What::Node { name } => Ok(Question::Node(name.clone())),
-            What::Pod { target } => {
-                let (namespace, name) = target.split_once('/').unwrap_or(("default", target.as_str()));
-                if namespace.is_empty() || name.is_empty() || name.contains('/') {
-                    return Err(format!("pod: {target:?} is not NAMESPACE/NAME"));
-                }
-                Ok(Question::Pod {
-                    namespace: namespace.to_string(),
-                    name: name.to_string(),
-                })
-            }
-        }
-    }
+    /// For a view of explain's own: the cloud, provisioning and deprovisioning settings `run`
+    /// would use.
+    pub cloud: CloudConfig,
+    /// Provisioning's settings.
+    pub provisioning: ProvisioningConfig,
+    /// Deprovisioning's settings.
+    pub deprovisioning: DeprovisioningConfig,
 }
 
 /// Runs `explain`: prints the answer, or returns why there is none.
-pub fn run(args: &ExplainArgs) -> Result<(), String> {
-    let question = args.what.question()?;
+pub fn run(args: Request) -> Result<(), String> {
+    let question = &args.question;
     let runtime = tokio::runtime::Runtime::new().map_err(|e| format!("starting the async runtime: {e}"))?;
     let answer = runtime.block_on(async {
         if let Some(url) = &args.controller {
-            match ask_controller(url, &question).await {
+            match ask_controller(url, question).await {
                 Ok(Asked::Answer(answer)) => return Ok(*answer),
                 Ok(Asked::NotFound(why)) => return Err(why),
                 Ok(Asked::NoAnswer(why)) | Err(why) => {
@@ -83,7 +47,7 @@ pub fn run(args: &ExplainArgs) -> Result<(), String> {
                 }
             }
         }
-        own_answer(&args.run, &question).await
+        own_answer(&args, question).await
     })?;
     let colour = args.output == Format::Text && std::io::stdout().is_terminal();
     print!("{}", render(&answer, args.output, colour));
@@ -138,7 +102,7 @@ async fn ask_controller(url: &str, question: &Question) -> Result<Asked, String>
 }
 
 /// The answer from a view of explain's own, built as `run` builds the controllers'.
-async fn own_answer(args: &RunArgs, question: &Question) -> Result<Explanation, String> {
+async fn own_answer(args: &Request, question: &Question) -> Result<Explanation, String> {
     use crate::cloudprovider::aws::AwsCloudProvider;
     use crate::cloudprovider::CloudProvider;
     use crate::controllers::{provisioning, state, supervisor::Liveness, Shared};
@@ -152,7 +116,7 @@ async fn own_answer(args: &RunArgs, question: &Question) -> Result<Explanation, 
     let client = kube::Client::try_from(crate::kube_client::configure(config))
         .map_err(|e| format!("reading the kubeconfig: {}", crate::telemetry::chain(&e)))?;
     let cloud: std::sync::Arc<dyn CloudProvider> = std::sync::Arc::new(
-        AwsCloudProvider::new(args.cloud())
+        AwsCloudProvider::new(args.cloud.clone())
             .await
             .map_err(|e| format!("setting up AWS: {}", crate::telemetry::chain(&e)))?,
     );
@@ -161,11 +125,11 @@ async fn own_answer(args: &RunArgs, question: &Question) -> Result<Explanation, 
     let metrics = crate::metrics::Metrics::new();
     let view = state::Cluster::start(&client, &shutdown, &Liveness::default());
     let shared = Shared::new(client, cloud, metrics, view.clone());
-    let deprovisioning = args.deprovisioning();
+    let deprovisioning = &args.deprovisioning;
     let (_leading_tx, leading) = tokio::sync::watch::channel(true);
     let explainer = Explainer {
         state: view,
-        provisioning: provisioning::Context::new(&shared, args.provisioning()),
+        provisioning: provisioning::Context::new(&shared, args.provisioning.clone()),
         nomination: deprovisioning.nomination,
         drift_enabled: deprovisioning.drift_enabled,
         leading,
