@@ -27,12 +27,11 @@ pub mod pods;
 pub mod status;
 pub mod volumes;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector;
 use kube::{Resource, ResourceExt};
@@ -42,7 +41,7 @@ use jiff::Timestamp;
 use tokio::sync::{watch, Mutex};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, instrument, warn};
+use tracing::{info, warn};
 
 use crate::apis::v1alpha5::Provisioner;
 use crate::cloudprovider::catalogue;
@@ -52,7 +51,7 @@ use crate::controllers::state::{self, Cluster};
 use crate::controllers::Shared;
 use crate::metrics::Metrics;
 use crate::ratelimit::TokenBucket;
-use crate::scheduling::{self, ExistingNode, PodKey, ProvisionerInput, SimulationInput};
+use crate::scheduling::{self, ExistingNode, PodKey};
 use crate::telemetry;
 use batcher::{BatchWindows, Batcher};
 

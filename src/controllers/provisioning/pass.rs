@@ -4,7 +4,24 @@
 //! `MAX_CONCURRENT_LAUNCHES` at once) and their pods nominated. `snapshot` is also what
 //! deprovisioning simulates removals on; `provision` is also `Context::replace`'s path.
 
-use super::*;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector;
+use kube::{Resource, ResourceExt};
+use tracing::{debug, info, instrument, warn};
+
+use super::{events, launch, pods, publish, volumes, Context, PassError, Stores, ACTION};
+use crate::apis::v1alpha5::Provisioner;
+use crate::cloudprovider::NodeTemplate;
+use crate::scheduling::{self, PodKey, ProvisionerInput, SimulationInput};
+use crate::telemetry;
+
 
 /// At most this many launches (CreateFleet, then the Node) are in flight at once.
 const MAX_CONCURRENT_LAUNCHES: usize = 16;

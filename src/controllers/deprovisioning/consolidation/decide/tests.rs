@@ -1,8 +1,15 @@
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use serde_json::json;
+
 use super::*;
-use crate::apis::v1alpha5::labels::INITIALIZED_LABEL;
+use crate::apis::v1alpha5::labels::{
+    DO_NOT_CONSOLIDATE_ANNOTATION, DO_NOT_DISRUPT_ANNOTATION, INITIALIZED_LABEL, INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL, ZONE_LABEL,
+};
+use crate::apis::v1alpha5::Provisioner;
+use crate::controllers::deprovisioning::VOLUNTARY_DISRUPTION_ANNOTATION;
 use crate::scheduling::testing::{instance_type, pod, provisioner, ZONES};
 use crate::scheduling::{ExistingNode, ProvisionerInput};
-use serde_json::json;
 
 const SMALL: &str = "m5.large";
 const MEDIUM: &str = "m5.xlarge";
