@@ -18,10 +18,12 @@
 //! Every controller reads one shared view of the cluster, `state::Cluster` (one watch per kind
 //! in the process), started once by the wiring. `events` is a helper they all use, what kind
 //! of pod a pod is they ask `scheduling::pods`, and every write to a Node and every eviction
-//! goes through `node_ops`.
+//! goes through `node_ops`. Every time a controller decides by is read from one `clock::Clock`
+//! (`Shared::clock`), so tests can move time on with a `FakeClock`.
 //! Dependencies point one way: deprovisioning uses provisioning's snapshot and launch path;
 //! nothing in provisioning, termination or garbage collection imports deprovisioning.
 
+pub mod clock;
 pub mod deprovisioning;
 pub mod events;
 pub mod garbagecollection;
@@ -46,10 +48,12 @@ use kube::runtime::events::Recorder;
 use crate::cloudprovider::queue::Queue;
 use crate::cloudprovider::CloudProvider;
 use crate::metrics::Metrics;
+use clock::{Clock, SystemClock};
 use supervisor::{deadline, supervise};
 
 /// What every controller shares, made once by the wiring: one client, one cloud, one metrics
-/// registry (with the liveness `/healthz` reads), one event recorder and one view of the cluster.
+/// registry (with the liveness `/healthz` reads), one event recorder, one view of the cluster and
+/// one clock.
 #[derive(Clone)]
 pub struct Shared {
     /// The controllers' Kubernetes client.
@@ -64,10 +68,14 @@ pub struct Shared {
     pub state: Arc<state::Cluster>,
     /// Where `run_all` puts what answers `/explain` on the metrics port while it runs.
     pub explain: crate::explain::live::ExplainSlot,
+    /// Where every controller, and the view once `run_all` hands it over, reads the time it
+    /// decides by (Karpenter's `clock.Clock`): the real clock unless a test puts a `FakeClock`
+    /// here.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Shared {
-    /// The shared parts, the recorder made from `client`.
+    /// The shared parts, the recorder made from `client`, on the real clock.
     pub fn new(client: kube::Client, cloud: Arc<dyn CloudProvider>, metrics: Metrics, state: Arc<state::Cluster>) -> Shared {
         Shared {
             recorder: events::recorder(&client),
@@ -76,6 +84,7 @@ impl Shared {
             metrics,
             state,
             explain: Default::default(),
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -107,6 +116,8 @@ pub async fn run_all(shared: Shared, settings: Settings, leading: watch::Receive
     let provisioning = provisioning::Context::new(&shared, settings.provisioning);
     let provisioner: Arc<dyn provisioning::Provisioning> = provisioning.clone();
     let Shared { state, metrics, .. } = shared.clone();
+    // The view times nominations and staleness on the controllers' clock.
+    state.set_clock(shared.clock.clone());
     // `/explain` answers from this term's provisioning snapshot while it runs (and leads).
     shared.explain.set(Some(crate::explain::live::Explainer {
         state: state.clone(),

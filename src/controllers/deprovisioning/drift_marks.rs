@@ -245,7 +245,7 @@ async fn resolve(ctx: &Context, provisioner: &Provisioner) -> Option<(Current, N
 /// cluster's instances when one is missing or stale (at most every `LIST_INTERVAL`).
 async fn instance_facts(ctx: &Context, nodes: &[&Arc<Node>]) -> HashMap<String, InstanceFacts> {
     let ids: BTreeSet<String> = nodes.iter().filter_map(|n| instance_id(n)).collect();
-    let now = Instant::now();
+    let now = ctx.clock.instant();
     let needs_list = {
         let cache = ctx.instances.lock().unwrap_or_else(|e| e.into_inner());
         let stale = ids.iter().any(|id| {

@@ -89,7 +89,7 @@ async fn delete_empty(ctx: &Context, node: &Node, ttl: Option<i64>, nomination: 
             source,
         })?;
     let fresh: Vec<Arc<Pod>> = fresh.into_iter().map(Arc::new).collect();
-    if decide::emptiness(node, &fresh, ttl, nomination, Timestamp::now()) != Emptiness::Delete {
+    if decide::emptiness(node, &fresh, ttl, nomination, ctx.clock.now()) != Emptiness::Delete {
         debug!(node = %name, "node is no longer empty; keeping it");
         return Ok(false);
     }

@@ -25,7 +25,6 @@ use std::sync::Arc;
 use std::sync::Mutex as StdMutex;
 use std::time::{Duration, Instant};
 
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::events::{EventType, Recorder};
 use kube::ResourceExt;
@@ -36,6 +35,7 @@ use tracing::{debug, info, instrument, warn};
 use crate::apis::v1alpha5::labels::{EMPTINESS_TIMESTAMP_ANNOTATION, PROVISIONER_NAME_LABEL};
 use crate::apis::v1alpha5::Provisioner;
 use crate::cloudprovider::CloudProvider;
+use crate::controllers::clock::Clock;
 use crate::controllers::events::publish;
 use crate::controllers::node_ops::{self, Cordon, Written};
 use crate::controllers::provisioning::Provisioning;
@@ -113,6 +113,9 @@ pub struct Context {
     pub cloud: Arc<dyn CloudProvider>,
     /// The shared cluster state.
     pub state: Arc<Cluster>,
+    /// What emptiness, expiry, deletion and replacement timeouts, the consolidation
+    /// short-circuit and the instance cache are timed on.
+    pub clock: Arc<dyn Clock>,
     recorder: Recorder,
     /// The cluster generation and time of the last consolidation evaluation that found nothing
     /// to do (Karpenter's "consolidated" short-circuit).
@@ -134,6 +137,7 @@ impl Context {
             config,
             provisioning,
             state: shared.state.clone(),
+            clock: shared.clock.clone(),
             consolidated: StdMutex::new(None),
             unconsolidatable: StdMutex::new(HashMap::new()),
             instances: StdMutex::new(drift_marks::InstanceCache::default()),
@@ -180,7 +184,7 @@ async fn pass(ctx: &Context) -> Result<(), DeprovisioningError> {
         debug!(reason = %why, "deprovisioning waits for the cluster view to settle");
         return Ok(());
     }
-    let now = Timestamp::now();
+    let now = ctx.clock.now();
     let view = considered(ctx);
     let nodes: Vec<Arc<Node>> = view.iter().map(|n| n.node.clone()).collect();
     debug!(nodes = nodes.len(), "deprovisioning pass");
@@ -325,6 +329,7 @@ async fn replace(ctx: &Context, stores: &Cluster, node: &Node, why: Disruption<'
     cordon(ctx, node, Some(why.mark())).await?;
     crate::failpoint::hit("replacement-after-cordon");
     let started = Instant::now();
+    let deadline = ctx.clock.instant() + ctx.config.replacement_timeout;
     let launched = match ctx.provisioning.replace(&name).await {
         Ok(launched) => launched,
         Err(e) => {
@@ -347,7 +352,7 @@ async fn replace(ctx: &Context, stores: &Cluster, node: &Node, why: Disruption<'
             &note,
         )
         .await;
-        let awaited = await_nodes(stores, &launched, started + ctx.config.replacement_timeout, is_ready).await;
+        let awaited = await_nodes(stores, &*ctx.clock, &launched, deadline, is_ready).await;
         if awaited != Awaited::Done {
             cordon(ctx, node, None).await?;
             let (why, note) = match &awaited {
@@ -427,8 +432,8 @@ const AWAIT_NODES_POLL: Duration = Duration::from_secs(1);
 /// Waits, checking every second, until every node of `names` is in the shared state and
 /// satisfies `done` (`decide::replacements`). Stops as soon as one of them is gone or being
 /// deleted: otherwise the pass, and with it every other deprovisioning command (one at a time),
-/// would wait out the replacement timeout for a node that will not come.
-async fn await_nodes(state: &Cluster, names: &[String], deadline: Instant, done: impl Fn(&Node) -> bool) -> Awaited {
+/// would wait out the replacement timeout for a node that will not come. `deadline` is on `clock`.
+async fn await_nodes(state: &Cluster, clock: &dyn Clock, names: &[String], deadline: Instant, done: impl Fn(&Node) -> bool) -> Awaited {
     let mut seen = vec![false; names.len()];
     loop {
         let nodes: Vec<Option<Arc<Node>>> = names
@@ -441,7 +446,7 @@ async fn await_nodes(state: &Cluster, names: &[String], deadline: Instant, done:
             decide::Replacements::Gone(i) => return Awaited::Gone(names[i].clone()),
             decide::Replacements::Waiting => {}
         }
-        if Instant::now() > deadline {
+        if clock.instant() > deadline {
             return Awaited::TimedOut;
         }
         tokio::time::sleep(AWAIT_NODES_POLL).await;

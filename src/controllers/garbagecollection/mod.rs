@@ -10,9 +10,8 @@ pub mod collect;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;
 use kube::runtime::events::{EventType, Recorder};
@@ -23,6 +22,7 @@ use tracing::{error, info, instrument, warn};
 
 use crate::apis::v1alpha5::labels::PROVISIONER_NAME_LABEL;
 use crate::cloudprovider::{self, CloudProvider};
+use crate::controllers::clock::Clock;
 use crate::controllers::events::publish;
 use crate::controllers::node_ops::{self, Written};
 use crate::controllers::Shared;
@@ -91,6 +91,8 @@ pub struct Context {
     pub metrics: Metrics,
     /// Settings.
     pub config: GarbageCollectionConfig,
+    /// What the grace periods of instances and nodes are measured on.
+    pub clock: Arc<dyn Clock>,
     recorder: Recorder,
 }
 
@@ -103,6 +105,7 @@ impl Context {
             cloud: shared.cloud.clone(),
             metrics: shared.metrics.clone(),
             config,
+            clock: shared.clock.clone(),
         })
     }
 
@@ -186,7 +189,7 @@ async fn pass(ctx: &Context) -> Result<(), GarbageCollectionError> {
         &nodes,
         ctx.config.grace_period,
         ctx.config.adoptable_for,
-        SystemTime::now(),
+        ctx.clock.now().into(),
     );
     for instance_id in ctx.bounded("instances without a node", leaked, instances.len()) {
         let provisioner = instances
@@ -204,7 +207,7 @@ async fn pass(ctx: &Context) -> Result<(), GarbageCollectionError> {
         .await
         .map_err(|source| GarbageCollectionError::ListNodes { source })?
         .items;
-    let checked = collect::nodes_to_check(&selected, ctx.config.grace_period, Timestamp::now());
+    let checked = collect::nodes_to_check(&selected, ctx.config.grace_period, ctx.clock.now());
     let mut gone = Vec::new();
     for (node_name, instance_id) in &checked {
         // Timed by hand: a gone instance is the answer looked for here, not an error to count.

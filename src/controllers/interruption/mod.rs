@@ -35,6 +35,7 @@ use tracing::{debug, error, info, warn};
 use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, CAPACITY_TYPE_SPOT, INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL, ZONE_LABEL};
 use crate::cloudprovider::queue::{Queue, Received};
 use crate::cloudprovider::{instance_id_from_provider_id, CloudProvider, OfferingId};
+use crate::controllers::clock::Clock;
 use crate::controllers::events::publish;
 use crate::controllers::node_ops;
 use crate::controllers::provisioning::Provisioning;
@@ -142,6 +143,8 @@ pub struct Context {
     pub state: Arc<Cluster>,
     /// Started at once for the pods of an interrupted node.
     pub provisioning: Arc<dyn Provisioning>,
+    /// The controllers' clock (nothing here decides by time yet: the messages carry their own).
+    pub clock: Arc<dyn Clock>,
     recorder: Recorder,
 }
 
@@ -157,6 +160,7 @@ impl Context {
             config,
             state: shared.state.clone(),
             provisioning,
+            clock: shared.clock.clone(),
         })
     }
 }

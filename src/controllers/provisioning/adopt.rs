@@ -61,7 +61,12 @@ pub(super) async fn adopt(ctx: &Context, request: &LaunchRequest) -> Result<Opti
         Some(pool) => pool,
         None => {
             let instances = ctx.metrics.cloud_call("list", ctx.cloud.list()).await?;
-            let found = orphans(instances, &ctx.state.nodes.state(), ctx.config.registration_ttl, SystemTime::now());
+            let found = orphans(
+                instances,
+                &ctx.state.nodes.state(),
+                ctx.config.registration_ttl,
+                ctx.clock.now().into(),
+            );
             if !found.is_empty() {
                 let ids: Vec<&str> = found.iter().map(|i| i.id.as_str()).collect();
                 info!(instances = ?ids, "instances launched without a node before this term; launches of the same configuration adopt them");

@@ -2,8 +2,6 @@
 //! remaining offerings after insufficient capacity), then its Node. An instance whose Node
 //! cannot be created is terminated before the error is returned, so nothing leaks.
 
-use std::time::Instant;
-
 use tracing::{info, instrument, warn};
 
 use super::{adopt, lifecycle, node, Context, PlannedNode, Stores};
@@ -136,7 +134,7 @@ pub(super) async fn launch(
             pods: request.pods.clone(),
             startup_taints: request.startup_taints.clone(),
             requested: catalogue::requested(&request.requests),
-            since: Instant::now(),
+            since: ctx.clock.instant(),
         },
     );
     Ok(node_name)
@@ -238,7 +236,7 @@ pub enum LaunchError {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::collections::BTreeMap;
     use std::collections::VecDeque;
@@ -249,8 +247,10 @@ mod tests {
     use crate::cloudprovider::{Error, Instance, InstanceTypeInfo, LaunchRequest, OfferingId};
 
     /// A cloud whose `create` answers from a script: fault injection (insufficient capacity) the
-    /// EC2 emulator cannot produce. Every other method is unused here.
-    struct ScriptedCloud {
+    /// EC2 emulator cannot produce. Every other method is unused here. With no script (its
+    /// default) it is the cloud of a context whose tests never reach it.
+    #[derive(Default)]
+    pub(crate) struct ScriptedCloud {
         answers: StdMutex<VecDeque<Result<Instance, Error>>>,
         calls: StdMutex<usize>,
     }

@@ -110,7 +110,7 @@ pub fn decide(
 /// One look at every node of ours: labels those initialised and deletes those that never
 /// registered. Run by the provisioning controller's status loop every 2 s on the leader.
 pub(super) async fn step(ctx: &Context, stores: &Stores) {
-    let now = Timestamp::now();
+    let now = ctx.clock.now();
     let provisioners = stores.provisioners.state();
     for node in stores.nodes.state() {
         let Some(owner) = node.labels().get(PROVISIONER_NAME_LABEL) else {

@@ -37,7 +37,6 @@ use kube::runtime::reflector;
 use kube::{Resource, ResourceExt};
 use std::sync::Mutex as StdMutex;
 
-use jiff::Timestamp;
 use tokio::sync::{watch, Mutex};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -46,6 +45,7 @@ use tracing::{info, warn};
 use crate::apis::v1alpha5::Provisioner;
 use crate::cloudprovider::catalogue;
 use crate::cloudprovider::{CloudProvider, KubernetesVersion, NodeTemplate};
+use crate::controllers::clock::Clock;
 use crate::controllers::events;
 use crate::controllers::state::{self, Cluster};
 use crate::controllers::Shared;
@@ -115,6 +115,9 @@ pub struct Context {
     pub metrics: Metrics,
     /// Settings.
     pub config: ProvisioningConfig,
+    /// What launch back-offs and rates, plans awaiting their node, registration and the cached
+    /// API server version are timed on.
+    pub clock: Arc<dyn Clock>,
     recorder: Recorder,
     batcher: Batcher,
     /// Node name → pods planned onto it and what they request, until bound.
@@ -169,11 +172,12 @@ impl Context {
             nomination_events: StdMutex::new(TokenBucket::new(
                 NOMINATION_EVENTS_PER_SECOND,
                 NOMINATION_EVENTS_BURST,
-                Instant::now(),
+                shared.clock.instant(),
             )),
-            startups: Arc::new(StdMutex::new(pods::Startups::new(Timestamp::now()))),
+            startups: Arc::new(StdMutex::new(pods::Startups::new(shared.clock.now()))),
             background: StdMutex::new(tokio::task::JoinSet::new()),
             adoptable: Mutex::new(None),
+            clock: shared.clock.clone(),
             config,
         })
     }
@@ -414,7 +418,8 @@ impl Context {
             .api_server_version
             .lock()
             .expect("version lock is never poisoned: no panics while held");
-        if let Some((_, v)) = cached.filter(|(at, _)| at.elapsed() < KUBERNETES_VERSION_TTL) {
+        let now = self.clock.instant();
+        if let Some((_, v)) = cached.filter(|(at, _)| now.saturating_duration_since(*at) < KUBERNETES_VERSION_TTL) {
             return Ok(v);
         }
         let read = match self.client.apiserver_version().await {
@@ -429,7 +434,7 @@ impl Context {
                 *self
                     .api_server_version
                     .lock()
-                    .expect("version lock is never poisoned: no panics while held") = Some((Instant::now(), v));
+                    .expect("version lock is never poisoned: no panics while held") = Some((self.clock.instant(), v));
                 Ok(v)
             }
             (Err(e), Some((_, old))) => {

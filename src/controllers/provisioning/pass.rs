@@ -59,14 +59,14 @@ pub(super) async fn pass(ctx: &Context, stores: &Stores) -> Result<(), PassError
 /// The pending pods new capacity must not be launched for now (`backoff::LaunchBackoff`), after
 /// the history has looked at every pod and node.
 fn held_back(ctx: &Context, pending: &[Arc<Pod>], all_pods: &[Arc<Pod>], nodes: &[Arc<Node>]) -> HashSet<PodKey> {
-    let now = Instant::now();
+    let now = ctx.clock.instant();
     let by_uid: HashMap<String, &Pod> = all_pods
         .iter()
         .filter_map(|p| Some((p.metadata.uid.clone()?, p.as_ref())))
         .collect();
     let by_name: HashMap<String, &Node> = nodes.iter().map(|n| (n.name_any(), n.as_ref())).collect();
     let mut history = ctx.backoff.lock().unwrap_or_else(|e| e.into_inner());
-    history.observe(&by_uid, &by_name, now, Timestamp::now());
+    history.observe(&by_uid, &by_name, now, ctx.clock.now());
     let mut held = HashSet::new();
     for pod in pending {
         if let Some(until) = history.blocked_until(pod, now) {
@@ -327,11 +327,7 @@ pub(super) async fn provision(
         }
         ctx.client.apiserver_version().await.map_err(PassError::ApiServerSilent)?;
     }
-    let admitted: Vec<&scheduling::NodeRequest> = {
-        let now = Instant::now();
-        let mut rate = ctx.launch_rate.lock().unwrap_or_else(|e| e.into_inner());
-        plan.new_nodes.iter().filter(|r| rate.take(&r.provisioner, now)).collect()
-    };
+    let admitted = admitted(ctx, &plan.new_nodes);
     if admitted.len() < plan.new_nodes.len() {
         warn!(
             planned = plan.new_nodes.len(),
@@ -351,7 +347,7 @@ pub(super) async fn provision(
                 ctx.backoff.lock().unwrap_or_else(|e| e.into_inner()).launched(
                     &node_name,
                     launched_for.iter().map(|p| (*p, origin(p))),
-                    Instant::now(),
+                    ctx.clock.instant(),
                 );
                 nominated(ctx, &launched_for, &node_name);
                 Some(node_name)
@@ -382,13 +378,21 @@ pub(super) async fn provision(
     Ok(launched)
 }
 
+/// The requests of `planned` each Provisioner's launch rate (`backoff::LaunchRate`) lets launch
+/// now, on the controllers' clock; the others wait for a later pass.
+fn admitted<'a>(ctx: &Context, planned: &'a [scheduling::NodeRequest]) -> Vec<&'a scheduling::NodeRequest> {
+    let now = ctx.clock.instant();
+    let mut rate = ctx.launch_rate.lock().unwrap_or_else(|e| e.into_inner());
+    planned.iter().filter(|r| rate.take(&r.provisioner, now)).collect()
+}
+
 /// Publishes the `Nominated` event of each pod in the background, at most as many as
 /// `NOMINATION_EVENTS` allows (the rest are dropped, as Karpenter drops them): thousands of pods
 /// on new nodes would otherwise send thousands of requests before the next pass could start.
 fn nominated(ctx: &Context, pods: &[&Pod], node_name: &str) {
     let allowed: Vec<ObjectReference> = {
         let mut bucket = ctx.nomination_events.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
+        let now = ctx.clock.instant();
         pods.iter()
             .take_while(|_| bucket.take(now).is_ok())
             .map(|p| p.object_ref(&()))
@@ -414,3 +418,6 @@ fn nominated(ctx: &Context, pods: &[&Pod], node_name: &str) {
         }
     });
 }
+
+#[cfg(test)]
+mod tests;

@@ -14,6 +14,10 @@
 //!
 //! Per node, `nodes_view` gives one `StateNode` (`node.rs`): its unfinished pods, nomination and
 //! instance type, grouped once per read, so no controller regroups pods by node itself.
+//!
+//! Nominations and staleness are timed on the view's `Clock`: the real one from `start`, and
+//! from then on the controllers' (`set_clock`, which `run_all` calls with `Shared::clock`), so a
+//! test's `FakeClock` decides when a nomination lapses and when the view has settled.
 
 pub mod node;
 
@@ -36,6 +40,7 @@ use crate::apis::keys::LAST_APPLIED_ANNOTATION;
 use crate::apis::v1alpha1::AwsNodeTemplate;
 use crate::apis::v1alpha5::Provisioner;
 use crate::cloudprovider::shared_types::SharedTypes;
+use crate::controllers::clock::{Clock, SystemClock};
 use crate::controllers::supervisor::Liveness;
 pub use node::StateNode;
 
@@ -57,6 +62,27 @@ impl PodHookSlot {
         if let Some(hook) = self.0.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
             hook(pod);
         }
+    }
+}
+
+/// The clock of the view, shared with its watches' tasks (which time their failures on it) and
+/// replaced by `Cluster::set_clock`.
+#[derive(Clone)]
+struct ClockSlot(Arc<RwLock<Arc<dyn Clock>>>);
+
+impl Default for ClockSlot {
+    fn default() -> Self {
+        ClockSlot(Arc::new(RwLock::new(Arc::new(SystemClock))))
+    }
+}
+
+impl ClockSlot {
+    fn get(&self) -> Arc<dyn Clock> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn instant(&self) -> Instant {
+        self.get().instant()
     }
 }
 
@@ -90,6 +116,7 @@ pub struct Cluster {
     pub types: SharedTypes,
     last_watch_error: Arc<Mutex<Option<WatchError>>>,
     synced: Synced,
+    clock: ClockSlot,
 }
 
 /// A watch of the cluster view ended before its first list was in (the process is shutting down).
@@ -208,10 +235,12 @@ impl Cluster {
         let node_bump = bump(&generation);
         let provisioner_bump = bump(&generation);
         let errors: Arc<Mutex<Option<WatchError>>> = Arc::default();
+        let clock = ClockSlot::default();
         let w = Watches {
             shutdown,
             errors: &errors,
             liveness,
+            clock: &clock,
         };
         let pods = w.reflect(Api::all(client.clone()), move |pod: &Pod| {
             pod_bump();
@@ -255,17 +284,53 @@ impl Cluster {
             types: SharedTypes::default(),
             last_watch_error: errors.clone(),
             synced,
+            clock,
+        })
+    }
+
+    /// Times nominations and staleness on `clock` from now on (the real clock until then). The
+    /// view is started before the controllers' `Shared` exists and outlives each term's
+    /// controllers, so it takes their clock afterwards, from `run_all`, rather than as a
+    /// parameter of `start` every caller would have to pass. Meant to be called before the
+    /// controllers run: a watch failure already recorded stays timed on the clock before.
+    pub fn set_clock(&self, clock: Arc<dyn Clock>) {
+        *self.clock.0.write().unwrap_or_else(|e| e.into_inner()) = clock;
+    }
+
+    /// A view of empty stores that no watch fills, on the real clock: for unit tests of what
+    /// the view keeps itself (nominations, staleness) and of contexts built on it.
+    #[cfg(test)]
+    pub(crate) fn detached() -> Arc<Cluster> {
+        Arc::new(Cluster {
+            nodes: reflector::store().0,
+            pods: reflector::store().0,
+            provisioners: reflector::store().0,
+            templates: reflector::store().0,
+            daemonsets: reflector::store().0,
+            claims: reflector::store().0,
+            volumes: reflector::store().0,
+            storage_classes: reflector::store().0,
+            namespaces: reflector::store().0,
+            pdbs: reflector::store().0,
+            generation: Arc::default(),
+            on_pod: PodHookSlot::default(),
+            nominations: Mutex::new(HashMap::new()),
+            types: SharedTypes::default(),
+            last_watch_error: Arc::default(),
+            synced: Synced(tokio::sync::watch::channel(Some(true)).1),
+            clock: ClockSlot::default(),
         })
     }
 
     /// Why the view may be out of date now (`staleness`), or `None`.
     pub fn stale(&self) -> Option<String> {
         let last = self.last_watch_error.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        staleness(last.as_ref().map(|e| (e.kind.as_str(), e.at)), Instant::now())
+        staleness(last.as_ref().map(|e| (e.kind.as_str(), e.at)), self.clock.instant())
     }
 
-    /// Waits until the view has settled (`stale` is `None`), at most `limit`; returns why it is
-    /// still stale when the limit passes.
+    /// Waits until the view has settled (`stale` is `None`), at most `limit` of real time (how
+    /// long the caller waits, not a rule about the cluster); returns why it is still stale when
+    /// the limit passes.
     pub async fn settled(&self, limit: Duration) -> Result<(), String> {
         let deadline = Instant::now() + limit;
         loop {
@@ -297,7 +362,7 @@ impl Cluster {
     /// `nodes_view` of nodes and pods already read from the caches (a pass reads them once).
     pub fn view_of(&self, nodes: &[Arc<Node>], pods: &[Arc<Pod>]) -> Vec<StateNode> {
         let nominations = self.nominations.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let now = Instant::now();
+        let now = self.clock.instant();
         node::group(
             nodes,
             pods,
@@ -327,7 +392,7 @@ impl Cluster {
     /// (Karpenter's nomination, 20 s): deprovisioning leaves it alone meanwhile.
     pub fn nominate(&self, node: &str, period: Duration) {
         let mut nominations = self.nominations.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
+        let now = self.clock.instant();
         nominations.retain(|_, until| *until > now);
         nominations.insert(node.to_string(), now + period);
     }
@@ -456,6 +521,7 @@ pub fn watch_tolerant<K: Tolerant>(client: &kube::Client, shutdown: &Cancellatio
         shutdown,
         errors: &errors,
         liveness,
+        clock: &ClockSlot::default(),
     };
     w.reflect_tolerant::<K>(client, |_| {})
 }
@@ -465,6 +531,7 @@ struct Watches<'a> {
     shutdown: &'a CancellationToken,
     errors: &'a Arc<Mutex<Option<WatchError>>>,
     liveness: &'a Liveness,
+    clock: &'a ClockSlot,
 }
 
 impl Watches<'_> {
@@ -562,6 +629,7 @@ impl Watches<'_> {
         let shutdown = self.shutdown.clone();
         let errors = self.errors.clone();
         let liveness = self.liveness.clone();
+        let clock = self.clock.clone();
         let kind = K::kind(&K::DynamicType::default()).to_string();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
@@ -576,7 +644,7 @@ impl Watches<'_> {
                             }
                         }
                         Some(Err(e)) => {
-                            *errors.lock().unwrap_or_else(|e| e.into_inner()) = Some(WatchError { kind: kind.clone(), at: Instant::now() });
+                            *errors.lock().unwrap_or_else(|e| e.into_inner()) = Some(WatchError { kind: kind.clone(), at: clock.instant() });
                             tracing::warn!(kind, error = %e, "watch failed; retrying with back-off");
                         }
                         None => {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::controllers::clock::FakeClock;
 
 /// Several tasks waiting for the view at once are all woken when the first lists are in
 /// (kube's own wait wakes only the last of them).
@@ -193,4 +194,50 @@ fn cached_objects_drop_managed_fields_and_the_last_applied_copy_only() {
         Some(std::collections::BTreeMap::from([("team".to_string(), "a".to_string())]))
     );
     assert_eq!(pod.spec.unwrap().node_name.as_deref(), Some("n1"));
+}
+
+/// A node of the given name and nothing else.
+fn named(name: &str) -> Arc<Node> {
+    Arc::new(Node {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+}
+
+/// The view's clock, not the system's, decides when a nomination lapses: a fake clock moved
+/// past the period ends it at once, and one held still keeps it however long the test takes.
+#[test]
+fn a_nomination_lapses_when_the_views_clock_passes_its_period() {
+    let clock = Arc::new(FakeClock::new("2026-12-06T10:00:00Z".parse().unwrap(), Instant::now()));
+    let view = Cluster::detached();
+    view.set_clock(clock.clone());
+    let nodes = [named("a"), named("b")];
+    let nominated = |view: &Cluster| -> Vec<bool> { view.view_of(&nodes, &[]).iter().map(|n| n.nominated).collect() };
+
+    view.nominate("a", Duration::from_secs(20));
+    assert_eq!(nominated(&view), [true, false]);
+    clock.advance(Duration::from_secs(19));
+    assert_eq!(nominated(&view), [true, false], "within the period");
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(nominated(&view), [false, false], "past the period");
+}
+
+/// The view's clock decides when it has settled after a watch failure.
+#[test]
+fn the_view_settles_when_its_clock_passes_the_settling_time() {
+    let clock = Arc::new(FakeClock::new("2026-12-06T10:00:00Z".parse().unwrap(), Instant::now()));
+    let view = Cluster::detached();
+    view.set_clock(clock.clone());
+    *view.last_watch_error.lock().unwrap() = Some(WatchError {
+        kind: "Pod".into(),
+        at: clock.instant(),
+    });
+    assert!(view.stale().is_some_and(|why| why.contains("Pod")));
+    clock.advance(SETTLE_AFTER_WATCH_ERROR - Duration::from_secs(1));
+    assert!(view.stale().is_some(), "still within the settling time");
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(view.stale(), None);
 }

@@ -27,6 +27,7 @@ use tracing::{debug, info, instrument, warn};
 
 use crate::apis::v1alpha5::labels::{PROVISIONER_NAME_LABEL, TERMINATION_FINALIZER};
 use crate::cloudprovider::{self, instance_id_from_provider_id, CloudProvider};
+use crate::controllers::clock::Clock;
 use crate::controllers::events::publish;
 use crate::controllers::node_ops::{self, Cordon, Evicted, Written};
 use crate::controllers::state::{Cluster, StateNode};
@@ -79,6 +80,8 @@ pub struct Context {
     pub metrics: Metrics,
     /// Settings.
     pub config: TerminationConfig,
+    /// What the work queue's due times, the drain and the eviction back-offs are timed on.
+    pub clock: Arc<dyn Clock>,
     recorder: Recorder,
     state: Mutex<State>,
 }
@@ -100,6 +103,7 @@ impl Context {
             cloud: shared.cloud.clone(),
             metrics: shared.metrics.clone(),
             config,
+            clock: shared.clock.clone(),
             state: Mutex::default(),
         })
     }
@@ -132,7 +136,7 @@ pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receive
             _ = shutdown.cancelled() => return,
             _ = ticker.tick() => {}
             Some(ended) = running.join_next(), if !running.is_empty() => {
-                let now = Instant::now();
+                let now = ctx.clock.instant();
                 match ended {
                     Ok((name, Ok(remaining))) => {
                         waiting.insert(name.clone(), remaining);
@@ -163,7 +167,7 @@ pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receive
         let started = std::time::Instant::now();
         let _pass = ctx.metrics.liveness.pass("termination");
         crate::failpoint::pass_point("termination");
-        let now = Instant::now();
+        let now = ctx.clock.instant();
         queue.retain(|name| terminating.iter().any(|n| n.name_any() == name));
         for node in &terminating {
             queue.add(&node.name_any(), now);
@@ -197,7 +201,7 @@ pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receive
         waiting.retain(|name, _| terminating.iter().any(|n| n.name_any() == *name));
         ctx.metrics.eviction_queue_depth.set(waiting.values().sum::<usize>() as i64);
         let mut state = ctx.state.lock().await;
-        let now = Instant::now();
+        let now = ctx.clock.instant();
         state
             .backoff
             .retain(|_, (until, _)| now.duration_since(*until) < FORGET_BACKOFF_AFTER);
@@ -233,7 +237,7 @@ async fn reconcile(ctx: &Context, node: &Node, cached_pods: &[Arc<Pod>]) -> Resu
     // 2. drain, from the shared cache; a drain that looks done there is confirmed with one list
     // from the API server before the instance goes (the cache may lag a pod bound just before
     // the cordon).
-    let mut plan = drain::plan(cached_pods.iter().map(AsRef::as_ref), Timestamp::now());
+    let mut plan = drain::plan(cached_pods.iter().map(AsRef::as_ref), ctx.clock.now());
     if plan.is_complete() {
         let pods = node_ops::pods_on(&ctx.client, &name)
             .await
@@ -241,19 +245,20 @@ async fn reconcile(ctx: &Context, node: &Node, cached_pods: &[Arc<Pod>]) -> Resu
                 node: name.clone(),
                 source,
             })?;
-        plan = drain::plan(&pods, Timestamp::now());
+        plan = drain::plan(&pods, ctx.clock.now());
     }
     if !plan.is_complete() {
         for pod in &plan.evict {
             evict(ctx, pod).await;
         }
         let mut state = ctx.state.lock().await;
+        let now = ctx.clock.instant();
         let due = state
             .draining_events
             .get(&name)
-            .is_none_or(|t| t.elapsed() >= DRAINING_EVENT_PERIOD);
+            .is_none_or(|t| now.saturating_duration_since(*t) >= DRAINING_EVENT_PERIOD);
         if due {
-            state.draining_events.insert(name.clone(), Instant::now());
+            state.draining_events.insert(name.clone(), now);
             drop(state);
             let note = format!("{} pods are waiting to be evicted", plan.remaining());
             debug!(node = %name, remaining = plan.remaining(), "draining node");
@@ -303,7 +308,7 @@ async fn reconcile(ctx: &Context, node: &Node, cached_pods: &[Arc<Pod>]) -> Resu
 async fn evict(ctx: &Context, pod: &PodKey) {
     {
         let state = ctx.state.lock().await;
-        if state.backoff.get(pod).is_some_and(|(until, _)| Instant::now() < *until) {
+        if state.backoff.get(pod).is_some_and(|(until, _)| ctx.clock.instant() < *until) {
             return;
         }
     }
@@ -345,7 +350,7 @@ async fn evict(ctx: &Context, pod: &PodKey) {
         let delay = next_delay(state.backoff.get(pod).map(|(_, d)| *d), MIN_EVICTION_BACKOFF, MAX_EVICTION_BACKOFF);
         state
             .backoff
-            .insert(pod.clone(), (Instant::now() + crate::retry::jittered(delay), delay));
+            .insert(pod.clone(), (ctx.clock.instant() + crate::retry::jittered(delay), delay));
     } else {
         state.backoff.remove(pod);
     }

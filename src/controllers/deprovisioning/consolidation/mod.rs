@@ -27,7 +27,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -61,7 +60,8 @@ pub(super) async fn consolidate(ctx: &Context) -> Result<bool, DeprovisioningErr
     // Read before the snapshot: a change while evaluating clears the short-circuit.
     let generation = state.generation();
     let consolidated = *ctx.consolidated.lock().unwrap_or_else(|e| e.into_inner());
-    if consolidated.is_some_and(|(g, at)| g == generation && at.elapsed() < CONSOLIDATED_FOR) {
+    let now = ctx.clock.instant();
+    if consolidated.is_some_and(|(g, at)| g == generation && now.saturating_duration_since(at) < CONSOLIDATED_FOR) {
         return Ok(false);
     }
     let snapshot = snapshot(ctx).await?;
@@ -115,7 +115,7 @@ pub(super) async fn consolidate(ctx: &Context) -> Result<bool, DeprovisioningErr
             }
         }
     }
-    *ctx.consolidated.lock().unwrap_or_else(|e| e.into_inner()) = Some((generation, Instant::now()));
+    *ctx.consolidated.lock().unwrap_or_else(|e| e.into_inner()) = Some((generation, ctx.clock.instant()));
     debug!(candidates = candidates.len(), "nothing to consolidate");
     Ok(false)
 }
@@ -226,7 +226,7 @@ fn candidates_and_blocked(ctx: &Context, snapshot: &Snapshot, resuming: bool) ->
         }
         snapshot.volumes.constrain(pod)
     };
-    let now = Timestamp::now();
+    let now = ctx.clock.now();
     let mut out = Vec::new();
     let mut blocked = Vec::new();
     for state_node in &nodes {
@@ -258,7 +258,7 @@ async fn unconsolidatable(ctx: &Context, node: &Node, why: &str) {
     let key = (node.name_any(), why.to_string());
     {
         let mut published = ctx.unconsolidatable.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
+        let now = ctx.clock.instant();
         published.retain(|_, at| now.duration_since(*at) < EVENT_EVERY);
         if published.contains_key(&key) {
             return;
@@ -323,6 +323,7 @@ async fn execute(ctx: &Context, command: &Command, pods: &[String]) -> Result<()
     crate::failpoint::hit("consolidation-after-cordon");
     if let Some(request) = command.replacement() {
         let started = Instant::now();
+        let deadline = ctx.clock.instant() + ctx.config.replacement_timeout;
         let launched = match ctx.provisioning.launch(request).await {
             Ok(name) => name,
             Err(e) => {
@@ -359,13 +360,7 @@ async fn execute(ctx: &Context, command: &Command, pods: &[String]) -> Result<()
             .await;
         }
         let replacement = [launched.clone()];
-        let awaited = super::await_nodes(
-            state,
-            &replacement,
-            started + ctx.config.replacement_timeout,
-            is_labelled_initialized,
-        )
-        .await;
+        let awaited = super::await_nodes(state, &*ctx.clock, &replacement, deadline, is_labelled_initialized).await;
         if awaited != super::Awaited::Done {
             let gone = matches!(awaited, super::Awaited::Gone(_));
             warn!(replacement = %launched, nodes = ?command.nodes, timeout = ?ctx.config.replacement_timeout, gone, "replacement did not initialise; keeping the nodes");

@@ -46,10 +46,11 @@ pub(super) async fn bind_loop(ctx: Arc<Context>, stores: Stores, shutdown: Cance
         let mut done = Vec::new();
         let ready: Vec<(Arc<Node>, Vec<PodKey>)> = {
             let planned = ctx.planned.lock().await;
+            let now = ctx.clock.instant();
             planned
                 .iter()
                 .filter_map(|(node_name, plan)| {
-                    if plan.since.elapsed() > PLAN_TTL {
+                    if now.saturating_duration_since(plan.since) > PLAN_TTL {
                         done.push(node_name.clone());
                         return None;
                     }
