@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector;

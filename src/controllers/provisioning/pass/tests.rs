@@ -3,6 +3,10 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::controllers::clock::FakeClock;
+use crate::controllers::state::Cluster;
+use crate::controllers::provisioning::ProvisioningConfig;
+use crate::controllers::Shared;
+use crate::metrics::Metrics;
 use crate::controllers::provisioning::launch::tests::ScriptedCloud;
 use crate::scheduling::{NodeRequest, Requirements, Resources};
 
