@@ -20,8 +20,12 @@
 //!   costs less. A baseline from the same run: the $/h of `simulate` placing every remaining pod
 //!   afresh onto new nodes (what a cluster rebuilt from scratch would cost).
 //!
+//! - *explain*: `karpenter-rs explain node` and `explain pod` (`explain::Question::answer`) for 20
+//!   nodes and 20 pods spread over the fragmented cluster, median and slowest, beside the first
+//!   evaluation as the baseline from the same run (results: tests/benches/results/explain.md).
+//!
 //! Run: `cargo bench --bench consolidation` (about 10 minutes; `CONSOLIDATION_BENCH_SIZES=1000`
-//! for one size). Results:
+//! for one size, `CONSOLIDATION_BENCH_EXPLAIN_ONLY=1` for the explain figures alone). Results:
 //! tests/benches/results/consolidation.md. Under `cargo test` (no `--bench`) it runs the
 //! 100-node case once and checks that consolidating never raises the cost, so it cannot rot.
 
@@ -315,6 +319,67 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// `karpenter-rs explain` on `cluster` (`explain::Question::answer`, what the controller's
+/// `/explain` and the CLI run once they hold the view): `node` for up to `count` nodes and `pod`
+/// for as many pods, spread over the cluster. Median and slowest of each, in the same units as the
+/// evaluation beside them.
+fn time_explain(cluster: &Cluster, count: usize) -> [Duration; 4] {
+    use karpenter_rs::controllers::state::StateNode;
+    use karpenter_rs::explain::{Explanation, Question, World};
+    let nodes: Vec<StateNode> = cluster
+        .members
+        .iter()
+        .map(|m| StateNode {
+            node: Arc::new(m.node.clone()),
+            pods: m.pods.clone(),
+            nominated: false,
+            instance_type: Some(m.instance_type.clone()),
+        })
+        .collect();
+    let pods: Vec<Arc<Pod>> = cluster.members.iter().flat_map(|m| m.pods.iter().cloned()).collect();
+    let provisioners = [Arc::new(cluster.provisioner.clone())];
+    let input = cluster.input();
+    let world = World {
+        nodes: &nodes,
+        provisioners: &provisioners,
+        pods: &pods,
+        pdbs: &[],
+        input: &input,
+        prepare: &unbind,
+        nomination: jiff::SignedDuration::from_secs(20),
+        drift_enabled: true,
+        now: "2023-06-02T00:00:00Z".parse::<Timestamp>().unwrap(),
+    };
+    let spread = |len: usize| (0..count.min(len)).map(move |i| i * len / count.min(len).max(1));
+    let time = |questions: Vec<Question>| {
+        let mut times: Vec<Duration> = questions
+            .iter()
+            .map(|q| {
+                let t = Instant::now();
+                let answer = q.answer(&world).expect("every node and pod of the cluster is explained");
+                let took = t.elapsed();
+                match answer {
+                    Explanation::Node(n) => assert!(!n.methods.is_empty()),
+                    Explanation::Pod(p) => assert!(!p.summary.is_empty()),
+                }
+                took
+            })
+            .collect();
+        times.sort();
+        (times[times.len() / 2], times[times.len() - 1])
+    };
+    let node_questions = spread(nodes.len()).map(|i| Question::Node(nodes[i].name().to_string())).collect();
+    let pod_questions = spread(pods.len())
+        .map(|i| Question::Pod {
+            namespace: pods[i].metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+            name: pods[i].metadata.name.clone().unwrap_or_default(),
+        })
+        .collect();
+    let (node_median, node_slowest) = time(node_questions);
+    let (pod_median, pod_slowest) = time(pod_questions);
+    [node_median, node_slowest, pod_median, pod_slowest]
+}
+
 fn run(nodes: usize, runs: usize, converge: bool) {
     let start = Instant::now();
     let mut cluster = Cluster::fragmented(nodes);
@@ -322,6 +387,19 @@ fn run(nodes: usize, runs: usize, converge: bool) {
     let pods = cluster.members.iter().map(|m| m.pods.len()).sum::<usize>();
     let initial_cost = cluster.cost();
     let (first_time, first) = time_evaluation(&cluster, runs);
+    let [node_median, node_slowest, pod_median, pod_slowest] = time_explain(&cluster, 20);
+    println!(
+        "EXPLAIN | {nodes} | {pods} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |",
+        ms(node_median),
+        ms(node_slowest),
+        ms(pod_median),
+        ms(pod_slowest),
+        ms(first_time),
+        node_median.as_secs_f64() / first_time.as_secs_f64().max(1e-9),
+    );
+    if std::env::var_os("CONSOLIDATION_BENCH_EXPLAIN_ONLY").is_some() {
+        return;
+    }
     let first_label = describe(&first);
     eprintln!(
         "{nodes} nodes ({pods} pods left, built in {built:?}): first evaluation {:.1} ms → {first_label}",
@@ -385,6 +463,7 @@ fn run(nodes: usize, runs: usize, converge: bool) {
 fn main() {
     let benchmarking = std::env::args().any(|a| a == "--bench");
     println!("RESULT | nodes | pods left | first evaluation ms | next evaluation ms | slowest while converging ms | $/h before | commands | converge time | nodes after | $/h after | lower bound $/h | after / bound | from scratch $/h |");
+    println!("EXPLAIN | nodes | pods | explain node median ms | slowest ms | explain pod median ms | slowest ms | first evaluation ms | node median / evaluation |");
     if !benchmarking {
         run(100, 1, true);
         return;
