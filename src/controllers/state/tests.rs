@@ -1,5 +1,7 @@
 use super::*;
+use crate::apis::keys::LAST_APPLIED_ANNOTATION;
 use crate::controllers::clock::FakeClock;
+use kube::runtime::watcher;
 
 /// Several tasks waiting for the view at once are all woken when the first lists are in
 /// (kube's own wait wakes only the last of them).
