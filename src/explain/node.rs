@@ -125,11 +125,13 @@ pub fn explain_node(world: &World<'_>, name: &str) -> Result<NodeExplanation, St
     let view = view_of(world, state);
     let price = consolidation::decide::price(view);
     let created = node.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    // The cluster prepared once for both simulations (consolidation's command, the removal).
+    let simulator = Simulator::new(world.input);
     let methods = vec![
         expiration(world, state),
         drift(world, state),
         emptiness(world, state),
-        consolidation_method(world, state, provisioner.map(|p| p.as_ref())),
+        consolidation_method(world, &simulator, state, provisioner.map(|p| p.as_ref())),
     ];
     let summary = summary(&methods);
     Ok(NodeExplanation {
@@ -144,7 +146,7 @@ pub fn explain_node(world: &World<'_>, name: &str) -> Result<NodeExplanation, St
         pods: state.pods.iter().map(|p| PodKey::of(p).to_string()).collect(),
         methods,
         summary,
-        removal: removal(world, state),
+        removal: removal(world, &simulator, state),
     })
 }
 
@@ -277,7 +279,12 @@ fn emptiness(world: &World<'_>, state: &StateNode) -> Method {
     }
 }
 
-fn consolidation_method(world: &World<'_>, state: &StateNode, provisioner: Option<&crate::apis::v1alpha5::Provisioner>) -> Method {
+fn consolidation_method(
+    world: &World<'_>,
+    simulator: &Simulator,
+    state: &StateNode,
+    provisioner: Option<&crate::apis::v1alpha5::Provisioner>,
+) -> Method {
     let method = "consolidation".to_string();
     if provisioner.is_some_and(|p| !consolidation::consolidates(p)) {
         return Method {
@@ -310,7 +317,7 @@ fn consolidation_method(world: &World<'_>, state: &StateNode, provisioner: Optio
             };
         }
     };
-    match consolidation::compute(world.input, &[&candidate]) {
+    match consolidation::compute_on(simulator, &[&candidate]) {
         Ok(command) => Method {
             method,
             acts: true,
@@ -344,7 +351,7 @@ fn summary(methods: &[Method]) -> String {
 }
 
 /// The node taken away and its pods placed again, as consolidation simulates it.
-fn removal(world: &World<'_>, state: &StateNode) -> Removal {
+fn removal(world: &World<'_>, simulator: &Simulator, state: &StateNode) -> Removal {
     let name = state.name();
     let moved: Vec<Pod> = state
         .pods
@@ -354,7 +361,7 @@ fn removal(world: &World<'_>, state: &StateNode) -> Removal {
         .collect();
     let moved_refs: Vec<&Pod> = moved.iter().collect();
     let removed: HashSet<&str> = HashSet::from([name]);
-    let plan = Simulator::new(world.input).simulate_without(&removed, &moved_refs);
+    let plan = simulator.simulate_without(&removed, &moved_refs);
     let on_existing: BTreeMap<&PodKey, &String> = plan.existing_assignments.iter().map(|(k, n)| (k, n)).collect();
     let mut added = 0.0;
     let mut new_of: BTreeMap<PodKey, Destination> = BTreeMap::new();

@@ -143,7 +143,7 @@ pub fn compute(cluster: &SimulationInput, candidates: &[&Candidate]) -> Result<C
 }
 
 /// `compute` on a prepared cluster.
-fn compute_on(simulator: &Simulator, candidates: &[&Candidate]) -> Result<Command, String> {
+pub fn compute_on(simulator: &Simulator, candidates: &[&Candidate]) -> Result<Command, String> {
     let cluster = simulator.input();
     let removed: HashSet<&str> = candidates.iter().map(|c| c.name.as_str()).collect();
     let moved: Vec<PodKey> = candidates.iter().flat_map(|c| c.pods.iter().map(PodKey::of)).collect();

@@ -18,7 +18,7 @@ pub mod decide;
 // The pure search at the paths it had as `deprovisioning::consolidation` (benches and property
 // tests use them).
 pub use decide::{
-    blocker_kind, candidate, choose, compute, consolidates, disruption_cost, empty, lifetime_remaining, multi_node, releasable,
+    blocker_kind, candidate, choose, compute, compute_on, consolidates, disruption_cost, empty, lifetime_remaining, multi_node, releasable,
     single_node, sort_candidates, still_valid, worst_launch_price, Action, Candidate, Choice, Command, Evaluation, Ineligible, NodeView,
     CONSOLIDATION_TTL, MULTI_NODE_MAX,
 };
