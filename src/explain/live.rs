@@ -54,13 +54,7 @@ impl Explainer {
         let pods = self.state.pods.state();
         let provisioners = self.state.provisioners.state();
         let pdbs: Vec<_> = self.state.pdbs.state().iter().map(|b| (**b).clone()).collect();
-        let prepare = |pod: &k8s_openapi::api::core::v1::Pod| {
-            let mut pod = pod.clone();
-            if let Some(spec) = pod.spec.as_mut() {
-                spec.node_name = None;
-            }
-            snapshot.volumes.constrain(pod)
-        };
+        let prepare = |pod: &k8s_openapi::api::core::v1::Pod| snapshot.prepare(pod);
         let world = World {
             nodes: &nodes,
             provisioners: &provisioners,

@@ -87,6 +87,18 @@ pub struct Snapshot {
     templates: HashMap<String, (NodeTemplate, Option<f64>)>,
 }
 
+impl Snapshot {
+    /// `pod` as it would be placed again when its node goes: unbound, with its volumes'
+    /// constraints (what consolidation moves, and what explain's removal simulates).
+    pub fn prepare(&self, pod: &Pod) -> Pod {
+        let mut pod = pod.clone();
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.node_name = None;
+        }
+        self.volumes.constrain(pod)
+    }
+}
+
 /// How long a node a pass expects pods on is left alone by deprovisioning (Karpenter's 20 s).
 pub(super) const NOMINATION: Duration = Duration::from_secs(20);
 

@@ -219,13 +219,7 @@ fn candidates_and_blocked(ctx: &Context, snapshot: &Snapshot, resuming: bool) ->
     let nodes = super::considered(ctx);
     let provisioners = state.provisioners.state();
     let pdbs: Vec<_> = state.pdbs.state().iter().map(|b| (**b).clone()).collect();
-    let prepare = |pod: &Pod| {
-        let mut pod = pod.clone();
-        if let Some(spec) = pod.spec.as_mut() {
-            spec.node_name = None;
-        }
-        snapshot.volumes.constrain(pod)
-    };
+    let prepare = |pod: &Pod| snapshot.prepare(pod);
     let now = ctx.clock.now();
     let mut out = Vec::new();
     let mut blocked = Vec::new();
