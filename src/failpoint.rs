@@ -20,8 +20,8 @@
 //!
 //! `KARPENTER_RS_BUSY_IN=<controller>:<seconds>` makes each pass of a controller start with that
 //! long a stretch of blocking work, run as the controllers run their CPU-bound work (the
-//! simulation, the consolidation search: `block_in_place`), for the test that one busy
-//! controller holds up no other. `pass_point` is both.
+//! simulation, the consolidation search: on the blocking pool, `cpu`), for the test
+//! that one busy controller holds up no other. `pass_point` is both.
 
 use std::sync::OnceLock;
 
@@ -64,20 +64,21 @@ pub fn panic_point(controller: &str) {
 pub const BUSY_IN_ENV: &str = "KARPENTER_RS_BUSY_IN";
 
 /// Where every pass of `controller` starts: `panic_point`, then `busy_point`.
-pub fn pass_point(controller: &str) {
+pub async fn pass_point(controller: &str) {
     panic_point(controller);
-    busy_point(controller);
+    busy_point(controller).await;
 }
 
-/// Blocks for the seconds `KARPENTER_RS_BUSY_IN` gives when it names `controller`, inside
-/// `block_in_place` as the controllers' own CPU-bound work runs.
-pub fn busy_point(controller: &str) {
+/// Blocks for the seconds `KARPENTER_RS_BUSY_IN` gives when it names `controller`, on the
+/// blocking pool as the controllers' own CPU-bound work runs.
+pub async fn busy_point(controller: &str) {
     static BUSY_IN: OnceLock<Option<(String, u64)>> = OnceLock::new();
     let busy = BUSY_IN.get_or_init(|| std::env::var(BUSY_IN_ENV).ok().and_then(|v| parse_busy_in(&v)));
     if let Some((name, seconds)) = busy {
         if name == controller {
             tracing::warn!(controller, seconds, "{BUSY_IN_ENV}: a failpoint keeps this pass busy");
-            tokio::task::block_in_place(|| std::thread::sleep(std::time::Duration::from_secs(*seconds)));
+            let busy = std::time::Duration::from_secs(*seconds);
+            crate::cpu::run(move |_| std::thread::sleep(busy)).await;
         }
     }
 }

@@ -5,6 +5,7 @@
 pub mod apis;
 pub mod certs;
 pub mod coexistence;
+pub mod cpu;
 pub mod cloudprovider;
 pub mod config;
 pub mod controllers;

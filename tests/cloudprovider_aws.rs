@@ -1189,7 +1189,7 @@ async fn termination_reads_pods_from_the_cache_and_works_on_at_most_16_nodes_at_
             assert!(std::time::Instant::now() < deadline, "{} of {NODES} pods Running", running());
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        let controller = tokio::spawn(termination::run(ctx, view, leading, shutdown.clone()));
+        let controller = tokio::spawn(termination::run(ctx, leading, shutdown.clone()));
         support::kubectl_ok(cluster, &["delete", "nodes", "-l", &selector, "--wait=false"], None);
         // Every node's eviction tried (each node is reconciled on its own, 16 at a time), then
         // several passes more while the budget refuses every eviction.

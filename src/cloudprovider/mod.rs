@@ -305,6 +305,10 @@ pub trait CloudProvider: Send + Sync {
     /// `aws@v0.27.0:pkg/cache/unavailableofferings.go`), e.g. the spot offering of an instance EC2
     /// is interrupting: launches go elsewhere meanwhile.
     fn mark_unavailable(&self, offerings: &[OfferingId]);
+    /// The offerings unavailable now for a capacity error, each with when it is tried again.
+    fn unavailable_offerings(&self) -> Vec<(OfferingId, jiff::Timestamp)> {
+        Vec::new()
+    }
 }
 
 #[cfg(test)]

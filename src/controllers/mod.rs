@@ -2,7 +2,7 @@
 //! files of their own, so they can be tested and benchmarked directly.
 //!
 //! ```text
-//! pending pod (PodScheduled=False/Unschedulable) → provisioning::pods::is_provisionable
+//! pending pod (PodScheduled=False/Unschedulable) → scheduling::pods::is_provisionable
 //!   → batcher (idle 1 s / max 10 s) → snapshot (nodes before pods) → scheduling::simulate
 //!   → cloud provider create → provisioning::node::node_for → Node created
 //!   → node Ready → provisioning::bind
@@ -108,8 +108,8 @@ pub struct Settings {
 /// of its own under `supervisor::supervise` until `shutdown`; passes run only while `leading` is
 /// true. A controller that panics is started again; the others go on. A controller busy in a
 /// long pass holds up no other: their CPU-bound work (the simulation, the consolidation search,
-/// the catalogue translation) runs in `block_in_place`, which hands the worker's queued tasks to
-/// another thread. Other controllers reach provisioning through its narrow `Provisioning`
+/// the catalogue translation) runs on the blocking pool (`crate::cpu::run`), never on a runtime worker.
+/// Other controllers reach provisioning through its narrow `Provisioning`
 /// interface. Dropping the returned future aborts every controller (a lost lease ends a term
 /// this way).
 pub async fn run_all(shared: Shared, settings: Settings, leading: watch::Receiver<bool>, shutdown: CancellationToken) -> Stopped {
@@ -133,9 +133,9 @@ pub async fn run_all(shared: Shared, settings: Settings, leading: watch::Receive
     let mut tasks = Tasks::default();
     if let Some(config) = settings.termination {
         let ctx = termination::Context::new(&shared, config);
-        let (state, leading, stop) = (state.clone(), leading.clone(), shutdown.clone());
+        let (leading, stop) = (leading.clone(), shutdown.clone());
         tasks.spawn("termination", deadline::TERMINATION, &metrics, &shutdown, move || {
-            termination::run(ctx.clone(), state.clone(), leading.clone(), stop.clone())
+            termination::run(ctx.clone(), leading.clone(), stop.clone())
         });
     }
     if let Some(config) = settings.garbage_collection {

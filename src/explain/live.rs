@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 use super::{Explanation, Question, World};
 use crate::controllers::provisioning::Provisioning;
 use crate::controllers::state::Cluster;
+use crate::cpu;
 use crate::telemetry;
 
 /// What answers `Question`s from a live cluster view.
@@ -54,20 +55,27 @@ impl Explainer {
         let pods = self.state.pods.state();
         let provisioners = self.state.provisioners.state();
         let pdbs: Vec<_> = self.state.pdbs.state().iter().map(|b| (**b).clone()).collect();
-        let prepare = |pod: &k8s_openapi::api::core::v1::Pod| snapshot.prepare(pod);
-        let world = World {
-            nodes: &nodes,
-            provisioners: &provisioners,
-            pods: &pods,
-            pdbs: &pdbs,
-            input: &snapshot.input,
-            prepare: &prepare,
-            nomination: jiff::SignedDuration::try_from(self.nomination).unwrap_or_default(),
-            drift_enabled: self.drift_enabled,
-            now: jiff::Timestamp::now(),
-        };
-        // The simulation is CPU work: off the runtime's workers, as consolidation's.
-        tokio::task::block_in_place(|| question.answer(&world)).map_err(NoAnswer::NotFound)
+        let nomination = jiff::SignedDuration::try_from(self.nomination).unwrap_or_default();
+        let (drift_enabled, question) = (self.drift_enabled, question.clone());
+        // The simulation is CPU work: on the blocking pool, as consolidation's.
+        cpu::run(move |_| {
+            let prepare = |pod: &k8s_openapi::api::core::v1::Pod| snapshot.prepare(pod);
+            let world = World {
+                nodes: &nodes,
+                provisioners: &provisioners,
+                pods: &pods,
+                pdbs: &pdbs,
+                input: &snapshot.input,
+                unavailable: &snapshot.unavailable,
+                prepare: &prepare,
+                nomination,
+                drift_enabled,
+                now: jiff::Timestamp::now(),
+            };
+            question.answer(&world)
+        })
+        .await
+        .map_err(NoAnswer::NotFound)
     }
 }
 

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::apis::v1alpha5::Provisioner;
 use crate::controllers::state::StateNode;
+use crate::cloudprovider::OfferingId;
 use crate::scheduling::SimulationInput;
 
 pub use node::{explain_node, NodeExplanation};
@@ -43,6 +44,8 @@ pub struct World<'a> {
     /// The simulation's input as a provisioning pass builds it now (pending pods, Provisioners
     /// with their instance types, nodes with their pods).
     pub input: &'a SimulationInput,
+    /// The offerings unavailable for a capacity error, each with when it is tried again.
+    pub unavailable: &'a [(OfferingId, Timestamp)],
     /// Unbinds a pod and adds its volumes' constraints, as consolidation moves it.
     pub prepare: &'a dyn Fn(&Pod) -> Pod,
     /// How long after launch a node is presumed nominated for the pods it was launched for

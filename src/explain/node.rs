@@ -13,7 +13,7 @@ use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, VOLUNTARY_DISRUPTION_AN
 use crate::controllers::deprovisioning::consolidation::{self, Ineligible, NodeView};
 use crate::controllers::deprovisioning::decide::{self, Emptiness};
 use crate::controllers::deprovisioning::DRIFTED;
-use crate::controllers::provisioning::pods::is_displaced_by_drain;
+use crate::scheduling::pods::is_displaced_by_drain;
 use crate::controllers::state::StateNode;
 use crate::scheduling::{PodKey, Simulator};
 
@@ -328,7 +328,7 @@ fn consolidation_method(
             method,
             acts: false,
             state: format!("kept: {why}"),
-            blockers: vec![why],
+            blockers: vec![why.to_string()],
         },
     }
 }

@@ -5,14 +5,18 @@
 
 use std::sync::Arc;
 
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 
 use super::World;
+use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, ZONE_LABEL};
 use crate::controllers::deprovisioning::consolidation;
-use crate::controllers::provisioning::pods::is_provisionable;
 use crate::scheduling::pods::is_daemon_or_mirror;
-use crate::scheduling::{simulate, validate_pod, PodKey, SimulationInput};
+use crate::scheduling::pods::is_provisionable;
+use crate::scheduling::pods::PodState;
+use crate::scheduling::{provisioner_requirements, simulate, validate_pod, PodKey, Refusal, SimulationInput};
 
 /// The answer to `explain pod`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -36,6 +40,24 @@ pub struct PodExplanation {
     /// Per Provisioner, whether it could launch for the pod and if not the first rule that
     /// excludes it.
     pub provisioners: Vec<Verdict>,
+    /// For a pending pod: the offerings a Provisioner could launch for it that a launch found
+    /// without capacity, each with when launches try it again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unavailable_offerings: Vec<Unavailable>,
+}
+
+/// An offering cached as unavailable after a capacity error (insufficient capacity).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Unavailable {
+    /// The type.
+    pub instance_type: String,
+    /// The zone.
+    pub zone: String,
+    /// `on-demand` or `spot`.
+    pub capacity_type: String,
+    /// When launches try it again.
+    pub until: Timestamp,
 }
 
 /// An instance type with its price.
@@ -106,16 +128,34 @@ pub fn explain_pod(world: &World<'_>, namespace: &str, name: &str) -> Result<Pod
             priced
         })
         .unwrap_or_default();
+    let unavailable_offerings = if bound.is_none() {
+        unavailable_for(world, &input.pods[0])
+    } else {
+        Vec::new()
+    };
     let mut provisioners: Vec<Verdict> = plan
         .refusals
         .get(&key)
         .map(|refusals| {
             refusals
                 .iter()
-                .map(|(provisioner, kind, message)| Verdict {
-                    provisioner: provisioner.clone(),
-                    outcome: kind.label().to_string(),
-                    reason: message.clone(),
+                .map(|(provisioner, kind, message)| {
+                    let mut reason = message.clone();
+                    if *kind == Refusal::NoOffering {
+                        let cached: Vec<&Unavailable> = unavailable_offerings.iter().collect();
+                        if let Some(first) = cached.iter().min_by_key(|u| u.until) {
+                            reason.push_str(&format!(
+                                "; {} offering(s) it could use had no capacity at the last launch, retried from {}",
+                                cached.len(),
+                                first.until.strftime("%Y-%m-%dT%H:%M:%SZ")
+                            ));
+                        }
+                    }
+                    Verdict {
+                        provisioner: provisioner.clone(),
+                        outcome: kind.label().to_string(),
+                        reason,
+                    }
                 })
                 .collect()
         })
@@ -203,5 +243,37 @@ pub fn explain_pod(world: &World<'_>, namespace: &str, name: &str) -> Result<Pod
         node_type,
         cheapest_types,
         provisioners,
+        unavailable_offerings,
     })
+}
+
+/// The offerings of `world.unavailable` some Provisioner could launch for `pod`: an instance
+/// type it offers, in a zone and as a capacity type its requirements and the pod's allow.
+fn unavailable_for(world: &World<'_>, pod: &Pod) -> Vec<Unavailable> {
+    let wanted = PodState::new(pod).requirements;
+    let allows =
+        |requirements: &crate::scheduling::Requirements, key: &str, value: &str| requirements.get(key).is_none_or(|r| r.has(value));
+    let mut out: Vec<Unavailable> = world
+        .unavailable
+        .iter()
+        .filter(|(offering, _)| {
+            world.input.provisioners.iter().any(|p| {
+                let theirs = provisioner_requirements(&p.provisioner);
+                p.instance_types.iter().any(|t| t.name == offering.instance_type)
+                    && [&theirs, &wanted].iter().all(|r| {
+                        allows(r, INSTANCE_TYPE_LABEL, &offering.instance_type)
+                            && allows(r, ZONE_LABEL, &offering.zone)
+                            && allows(r, CAPACITY_TYPE_LABEL, &offering.capacity_type)
+                    })
+            })
+        })
+        .map(|(o, until)| Unavailable {
+            instance_type: o.instance_type.clone(),
+            zone: o.zone.clone(),
+            capacity_type: o.capacity_type.clone(),
+            until: *until,
+        })
+        .collect();
+    out.sort_by(|a, b| (a.until, &a.instance_type, &a.zone).cmp(&(b.until, &b.instance_type, &b.zone)));
+    out
 }

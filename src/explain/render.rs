@@ -134,6 +134,16 @@ pub fn pod_text(p: &PodExplanation, colour: bool) -> String {
             .collect();
         let _ = writeln!(out, "  Cheapest     {}", types.join(", "));
     }
+    for u in &p.unavailable_offerings {
+        let _ = writeln!(
+            out,
+            "  No capacity  {} {} in {} (insufficient capacity at the last launch), retried from {}",
+            u.capacity_type,
+            u.instance_type,
+            u.zone,
+            u.until.strftime("%Y-%m-%dT%H:%M:%SZ")
+        );
+    }
     if !p.provisioners.is_empty() {
         let _ = writeln!(out);
         let width = p.provisioners.iter().map(|v| v.provisioner.len()).max().unwrap_or(11).max(11);

@@ -93,6 +93,7 @@ struct Cluster {
     pods: Vec<Arc<Pod>>,
     pdbs: Vec<PodDisruptionBudget>,
     input: SimulationInput,
+    unavailable: Vec<(OfferingId, Timestamp)>,
 }
 
 impl Cluster {
@@ -137,6 +138,7 @@ impl Cluster {
             pods,
             pdbs: Vec::new(),
             input,
+            unavailable: Vec::new(),
         }
     }
 
@@ -148,6 +150,7 @@ impl Cluster {
             pods: &self.pods,
             pdbs: &self.pdbs,
             input: &self.input,
+            unavailable: &self.unavailable,
             prepare: &unbind,
             nomination: SignedDuration::from_secs(20),
             drift_enabled: true,
@@ -334,6 +337,73 @@ fn a_pending_pod_gets_the_rule_each_provisioner_excludes_it_by() {
             .starts_with("not provisioned for yet: the scheduler has not marked it unschedulable"),
         "{}",
         fresh.summary
+    );
+}
+
+#[test]
+fn a_pod_a_provisioner_limit_excludes_gets_the_figures() {
+    let mut limited = default(false);
+    limited.spec.limits = Some(serde_json::from_value(json!({"resources": {"cpu": "2"}})).unwrap());
+    let mut cluster = Cluster::new(limited, &[("a", SMALL)], vec![bound("busy", "1500m", "a")]);
+    cluster.pods.push(Arc::new(unschedulable(pod("more").cpu("1").build())));
+    let more = cluster.pod("more");
+    let verdict = &more.provisioners[0];
+    assert_eq!(verdict.outcome, "limits", "{more:?}");
+    assert!(verdict.reason.contains("(cpu: limit 2, "), "{}", verdict.reason);
+    assert!(
+        verdict.reason.contains(" left; the smallest type, m5.large, has 2)"),
+        "{}",
+        verdict.reason
+    );
+    assert!(more.summary.contains("exceed provisioner limits (cpu: limit 2"), "{}", more.summary);
+}
+
+#[test]
+fn a_pod_whose_offerings_had_no_capacity_says_until_when() {
+    let mut cluster = Cluster::new(default(false), &[], Vec::new());
+    let offering = |t: &str, zone: &str, capacity_type: &str| OfferingId {
+        instance_type: t.to_string(),
+        zone: zone.to_string(),
+        capacity_type: capacity_type.to_string(),
+    };
+    cluster.unavailable = vec![
+        (offering(SMALL, ZONES[0], "on-demand"), at(700)),
+        (offering(LARGE, ZONES[1], "on-demand"), at(650)),
+        // Neither the Provisioner (on-demand only) nor its types (m5) allow these.
+        (offering(SMALL, ZONES[0], "spot"), at(640)),
+        (offering("c5.large", ZONES[0], "on-demand"), at(640)),
+    ];
+    cluster.pods.push(Arc::new(unschedulable(pod("web").cpu("100m").build())));
+    // Other offerings still launch: the cached ones are listed, soonest retried first.
+    let web = cluster.pod("web");
+    let listed: Vec<(&str, &str, String)> = web
+        .unavailable_offerings
+        .iter()
+        .map(|u| (u.instance_type.as_str(), u.zone.as_str(), u.until.to_string()))
+        .collect();
+    assert_eq!(
+        listed,
+        [(LARGE, ZONES[1], at(650).to_string()), (SMALL, ZONES[0], at(700).to_string())]
+    );
+    let text = render(&Explanation::Pod(web), Format::Text, false);
+    assert!(
+        text.contains("No capacity  on-demand m5.2xlarge in ap-northeast-2b (insufficient capacity at the last launch), retried from 2023-06-01T12:10:50Z"),
+        "{text}"
+    );
+    // With every offering unavailable, the Provisioner's refusal says when launches try again.
+    for t in &mut cluster.input.provisioners[0].instance_types {
+        for o in &mut Arc::make_mut(t).offerings {
+            o.available = false;
+        }
+    }
+    let web = cluster.pod("web");
+    assert_eq!(web.provisioners[0].outcome, "no_offering", "{web:?}");
+    assert!(
+        web.provisioners[0]
+            .reason
+            .ends_with("; 2 offering(s) it could use had no capacity at the last launch, retried from 2023-06-01T12:10:50Z"),
+        "{}",
+        web.provisioners[0].reason
     );
 }
 

@@ -287,7 +287,10 @@ pub(crate) fn new_node(
         } else {
             NewNodeError {
                 kind: Refusal::Limits,
-                message: "all available instance types exceed provisioner limits".to_string(),
+                message: format!(
+                    "all available instance types exceed provisioner limits ({})",
+                    template.limits_exceeded()
+                ),
             }
         });
     }

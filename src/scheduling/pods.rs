@@ -167,6 +167,36 @@ pub fn is_terminal_or_terminating(pod: &Pod) -> bool {
     is_terminating(pod) || is_terminal(pod)
 }
 
+/// A pod karpenter-rs may launch capacity for: not bound, not nominated, marked unschedulable by
+/// kube-scheduler (a pod the scheduler has not tried yet is left to it), and neither a DaemonSet
+/// pod nor a static/mirror pod (owned by a Node).
+pub fn is_provisionable(pod: &Pod) -> bool {
+    let spec_bound = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let status = pod.status.as_ref();
+    let nominated = status.and_then(|s| s.nominated_node_name.as_deref()).is_some_and(|n| !n.is_empty());
+    let unschedulable = status.and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable"))
+    });
+    let terminating = pod.metadata.deletion_timestamp.is_some();
+    !spec_bound && !nominated && unschedulable && !terminating && !is_daemon_or_mirror(pod)
+}
+
+/// A pod that needs a new home when its node is drained: neither a DaemonSet nor a mirror pod
+/// (they stay with their node), nor finished (Succeeded, Failed), nor already terminating.
+pub fn is_displaced_by_drain(pod: &Pod) -> bool {
+    !is_terminal_or_terminating(pod) && !is_daemon_or_mirror(pod)
+}
+
+/// True while `pod` is Pending (or has no phase yet).
+pub fn is_pending(pod: &Pod) -> bool {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()).is_none_or(|p| p == "Pending")
+}
+
 /// A host port a container binds: (protocol, host IP, port).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct HostPort {
@@ -401,5 +431,61 @@ mod tests {
         assert!(a.conflicts(&b));
         assert!(!a.conflicts(&c));
         assert_eq!(host_ports(&pod("p").host_port(80).build()), vec![a]);
+    }
+}
+
+#[cfg(test)]
+mod predicate_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn unschedulable() -> serde_json::Value {
+        json!({"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]})
+    }
+
+    #[test]
+    fn considers_pods_the_scheduler_marked_unschedulable() {
+        assert!(is_provisionable(&pod(
+            json!({"metadata": {"name": "a"}, "spec": {"containers": []}, "status": unschedulable()})
+        )));
+    }
+
+    #[test]
+    fn leaves_other_pods_alone() {
+        let cases = [
+            json!({"metadata": {"name": "fresh"}, "spec": {"containers": []}}),
+            json!({"metadata": {"name": "bound"}, "spec": {"containers": [], "nodeName": "n"}, "status": unschedulable()}),
+            json!({"metadata": {"name": "nominated"}, "spec": {"containers": []}, "status": {"nominatedNodeName": "n", "conditions": unschedulable()["conditions"]}}),
+            json!({"metadata": {"name": "ds", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u"}]}, "spec": {"containers": []}, "status": unschedulable()}),
+            json!({"metadata": {"name": "mirror", "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "u"}]}, "spec": {"containers": []}, "status": unschedulable()}),
+            json!({"metadata": {"name": "deleting", "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"containers": []}, "status": unschedulable()}),
+            json!({"metadata": {"name": "other"}, "spec": {"containers": []}, "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulerError"}]}}),
+        ];
+        for case in cases {
+            assert!(!is_provisionable(&pod(case.clone())), "{case}");
+        }
+    }
+
+    #[test]
+    fn a_drain_displaces_running_workload_pods_only() {
+        let running = json!({"phase": "Running"});
+        assert!(is_displaced_by_drain(&pod(
+            json!({"metadata": {"name": "web"}, "spec": {"containers": [], "nodeName": "n"}, "status": running})
+        )));
+        let staying = [
+            json!({"metadata": {"name": "ds", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u"}]}, "spec": {"containers": []}, "status": running}),
+            json!({"metadata": {"name": "mirror", "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "u"}]}, "spec": {"containers": []}, "status": running}),
+            json!({"metadata": {"name": "done"}, "spec": {"containers": []}, "status": {"phase": "Succeeded"}}),
+            json!({"metadata": {"name": "failed"}, "spec": {"containers": []}, "status": {"phase": "Failed"}}),
+            json!({"metadata": {"name": "leaving", "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"containers": []}, "status": running}),
+        ];
+        for case in staying {
+            assert!(!is_displaced_by_drain(&pod(case.clone())), "{case}");
+        }
     }
 }

@@ -17,7 +17,7 @@ use super::instance_types::InstanceType;
 use super::nodes::{provisioner_usage, ExistingNode};
 use super::pods::daemon_requirement_alternatives;
 use super::requirements::{Requirement, Requirements};
-use super::resources::{pod_requests, to_units, Resources};
+use super::resources::{format_amount, pod_requests, to_units, Resources};
 use super::taints::{first_untolerated, PREFER_NO_SCHEDULE};
 
 /// An instance type a template may launch, with its allocatable computed once.
@@ -137,6 +137,35 @@ impl NodeTemplate {
         self.remaining
             .as_ref()
             .is_none_or(|rem| rem.values().zip(&self.limited_capacity).all(|(left, caps)| caps[c] <= *left))
+    }
+
+    /// Why no candidate stays within the limits, with the figures: per limited resource that
+    /// every candidate exceeds, the limit, what the Provisioner's nodes and the nodes planned
+    /// before take of it, what is left, and what the smallest candidate would add
+    /// (`cpu: limit 10, 8 in use or planned, 2 left; the smallest type, t3.xlarge, has 4`).
+    pub fn limits_exceeded(&self) -> String {
+        let (Some(limits), Some(remaining)) = (&self.limits, &self.remaining) else {
+            return String::new();
+        };
+        let mut parts = Vec::new();
+        for ((resource, limit), caps) in limits.iter().zip(&self.limited_capacity) {
+            let left = remaining.get(resource).copied().unwrap_or(*limit);
+            let Some((smallest, cap)) = caps.iter().enumerate().min_by_key(|(_, cap)| **cap) else {
+                continue;
+            };
+            if *cap <= left {
+                continue;
+            }
+            parts.push(format!(
+                "{resource}: limit {}, {} in use or planned, {} left; the smallest type, {}, has {}",
+                format_amount(resource, *limit),
+                format_amount(resource, limit.saturating_sub(left)),
+                format_amount(resource, left.max(0)),
+                self.candidates[smallest].it.name,
+                format_amount(resource, *cap)
+            ));
+        }
+        parts.join("; ")
     }
 
     /// Reserves the largest capacity among the candidates `options` against the remaining

@@ -345,6 +345,7 @@ fn time_explain(cluster: &Cluster, count: usize) -> [Duration; 4] {
         pods: &pods,
         pdbs: &[],
         input: &input,
+        unavailable: &[],
         prepare: &unbind,
         nomination: jiff::SignedDuration::from_secs(20),
         drift_enabled: true,

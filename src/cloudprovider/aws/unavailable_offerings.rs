@@ -52,6 +52,13 @@ impl UnavailableOfferings {
         self.until.get(&key).is_some_and(|until| *until > now)
     }
 
+    /// The offerings unavailable at `now`, each with when it is available again.
+    pub fn unavailable_until(&self, now: Instant) -> Vec<(OfferingId, Instant)> {
+        let mut out: Vec<(OfferingId, Instant)> = self.until.iter().filter(|(_, u)| **u > now).map(|(o, u)| (o.clone(), *u)).collect();
+        out.sort();
+        out
+    }
+
     /// The offerings unavailable at `now`.
     pub fn unavailable(&self, now: Instant) -> Vec<OfferingId> {
         let mut out: Vec<OfferingId> = self.until.iter().filter(|(_, u)| **u > now).map(|(o, _)| o.clone()).collect();
@@ -90,6 +97,11 @@ mod tests {
         let mut cache = UnavailableOfferings::new();
         cache.mark(offering("t3.large", "ap-northeast-2a", "on-demand"), t0);
         cache.mark(offering("t3.large", "ap-northeast-2a", "on-demand"), t0 + Duration::from_secs(120));
+        // What explain reports: when it is tried again.
+        assert_eq!(
+            cache.unavailable_until(t0 + Duration::from_secs(130)),
+            [(offering("t3.large", "ap-northeast-2a", "on-demand"), t0 + Duration::from_secs(300))]
+        );
         assert!(cache.is_unavailable("t3.large", "ap-northeast-2a", "on-demand", t0 + Duration::from_secs(250)));
         assert!(!cache.is_unavailable("t3.large", "ap-northeast-2a", "on-demand", t0 + Duration::from_secs(300)));
     }

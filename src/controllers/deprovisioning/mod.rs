@@ -161,7 +161,7 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
         }
         let started = std::time::Instant::now();
         let _pass = ctx.metrics.liveness.pass("deprovisioning");
-        crate::failpoint::pass_point("deprovisioning");
+        crate::failpoint::pass_point("deprovisioning").await;
         let result = pass(&ctx).await;
         if let Err(e) = &result {
             warn!(error = %telemetry::chain(e), "deprovisioning pass failed; retrying with the next one");

@@ -155,7 +155,7 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
         }
         let started = std::time::Instant::now();
         let _pass = ctx.metrics.liveness.pass("garbagecollection");
-        crate::failpoint::pass_point("garbagecollection");
+        crate::failpoint::pass_point("garbagecollection").await;
         let result = pass(&ctx).await;
         ctx.metrics.reconciled("garbagecollection", started, result.is_ok());
         match result {

@@ -211,7 +211,7 @@ pub async fn run(ctx: Arc<Context>, mut leading: watch::Receiver<bool>, shutdown
             },
             Some(u) => {
                 let _pass = ctx.metrics.liveness.pass("interruption");
-                crate::failpoint::pass_point("interruption");
+                crate::failpoint::pass_point("interruption").await;
                 let received = tokio::select! {
                     _ = shutdown.cancelled() => return,
                     received = ctx.queue.receive(u) => received,

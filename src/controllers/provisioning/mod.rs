@@ -51,6 +51,7 @@ use crate::controllers::state::{self, Cluster};
 use crate::controllers::Shared;
 use crate::metrics::Metrics;
 use crate::ratelimit::TokenBucket;
+use crate::scheduling::pods::is_provisionable;
 use crate::scheduling::{self, ExistingNode, PodKey};
 use crate::telemetry;
 use batcher::{BatchWindows, Batcher};
@@ -232,7 +233,7 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
     let startups = ctx.startups.clone();
     let (tracker, observing) = (startups.clone(), leading.clone());
     stores.on_pod_change(move |pod| {
-        if pods::is_provisionable(pod) {
+        if is_provisionable(pod) {
             trigger.batcher.trigger();
         }
         if pod.metadata.deletion_timestamp.is_some() {
@@ -255,7 +256,7 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
                     // The passes run in this task too, so this beat says it is polled; a pass
                     // that does not end is caught by its own deadline.
                     ctx.metrics.liveness.beat("provisioning", RETRIGGER_INTERVAL);
-                    if ctx.state.pods.state().iter().any(|p| pods::is_provisionable(p)) {
+                    if ctx.state.pods.state().iter().any(|p| is_provisionable(p)) {
                         ctx.batcher.trigger();
                     }
                 }
@@ -275,7 +276,7 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
             }
             let started = Instant::now();
             let _pass = ctx.metrics.liveness.pass("provisioning");
-            crate::failpoint::pass_point("provisioning");
+            crate::failpoint::pass_point("provisioning").await;
             let result = pass::pass(&ctx, &stores).await;
             if let Err(e) = &result {
                 failures += 1;

@@ -17,7 +17,9 @@ use tracing::{debug, info, instrument, warn};
 
 use super::{events, launch, pods, publish, volumes, Context, PassError, Stores, ACTION};
 use crate::apis::v1alpha5::Provisioner;
-use crate::cloudprovider::NodeTemplate;
+use crate::cloudprovider::{NodeTemplate, OfferingId};
+use crate::cpu;
+use crate::scheduling::pods::is_provisionable;
 use crate::scheduling::{self, PodKey, ProvisionerInput, SimulationInput};
 use crate::telemetry;
 
@@ -69,7 +71,7 @@ fn held_back(ctx: &Context, pending: &[Arc<Pod>], all_pods: &[Arc<Pod>], nodes: 
     let mut held = HashSet::new();
     for pod in pending {
         if let Some(until) = history.blocked_until(pod, now) {
-            debug!(pod = %pods::pod_key(pod), wait_seconds = until.duration_since(now).as_secs(), "no new capacity for the pod yet: it waits for the node launched for it, or its owner's pods were lost from the capacity launched for them");
+            debug!(pod = %PodKey::of(pod), wait_seconds = until.duration_since(now).as_secs(), "no new capacity for the pod yet: it waits for the node launched for it, or its owner's pods were lost from the capacity launched for them");
             held.insert(PodKey::of(pod));
         }
     }
@@ -83,6 +85,8 @@ pub struct Snapshot {
     pub input: SimulationInput,
     /// The volumes the pods use, to constrain pods moved from one node to another.
     pub volumes: volumes::Volumes,
+    /// The offerings unavailable for a capacity error, each with when it is tried again.
+    pub unavailable: Vec<(OfferingId, jiff::Timestamp)>,
     provisioners: Vec<Arc<Provisioner>>,
     templates: HashMap<String, (NodeTemplate, Option<f64>)>,
 }
@@ -133,7 +137,7 @@ pub(super) async fn snapshot(
         match volumes.validate(&pod) {
             Ok(()) => valid.push(volumes.constrain_shared(pod)),
             Err(reason) => {
-                debug!(pod = %pods::pod_key(&pod), %reason, "ignoring pod: its volumes cannot be provided");
+                debug!(pod = %PodKey::of(&pod), %reason, "ignoring pod: its volumes cannot be provided");
                 if report {
                     let note = format!("Failed to provision new node: {reason}");
                     publish(ctx, pod.as_ref(), EventType::Warning, "FailedProvisioning", &note).await;
@@ -174,11 +178,22 @@ pub(super) async fn snapshot(
     // The catalogue translation is CPU work of up to seconds: run it where it does not hold up
     // the runtime's other tasks (the binder, node lifecycle, the watches), on a copy of the
     // cache that readers do not wait for.
-    let input = tokio::task::block_in_place(|| {
-        ctx.state.types.update(|type_cache| {
+    let daemonset_pods = pods::daemonset_overhead_pods(&stores.daemonsets.state(), all_pods);
+    let namespace_labels = stores
+        .namespaces
+        .state()
+        .iter()
+        .map(|n| (n.name_any(), n.labels().clone()))
+        .collect();
+    let (state, metrics, config) = (stores.clone(), ctx.metrics.clone(), ctx.config.clone());
+    let (nodes, all_pods) = (nodes.to_vec(), all_pods.to_vec());
+    let translated_for = provisioners.clone();
+    let (input, templates) = cpu::run(move |_| {
+        let provisioners = translated_for;
+        let input = state.types.update(|type_cache| {
             type_cache.retain(|name| provisioners.iter().any(|p| p.name_any() == name));
             if type_cache.set_catalogue(catalogue) {
-                ctx.metrics.set_instance_types(type_cache.shared_catalogue(), &ctx.config.region);
+                metrics.set_instance_types(type_cache.shared_catalogue(), &config.region);
             }
             let mut input = SimulationInput {
                 pods: pending,
@@ -192,29 +207,27 @@ pub(super) async fn snapshot(
                                 p,
                                 template,
                                 &zones[&p.name_any()],
-                                &ctx.config.region,
-                                &ctx.config.node_settings,
+                                &config.region,
+                                &config.node_settings,
                             ),
                         })
                     })
                     .collect(),
                 // Filled in below, once these instance types are recorded.
                 nodes: Vec::new(),
-                daemonset_pods: pods::daemonset_overhead_pods(&stores.daemonsets.state(), all_pods),
-                namespace_labels: stores
-                    .namespaces
-                    .state()
-                    .iter()
-                    .map(|n| (n.name_any(), n.labels().clone()))
-                    .collect(),
+                daemonset_pods,
+                namespace_labels,
             };
-            input.nodes = Context::existing_nodes_with(type_cache, nodes, all_pods, &provisioners);
+            input.nodes = Context::existing_nodes_with(type_cache, &nodes, &all_pods, &provisioners);
             input
-        })
-    });
+        });
+        (input, templates)
+    })
+    .await;
     Ok(Snapshot {
         input,
         volumes,
+        unavailable: ctx.cloud.unavailable_offerings(),
         provisioners,
         templates,
     })
@@ -240,18 +253,18 @@ pub(super) async fn provision(
     if input.pods.is_empty() {
         return Ok(Vec::new());
     }
-    let pending = &input.pods;
-    let by_key: HashMap<PodKey, &Pod> = pending.iter().map(|p| (PodKey::of(p), p.as_ref())).collect();
     // The simulation is CPU work of up to seconds, like the translation above.
     let simulating = Instant::now();
-    let mut plan = tokio::task::block_in_place(|| scheduling::simulate(&input));
+    let (input, mut plan) = cpu::run(move |_| {
+        let plan = scheduling::simulate(&input);
+        (input, plan)
+    })
+    .await;
     ctx.metrics.simulation_duration.observe(simulating.elapsed().as_secs_f64());
+    let pending = &input.pods;
+    let by_key: HashMap<PodKey, &Pod> = pending.iter().map(|p| (PodKey::of(p), p.as_ref())).collect();
     // Nodes the plan expects pending pods on are nominated: deprovisioning leaves them alone.
-    let displaced: HashSet<PodKey> = pending
-        .iter()
-        .filter(|p| !pods::is_provisionable(p))
-        .map(|p| PodKey::of(p))
-        .collect();
+    let displaced: HashSet<PodKey> = pending.iter().filter(|p| !is_provisionable(p)).map(|p| PodKey::of(p)).collect();
     for (key, node) in &plan.existing_assignments {
         if !displaced.contains(key) {
             stores.nominate(node, NOMINATION);
@@ -287,7 +300,7 @@ pub(super) async fn provision(
     }
     for (key, reason) in &plan.unschedulable {
         if let Some(&pod) = by_key.get(key) {
-            debug!(pod = %pods::pod_key(pod), %reason, "pod cannot be provisioned for");
+            debug!(pod = %PodKey::of(pod), %reason, "pod cannot be provisioned for");
             publish(
                 ctx,
                 pod,

@@ -1,6 +1,6 @@
-//! Which pending pods the provisioner considers (Karpenter's `IsProvisionable`), which pods a
-//! leaving node displaces, and the DaemonSet pods whose requests are a new node's overhead. Pure
-//! functions; no I/O here.
+//! What a pass places (the provisionable pods and those a leaving node displaces, by the pod
+//! predicates of `scheduling::pods`), the DaemonSet pods whose requests are a new node's
+//! overhead, and the pod facts provisioning's metrics report. Pure functions; no I/O here.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -9,32 +9,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::apis::v1alpha5::labels::{ARCH_LABEL, CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL, ZONE_LABEL};
-use crate::scheduling::pods::{is_daemon_or_mirror, is_terminal_or_terminating};
-
-/// A pod karpenter-rs may launch capacity for: not bound, not nominated, marked unschedulable by
-/// kube-scheduler (a pod the scheduler has not tried yet is left to it), and neither a DaemonSet
-/// pod nor a static/mirror pod (owned by a Node).
-pub fn is_provisionable(pod: &Pod) -> bool {
-    let spec_bound = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    let status = pod.status.as_ref();
-    let nominated = status.and_then(|s| s.nominated_node_name.as_deref()).is_some_and(|n| !n.is_empty());
-    let unschedulable = status.and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
-        cs.iter()
-            .any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable"))
-    });
-    let terminating = pod.metadata.deletion_timestamp.is_some();
-    !spec_bound && !nominated && unschedulable && !terminating && !is_daemon_or_mirror(pod)
-}
-
-/// A pod that needs a new home when its node is drained: neither a DaemonSet nor a mirror pod
-/// (they stay with their node), nor finished (Succeeded, Failed), nor already terminating.
-pub fn is_displaced_by_drain(pod: &Pod) -> bool {
-    !is_terminal_or_terminating(pod) && !is_daemon_or_mirror(pod)
-}
+use crate::scheduling::pods::{is_displaced_by_drain, is_pending, is_provisionable, is_terminal_or_terminating};
 
 /// What a provisioning pass places, and where it may: the nodes that stay, and the pods that need
 /// a node: the provisionable ones, plus the pods a drain will displace from every node being
@@ -200,20 +175,6 @@ impl Startups {
     }
 }
 
-/// True while `pod` is Pending (or has no phase yet).
-pub fn is_pending(pod: &Pod) -> bool {
-    pod.status.as_ref().and_then(|s| s.phase.as_deref()).is_none_or(|p| p == "Pending")
-}
-
-/// `namespace/name`, as pods are named in logs and events.
-pub fn pod_key(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or("default"),
-        pod.metadata.name.as_deref().unwrap_or("")
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,29 +241,6 @@ mod tests {
         startups.retain(|uid| uid != "a");
         assert!(!startups.observed.contains("a"));
         assert!(startups.observed.contains("b"));
-    }
-
-    #[test]
-    fn considers_pods_the_scheduler_marked_unschedulable() {
-        assert!(is_provisionable(&pod(
-            json!({"metadata": {"name": "a"}, "spec": {"containers": []}, "status": unschedulable()})
-        )));
-    }
-
-    #[test]
-    fn leaves_other_pods_alone() {
-        let cases = [
-            json!({"metadata": {"name": "fresh"}, "spec": {"containers": []}}),
-            json!({"metadata": {"name": "bound"}, "spec": {"containers": [], "nodeName": "n"}, "status": unschedulable()}),
-            json!({"metadata": {"name": "nominated"}, "spec": {"containers": []}, "status": {"nominatedNodeName": "n", "conditions": unschedulable()["conditions"]}}),
-            json!({"metadata": {"name": "ds", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u"}]}, "spec": {"containers": []}, "status": unschedulable()}),
-            json!({"metadata": {"name": "mirror", "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "u"}]}, "spec": {"containers": []}, "status": unschedulable()}),
-            json!({"metadata": {"name": "deleting", "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"containers": []}, "status": unschedulable()}),
-            json!({"metadata": {"name": "other"}, "spec": {"containers": []}, "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulerError"}]}}),
-        ];
-        for case in cases {
-            assert!(!is_provisionable(&pod(case.clone())), "{case}");
-        }
     }
 
     #[test]
@@ -447,21 +385,4 @@ mod tests {
         assert_eq!(spec.tolerations.as_ref().unwrap().len(), 1);
     }
 
-    #[test]
-    fn a_drain_displaces_running_workload_pods_only() {
-        let running = json!({"phase": "Running"});
-        assert!(is_displaced_by_drain(&pod(
-            json!({"metadata": {"name": "web"}, "spec": {"containers": [], "nodeName": "n"}, "status": running})
-        )));
-        let staying = [
-            json!({"metadata": {"name": "ds", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u"}]}, "spec": {"containers": []}, "status": running}),
-            json!({"metadata": {"name": "mirror", "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "u"}]}, "spec": {"containers": []}, "status": running}),
-            json!({"metadata": {"name": "done"}, "spec": {"containers": []}, "status": {"phase": "Succeeded"}}),
-            json!({"metadata": {"name": "failed"}, "spec": {"containers": []}, "status": {"phase": "Failed"}}),
-            json!({"metadata": {"name": "leaving", "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"containers": []}, "status": running}),
-        ];
-        for case in staying {
-            assert!(!is_displaced_by_drain(&pod(case.clone())), "{case}");
-        }
-    }
 }

@@ -71,18 +71,18 @@ impl Volumes {
     /// `validatePersistentVolumeClaims`). The error names the first missing object as the API
     /// server would: `persistentvolumeclaim "data" not found`. A claim without a class name, or
     /// with `""` (no dynamic provisioning), names no StorageClass.
-    pub fn validate(&self, pod: &Pod) -> Result<(), String> {
+    pub fn validate(&self, pod: &Pod) -> Result<(), Missing> {
         for (claim_name, claim) in self.claims_of(pod) {
-            let claim = claim.ok_or_else(|| format!("persistentvolumeclaim {claim_name:?} not found"))?;
+            let claim = claim.ok_or_else(|| Missing::Claim(claim_name.to_string()))?;
             let spec = claim.spec.as_ref();
             if let Some(class) = spec.and_then(|s| s.storage_class_name.as_deref()).filter(|n| !n.is_empty()) {
                 if !self.storage_classes.contains_key(class) {
-                    return Err(format!("storageclass {class:?} not found"));
+                    return Err(Missing::StorageClass(class.to_string()));
                 }
             }
             if let Some(volume) = spec.and_then(|s| s.volume_name.as_deref()).filter(|n| !n.is_empty()) {
                 if !self.volumes.contains_key(volume) {
-                    return Err(format!("persistentvolume {volume:?} not found"));
+                    return Err(Missing::Volume(volume.to_string()));
                 }
             }
         }
@@ -117,6 +117,20 @@ impl Volumes {
         }
         with_requirements(pod, &requirements)
     }
+}
+
+/// What a pod's volumes name that does not exist, in the API server's words.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Missing {
+    /// The PersistentVolumeClaim.
+    #[error("persistentvolumeclaim {0:?} not found")]
+    Claim(String),
+    /// The StorageClass its claim names.
+    #[error("storageclass {0:?} not found")]
+    StorageClass(String),
+    /// The PersistentVolume its claim is bound to.
+    #[error("persistentvolume {0:?} not found")]
+    Volume(String),
 }
 
 /// `pod` with `requirements` added to every required node-affinity term (one term holding only
@@ -261,14 +275,19 @@ mod tests {
         ];
         for (claims, want) in cases {
             let pod = pod_with_claims(&claims, json!(null));
-            assert_eq!(v.validate(&pod), want.map_err(String::from), "{claims:?}");
+            assert_eq!(
+                v.validate(&pod).map_err(|e| e.to_string()),
+                want.map_err(String::from),
+                "{claims:?}"
+            );
         }
         // Claims are looked up in the pod's own namespace.
         let mut elsewhere = pod_with_claims(&["bound"], json!(null));
         elsewhere.metadata.namespace = Some("other".into());
+        assert_eq!(v.validate(&elsewhere), Err(Missing::Claim("bound".into())));
         assert_eq!(
-            v.validate(&elsewhere),
-            Err(r#"persistentvolumeclaim "bound" not found"#.to_string())
+            Missing::Claim("bound".into()).to_string(),
+            r#"persistentvolumeclaim "bound" not found"#
         );
     }
 

@@ -82,12 +82,14 @@ pub struct Context {
     pub config: TerminationConfig,
     /// What the work queue's due times, the drain and the eviction back-offs are timed on.
     pub clock: Arc<dyn Clock>,
+    /// The shared cluster view.
+    pub state: Arc<Cluster>,
     recorder: Recorder,
-    state: Mutex<State>,
+    backoffs: Mutex<Backoffs>,
 }
 
 #[derive(Default)]
-struct State {
+struct Backoffs {
     /// Pod → when its eviction may be tried again, and the delay after that.
     backoff: HashMap<PodKey, (Instant, Duration)>,
     /// Node → when the last `FailedDraining` event was published.
@@ -104,7 +106,8 @@ impl Context {
             metrics: shared.metrics.clone(),
             config,
             clock: shared.clock.clone(),
-            state: Mutex::default(),
+            state: shared.state.clone(),
+            backoffs: Mutex::default(),
         })
     }
 }
@@ -119,8 +122,9 @@ pub fn is_terminating(node: &Node) -> bool {
 /// finished are recorded; each node is reconciled as a task of its own, at most
 /// `MAX_CONCURRENT_NODES` at once and never twice at once (`queue::WorkQueue`), so one slow node
 /// (a drain held by a PodDisruptionBudget, a failing cloud call in back-off) holds up no other.
-pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
+pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
     ctx.metrics.controller_started("termination");
+    let state = ctx.state.clone();
     let nodes = &state.nodes;
     let mut ticker = tokio::time::interval(ctx.config.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -166,7 +170,7 @@ pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receive
         let terminating: Vec<Arc<Node>> = nodes.state().into_iter().filter(|n| is_terminating(n)).collect();
         let started = std::time::Instant::now();
         let _pass = ctx.metrics.liveness.pass("termination");
-        crate::failpoint::pass_point("termination");
+        crate::failpoint::pass_point("termination").await;
         let now = ctx.clock.instant();
         queue.retain(|name| terminating.iter().any(|n| n.name_any() == name));
         for node in &terminating {
@@ -200,7 +204,7 @@ pub async fn run(ctx: Arc<Context>, state: Arc<Cluster>, leading: watch::Receive
             .reconciled("termination", started, !std::mem::take(&mut failed_since_tick));
         waiting.retain(|name, _| terminating.iter().any(|n| n.name_any() == *name));
         ctx.metrics.eviction_queue_depth.set(waiting.values().sum::<usize>() as i64);
-        let mut state = ctx.state.lock().await;
+        let mut state = ctx.backoffs.lock().await;
         let now = ctx.clock.instant();
         state
             .backoff
@@ -251,7 +255,7 @@ async fn reconcile(ctx: &Context, node: &Node, cached_pods: &[Arc<Pod>]) -> Resu
         for pod in &plan.evict {
             evict(ctx, pod).await;
         }
-        let mut state = ctx.state.lock().await;
+        let mut state = ctx.backoffs.lock().await;
         let now = ctx.clock.instant();
         let due = state
             .draining_events
@@ -307,7 +311,7 @@ async fn reconcile(ctx: &Context, node: &Node, cached_pods: &[Arc<Pod>]) -> Resu
 /// a refusal. 404 means it is gone already; 429 means a PodDisruptionBudget refuses for now.
 async fn evict(ctx: &Context, pod: &PodKey) {
     {
-        let state = ctx.state.lock().await;
+        let state = ctx.backoffs.lock().await;
         if state.backoff.get(pod).is_some_and(|(until, _)| ctx.clock.instant() < *until) {
             return;
         }
@@ -345,7 +349,7 @@ async fn evict(ctx: &Context, pod: &PodKey) {
             true
         }
     };
-    let mut state = ctx.state.lock().await;
+    let mut state = ctx.backoffs.lock().await;
     if refused {
         let delay = next_delay(state.backoff.get(pod).map(|(_, d)| *d), MIN_EVICTION_BACKOFF, MAX_EVICTION_BACKOFF);
         state

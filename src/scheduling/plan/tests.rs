@@ -221,7 +221,10 @@ fn existing_nodes_count_against_limits() {
     inp.nodes = vec![full];
     let plan = simulate(&inp);
     assert!(plan.new_nodes.is_empty());
-    assert!(reason_of(&plan, "p").contains("exceed provisioner limits"));
+    let reason = reason_of(&plan, "p");
+    assert!(reason.contains("exceed provisioner limits"), "{reason}");
+    // With the figures: the limit, what the Provisioner's node takes, what is left, the smallest type.
+    assert!(reason.contains("(cpu: limit 4, 4 in use or planned, 0 left; the smallest type, "), "{reason}");
 }
 
 #[test]

@@ -135,15 +135,41 @@ impl Command {
     }
 }
 
+/// Why removing candidates would not consolidate (`computeConsolidation`'s reasons, in
+/// Karpenter's words, then the figures): the text of the `Unconsolidatable` event.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Unconsolidatable {
+    /// A pod of theirs would fit nowhere.
+    #[error("not all pods would schedule")]
+    PodsWouldNotSchedule,
+    /// A pod of theirs would move to a node that has not initialised (a launch in flight).
+    #[error("not all pods would schedule: would schedule against a non-initialized node {0}")]
+    UninitializedNode(String),
+    /// Their pods need this many new nodes; consolidation launches at most one.
+    #[error("can't remove without creating {0} nodes")]
+    TooManyNodes(usize),
+    /// No replacement is cheaper than `now` $/h; `cheapest` is the cheapest that would hold them.
+    #[error("can't replace with a cheaper node{}", cheapest.map(|c| format!(": ${now:.4}/h now, the cheapest replacement ${c:.4}/h")).unwrap_or_default())]
+    NotCheaper {
+        /// The price of the nodes removed, $/h.
+        now: f64,
+        /// The cheapest replacement, $/h.
+        cheapest: Option<f64>,
+    },
+    /// Spot nodes are not replaced with spot nodes.
+    #[error("can't replace a spot node with a spot node")]
+    SpotToSpot,
+}
+
 /// What would happen if `candidates` were removed from `cluster` (the existing nodes with their
 /// pods, the pending pods and the pods of nodes being deleted): a command, or why not
 /// (Karpenter's `computeConsolidation`).
-pub fn compute(cluster: &SimulationInput, candidates: &[&Candidate]) -> Result<Command, String> {
+pub fn compute(cluster: &SimulationInput, candidates: &[&Candidate]) -> Result<Command, Unconsolidatable> {
     compute_on(&Simulator::new(cluster), candidates)
 }
 
 /// `compute` on a prepared cluster.
-pub fn compute_on(simulator: &Simulator, candidates: &[&Candidate]) -> Result<Command, String> {
+pub fn compute_on(simulator: &Simulator, candidates: &[&Candidate]) -> Result<Command, Unconsolidatable> {
     let cluster = simulator.input();
     let removed: HashSet<&str> = candidates.iter().map(|c| c.name.as_str()).collect();
     let moved: Vec<PodKey> = candidates.iter().flat_map(|c| c.pods.iter().map(PodKey::of)).collect();
@@ -156,7 +182,7 @@ pub fn compute_on(simulator: &Simulator, candidates: &[&Candidate]) -> Result<Co
         .chain(plan.ignored.iter())
         .any(|(k, _)| moved_set.contains(k))
     {
-        return Err("not all pods would schedule".to_string());
+        return Err(Unconsolidatable::PodsWouldNotSchedule);
     }
     // Pods cannot move to a node that is not ready for them yet (as in `computeConsolidation`).
     let uninitialized: HashSet<&str> = cluster
@@ -170,9 +196,7 @@ pub fn compute_on(simulator: &Simulator, candidates: &[&Candidate]) -> Result<Co
         .iter()
         .find(|(k, n)| moved_set.contains(k) && uninitialized.contains(n.as_str()))
     {
-        return Err(format!(
-            "not all pods would schedule: would schedule against a non-initialized node {node}"
-        ));
+        return Err(Unconsolidatable::UninitializedNode(node.clone()));
     }
     let price_before: f64 = candidates.iter().map(|c| c.price).sum();
     let mut new: Vec<NodeRequest> = plan
@@ -192,24 +216,22 @@ pub fn compute_on(simulator: &Simulator, candidates: &[&Candidate]) -> Result<Co
             })
         }
         1 => {}
-        n => return Err(format!("can't remove without creating {n} nodes")),
+        n => return Err(Unconsolidatable::TooManyNodes(n)),
     }
     let mut request = new.remove(0);
     let cheapest = request.cheapest().map(|(_, o)| o.price);
     request.instance_type_options = cheaper_than(&request.instance_type_options, &request.requirements, price_before);
     if request.instance_type_options.is_empty() {
         // Karpenter's words, then the figures.
-        return Err(match cheapest {
-            Some(cheapest) => {
-                format!("can't replace with a cheaper node: ${price_before:.4}/h now, the cheapest replacement ${cheapest:.4}/h")
-            }
-            None => "can't replace with a cheaper node".to_string(),
+        return Err(Unconsolidatable::NotCheaper {
+            now: price_before,
+            cheapest,
         });
     }
     let capacity = request.requirements.get(CAPACITY_TYPE_LABEL).cloned();
     let allows = |value: &str| capacity.as_ref().is_none_or(|r| r.has(value));
     if candidates.iter().all(|c| c.capacity_type == CAPACITY_TYPE_SPOT) && allows(CAPACITY_TYPE_SPOT) {
-        return Err("can't replace a spot node with a spot node".to_string());
+        return Err(Unconsolidatable::SpotToSpot);
     }
     // The options were priced as spot where spot is allowed: launching on-demand instead could
     // cost more than the nodes replaced, so the replacement must be spot (as in `computeConsolidation`).
@@ -331,7 +353,7 @@ pub fn single_node(
         }
         match compute_on(cluster, &[c]) {
             Ok(command) => return (Some(command), refused, false),
-            Err(why) => refused.push((c.name.clone(), why)),
+            Err(why) => refused.push((c.name.clone(), why.to_string())),
         }
     }
     (None, refused, false)
@@ -406,7 +428,7 @@ pub fn choose(
 /// holds (`core@v0.27.0:.../deprovisioning/validation.go`): a delete must still be a delete; a
 /// replacement must still need exactly one node, and one that may be any of the types the command
 /// would launch.
-pub fn still_valid(command: &Command, recomputed: &Result<Command, String>) -> bool {
+pub fn still_valid(command: &Command, recomputed: &Result<Command, Unconsolidatable>) -> bool {
     let Ok(again) = recomputed else { return false };
     match (&command.action, &again.action) {
         (Action::Delete, Action::Delete) => true,

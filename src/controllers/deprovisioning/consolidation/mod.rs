@@ -19,7 +19,7 @@ pub mod decide;
 // tests use them).
 pub use decide::{
     blocker_kind, candidate, choose, compute, compute_on, consolidates, disruption_cost, empty, lifetime_remaining, multi_node, releasable,
-    single_node, sort_candidates, still_valid, worst_launch_price, Action, Candidate, Choice, Command, Evaluation, Ineligible, NodeView,
+    single_node, sort_candidates, still_valid, worst_launch_price, Action, Candidate, Choice, Command, Evaluation, Ineligible, NodeView, Unconsolidatable,
     CONSOLIDATION_TTL, MULTI_NODE_MAX,
 };
 
@@ -34,10 +34,12 @@ use kube::ResourceExt;
 use tracing::{debug, info, warn};
 
 use super::{cordon, delete_node, Context, DeprovisioningError};
+use crate::cpu;
 use crate::controllers::events::publish;
 use crate::controllers::provisioning::Snapshot;
 use crate::metrics::{self, reason::CONSOLIDATION};
 use crate::scheduling::nodes::is_labelled_initialized;
+use crate::scheduling::PodKey;
 use crate::telemetry;
 
 /// How long a multi-node evaluation may run before it settles for the best command so far.
@@ -68,11 +70,14 @@ pub(super) async fn consolidate(ctx: &Context) -> Result<bool, DeprovisioningErr
     let candidates = candidates(ctx, &snapshot, true).await;
 
     let started = Instant::now();
-    let evaluation = tokio::task::block_in_place(|| {
-        decide::choose(&snapshot.input, &candidates, &|| started.elapsed() > MULTI_NODE_TIMEOUT, &|| {
-            started.elapsed() > MULTI_NODE_TIMEOUT + SINGLE_NODE_TIMEOUT
-        })
-    });
+    // The search stops at its timeouts, or when this pass is abandoned (a lost lease).
+    let (snapshot, candidates, evaluation) = cpu::run(move |abandoned| {
+        let multi_expired = || abandoned.is_set() || started.elapsed() > MULTI_NODE_TIMEOUT;
+        let single_expired = || abandoned.is_set() || started.elapsed() > MULTI_NODE_TIMEOUT + SINGLE_NODE_TIMEOUT;
+        let evaluation = decide::choose(&snapshot.input, &candidates, &multi_expired, &single_expired);
+        (snapshot, candidates, evaluation)
+    })
+    .await;
     for (timed_out, kind, timeout) in [
         (evaluation.multi_timed_out, "multi-node", MULTI_NODE_TIMEOUT),
         (evaluation.single_timed_out, "single-node", SINGLE_NODE_TIMEOUT),
@@ -146,14 +151,13 @@ pub(super) async fn resume(ctx: &Context) -> Result<Option<bool>, Deprovisioning
         .filter(|c| names.contains(&c.name))
         .collect();
     if resumed.len() == marked.len() {
-        let chosen: Vec<&Candidate> = resumed.iter().collect();
-        match tokio::task::block_in_place(|| decide::compute(&snapshot.input, &chosen)) {
+        match compute_off_runtime(snapshot, resumed).await {
             Ok(command) if matches!(command.action, decide::Action::Delete) => {
                 info!(nodes = ?names, "resuming an unfinished consolidation: the nodes' pods fit on the rest of the cluster");
                 terminate(ctx, &marked, "delete").await?;
                 return Ok(Some(true));
             }
-            Err(why) if why.contains("non-initialized") => {
+            Err(why @ decide::Unconsolidatable::UninitializedNode(_)) => {
                 debug!(nodes = ?names, reason = %why, "an unfinished consolidation waits for a node to initialise");
                 return Ok(Some(false));
             }
@@ -179,6 +183,11 @@ async fn snapshot(ctx: &Context) -> Result<Snapshot, DeprovisioningError> {
         .snapshot()
         .await
         .map_err(|e| DeprovisioningError::Snapshot(telemetry::chain(&e)))
+}
+
+/// `decide::compute` of removing `candidates` from `snapshot`, on the blocking pool.
+async fn compute_off_runtime(snapshot: Snapshot, candidates: Vec<Candidate>) -> Result<Command, decide::Unconsolidatable> {
+    cpu::run(move |_| decide::compute(&snapshot.input, &candidates.iter().collect::<Vec<_>>())).await
 }
 
 /// The candidates of a fresh snapshot, without events.
@@ -279,7 +288,8 @@ async fn validate_and_execute(ctx: &Context, command: &Command, before: &Snapsho
         info!(nodes = ?command.nodes, "abandoning consolidation: its nodes are no longer all candidates");
         return Ok(false);
     }
-    let recomputed = tokio::task::block_in_place(|| decide::compute(&snapshot.input, &chosen));
+    let chosen: Vec<Candidate> = chosen.into_iter().cloned().collect();
+    let recomputed = compute_off_runtime(snapshot, chosen).await;
     if !decide::still_valid(command, &recomputed) {
         info!(command = %command.describe(), now = ?recomputed.as_ref().map(Command::describe), "abandoning consolidation: the cluster changed while it waited");
         return Ok(false);
@@ -290,8 +300,8 @@ async fn validate_and_execute(ctx: &Context, command: &Command, before: &Snapsho
         .iter()
         .filter(|n| command.nodes.contains(&n.name))
         .flat_map(|n| n.pods.iter())
-        .filter(|p| crate::controllers::provisioning::pods::is_displaced_by_drain(p))
-        .map(|p| crate::controllers::provisioning::pods::pod_key(p))
+        .filter(|p| crate::scheduling::pods::is_displaced_by_drain(p))
+        .map(|p| PodKey::of(p).to_string())
         .collect();
     execute(ctx, command, &pod_names).await?;
     Ok(true)

@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 
 use futures::StreamExt;
 
-use super::{pods, Context, Stores};
+use super::{Context, Stores};
 use crate::controllers::supervisor::deadline;
 use crate::scheduling::PodKey;
 
@@ -117,10 +117,10 @@ async fn bind_planned(ctx: &Context, stores: &Stores, node: &Node, keys: &[PodKe
     let (fitting, left) = rules::bindable(node, &on_node, &others, &planned, &claim_bound);
     let mut seats_taken = 0;
     for (pod, why) in left {
-        debug!(pod = %pods::pod_key(pod), node = %node_name, reason = %why, "not binding; the scheduler will place the pod");
+        debug!(pod = %PodKey::of(pod), node = %node_name, reason = %why, "not binding; the scheduler will place the pod");
         // The scheduler gave its room to other pending pods: nothing is wrong with the node or
         // the pod, so it need not wait out the grace for its node before a pass places it anew.
-        if why == rules::NO_ROOM {
+        if why == rules::LeftToScheduler::NoRoom {
             if let Some(uid) = pod.metadata.uid.as_deref() {
                 ctx.backoff.lock().unwrap_or_else(|e| e.into_inner()).seat_taken(uid);
                 seats_taken += 1;
@@ -139,10 +139,10 @@ async fn bind_planned(ctx: &Context, stores: &Stores, node: &Node, keys: &[PodKe
                 Ok(outcome) => {
                     ctx.metrics.pods_bound.with_label_values(&[bind_label(&outcome)]).inc();
                     if outcome == rules::BindOutcome::Bound {
-                        info!(pod = %pods::pod_key(pod), node = %node_name, "bound pod");
+                        info!(pod = %PodKey::of(pod), node = %node_name, "bound pod");
                     }
                 }
-                Err(e) => warn!(pod = %pods::pod_key(pod), node = %node_name, error = %e, "binding pod; the scheduler will place it"),
+                Err(e) => warn!(pod = %PodKey::of(pod), node = %node_name, error = %e, "binding pod; the scheduler will place it"),
             }
         })
         .collect();

@@ -36,6 +36,42 @@ pub fn is_ready_for_pods(node: &Node, startup_taints: &[Taint], requested: &BTre
     ready && !blocked && advertises
 }
 
+/// Why a planned pod is left to kube-scheduler (logged with the pod).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum LeftToScheduler {
+    /// It names another scheduler.
+    #[error("its scheduler is {0:?}")]
+    OtherScheduler(String),
+    /// A claim of its is not bound yet: the scheduler picks the node and the volume together.
+    #[error("its claim {0:?} is not bound yet")]
+    ClaimNotBound(String),
+    /// Required pod (anti-)affinity, which depends on the pods on other nodes.
+    #[error("it has required pod (anti-)affinity")]
+    PodAffinity,
+    /// A `DoNotSchedule` topology spread, which depends on the pods on other nodes.
+    #[error("it has a DoNotSchedule topology spread constraint")]
+    TopologySpread,
+    /// The node's labels do not match its node selector on this key.
+    #[error("the node does not match its node selector on {0:?}")]
+    NodeSelector(String),
+    /// The node's labels match none of its required node-affinity terms.
+    #[error("the node matches none of its required node-affinity terms")]
+    NodeAffinity,
+    /// A taint of the node it does not tolerate.
+    #[error("{0}")]
+    Taint(String),
+    /// The node reports no allocatable resources yet.
+    #[error("the node reports no allocatable resources")]
+    NoAllocatable,
+    /// Other pods took the room planned for it.
+    #[error("the node has no room left for it")]
+    NoRoom,
+    /// Pending pods the scheduler may bind to the node meanwhile could take the room planned
+    /// for it.
+    #[error("pending pods the scheduler may bind to the node could take its room")]
+    Contested,
+}
+
 /// The scheduler whose pods karpenter-rs may bind.
 pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
 
@@ -43,7 +79,7 @@ pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
 /// `None` when the binder can verify everything the scheduler and the kubelet would check:
 /// what only the scheduler can decide (`scheduler_decides`), and a pod whose node selector,
 /// required node affinity or tolerations do not admit `node` as it is now (`node_refuses`).
-pub fn leave_to_scheduler(node: &Node, pod: &Pod, claim_bound: &dyn Fn(&str, &str) -> bool) -> Option<String> {
+pub fn leave_to_scheduler(node: &Node, pod: &Pod, claim_bound: &dyn Fn(&str, &str) -> bool) -> Option<LeftToScheduler> {
     scheduler_decides(pod, claim_bound).or_else(|| node_refuses(node, pod))
 }
 
@@ -51,17 +87,17 @@ pub fn leave_to_scheduler(node: &Node, pod: &Pod, claim_bound: &dyn Fn(&str, &st
 /// scheduler; a pod with a claim that is not bound yet (for a `WaitForFirstConsumer` claim the
 /// scheduler picks the node and the volume together); required pod (anti-)affinity or a
 /// `DoNotSchedule` topology spread, which depend on the pods on other nodes at this moment.
-pub fn scheduler_decides(pod: &Pod, claim_bound: &dyn Fn(&str, &str) -> bool) -> Option<String> {
+pub fn scheduler_decides(pod: &Pod, claim_bound: &dyn Fn(&str, &str) -> bool) -> Option<LeftToScheduler> {
     let spec = pod.spec.as_ref()?;
     let scheduler = spec.scheduler_name.as_deref().unwrap_or(DEFAULT_SCHEDULER);
     if scheduler != DEFAULT_SCHEDULER {
-        return Some(format!("its scheduler is {scheduler:?}"));
+        return Some(LeftToScheduler::OtherScheduler(scheduler.to_string()));
     }
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     for volume in spec.volumes.iter().flatten() {
         if let Some(claim) = &volume.persistent_volume_claim {
             if !claim_bound(namespace, &claim.claim_name) {
-                return Some(format!("its claim {:?} is not bound yet", claim.claim_name));
+                return Some(LeftToScheduler::ClaimNotBound(claim.claim_name.clone()));
             }
         }
     }
@@ -76,7 +112,7 @@ pub fn scheduler_decides(pod: &Pod, claim_bound: &dyn Fn(&str, &str) -> bool) ->
             .and_then(|a| a.pod_anti_affinity.as_ref())
             .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()),
     ) {
-        return Some("it has required pod (anti-)affinity".into());
+        return Some(LeftToScheduler::PodAffinity);
     }
     if spec
         .topology_spread_constraints
@@ -84,14 +120,14 @@ pub fn scheduler_decides(pod: &Pod, claim_bound: &dyn Fn(&str, &str) -> bool) ->
         .flatten()
         .any(|c| c.when_unsatisfiable == "DoNotSchedule")
     {
-        return Some("it has a DoNotSchedule topology spread constraint".into());
+        return Some(LeftToScheduler::TopologySpread);
     }
     None
 }
 
 /// Why `node` as it is now (its labels and taints) cannot take the pod, whatever else runs on
 /// it: its node selector, required node affinity or tolerations.
-pub fn node_refuses(node: &Node, pod: &Pod) -> Option<String> {
+pub fn node_refuses(node: &Node, pod: &Pod) -> Option<LeftToScheduler> {
     let labels = node.metadata.labels.clone().unwrap_or_default();
     if let Err(why) = matches_node_affinity(pod, &labels) {
         return Some(why);
@@ -105,7 +141,7 @@ pub fn node_refuses(node: &Node, pod: &Pod) -> Option<String> {
         .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
         .collect();
     let tolerations = pod.spec.as_ref().and_then(|s| s.tolerations.as_deref()).unwrap_or_default();
-    taints::tolerates_all(tolerations, &taints).err()
+    taints::tolerates_all(tolerations, &taints).err().map(LeftToScheduler::Taint)
 }
 
 /// Whether `node` could take the pod if nothing else ran on it: it admits the pod
@@ -122,15 +158,15 @@ pub fn could_take(node: &Node, pod: &Pod) -> bool {
 /// Whether `labels` satisfy the pod's node selector and one of its required node-affinity
 /// terms, as kube-scheduler's NodeAffinity filter decides (an absent label satisfies only
 /// `NotIn` and `DoesNotExist`).
-pub fn matches_node_affinity(pod: &Pod, labels: &BTreeMap<String, String>) -> Result<(), String> {
+pub fn matches_node_affinity(pod: &Pod, labels: &BTreeMap<String, String>) -> Result<(), LeftToScheduler> {
     let state = PodState::new(pod);
     if let Err(key) = state.node_selector.matched_by(labels) {
-        return Err(format!("the node does not match its node selector on {key:?}"));
+        return Err(LeftToScheduler::NodeSelector(key));
     }
     if state.required_terms.is_empty() || state.required_terms.iter().any(|t| t.matched_by(labels).is_ok()) {
         return Ok(());
     }
-    Err("the node matches none of its required node-affinity terms".into())
+    Err(LeftToScheduler::NodeAffinity)
 }
 
 /// Of the pods planned for `node`, in order, those that may be bound to it now: admitted by the
@@ -145,7 +181,7 @@ pub fn matches_node_affinity(pod: &Pod, labels: &BTreeMap<String, String>) -> Re
 /// pod right after the list, or from a cache that does not show our binding yet, so the room of
 /// a pod it may still bind there is not ours to give. A pod left to the scheduler keeps its room
 /// from the pods after it, so the scheduler can still put it where it was planned. Each pod left
-/// out comes with the reason (`NO_ROOM` when the room is gone, whoever decides; `CONTESTED` when
+/// out comes with the reason (`NoRoom` when the room is gone, whoever decides; `Contested` when
 /// pending pods may take it); it stays pending for the scheduler.
 pub fn bindable<'a>(
     node: &Node,
@@ -153,11 +189,10 @@ pub fn bindable<'a>(
     pending: &[&Pod],
     planned: &[&'a Pod],
     claim_bound: &dyn Fn(&str, &str) -> bool,
-) -> (Vec<&'a Pod>, Vec<(&'a Pod, String)>) {
+) -> (Vec<&'a Pod>, Vec<(&'a Pod, LeftToScheduler)>) {
     let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
     let Some(Ok(allocatable)) = allocatable.map(Resources::from_quantities) else {
-        let why = "the node reports no allocatable resources".to_string();
-        return (Vec::new(), planned.iter().map(|p| (*p, why.clone())).collect());
+        return (Vec::new(), planned.iter().map(|p| (*p, LeftToScheduler::NoAllocatable)).collect());
     };
     let mut used = Resources::zero();
     for pod in on_node {
@@ -183,14 +218,14 @@ pub fn bindable<'a>(
         let requests = pod_requests(pod);
         let with_pod = used.plus(&requests);
         if !with_pod.fits(&allocatable) {
-            left.push((*pod, NO_ROOM.to_string()));
+            left.push((*pod, LeftToScheduler::NoRoom));
             continue;
         }
         used = with_pod;
         contested.add(&requests);
         match scheduler_decides(pod, claim_bound) {
             Some(why) => left.push((*pod, why)),
-            None if !contested.fits(&allocatable) => left.push((*pod, CONTESTED.to_string())),
+            None if !contested.fits(&allocatable) => left.push((*pod, LeftToScheduler::Contested)),
             None => taken.push(*pod),
         }
     }
@@ -230,13 +265,6 @@ fn is_pinned_elsewhere(pod: &Pod, node_name: &str) -> bool {
                 .any(|f| f.key == "metadata.name" && f.operator == "In" && !f.values.iter().flatten().any(|v| v == node_name))
         })
 }
-
-/// Why `bindable` left a pod out when others took the room planned for it.
-pub const NO_ROOM: &str = "the node has no room left for it";
-
-/// Why `bindable` left a pod out when pending pods the scheduler may bind to the node meanwhile
-/// could take the room planned for it.
-pub const CONTESTED: &str = "pending pods the scheduler may bind to the node could take its room";
 
 /// What binding a pod did.
 #[derive(Debug, PartialEq, Eq)]
@@ -308,8 +336,10 @@ mod tests {
         let node = ready(json!([]), json!({"cpu": "3920m", "memory": "14Gi", "pods": "58"}));
         let planned = [pod_on("x", "1500m", None, "Pending"), pod_on("y", "1500m", None, "Pending")];
         let planned: Vec<&Pod> = planned.iter().collect();
-        let names = |(pods, _): (Vec<&Pod>, Vec<(&Pod, String)>)| pods.iter().map(|p| p.metadata.name.clone().unwrap()).collect::<Vec<_>>();
-        fn bindable<'a>(node: &Node, on_node: &[Pod], planned: &[&'a Pod]) -> (Vec<&'a Pod>, Vec<(&'a Pod, String)>) {
+        let names = |(pods, _): (Vec<&Pod>, Vec<(&Pod, LeftToScheduler)>)| {
+            pods.iter().map(|p| p.metadata.name.clone().unwrap()).collect::<Vec<_>>()
+        };
+        fn bindable<'a>(node: &Node, on_node: &[Pod], planned: &[&'a Pod]) -> (Vec<&'a Pod>, Vec<(&'a Pod, LeftToScheduler)>) {
             super::bindable(node, on_node, &[], planned, &|_, _| true)
         }
         assert_eq!(names(bindable(&node, &[], &planned)), ["x", "y"]);
@@ -353,7 +383,7 @@ mod tests {
         );
         let tolerates = json!([{"key": "service", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]);
         let all_bound = |_: &str, _: &str| true;
-        let check = |spec: serde_json::Value| leave_to_scheduler(&node, &planned(spec), &all_bound);
+        let check = |spec: serde_json::Value| leave_to_scheduler(&node, &planned(spec), &all_bound).map(|why| why.to_string());
         assert_eq!(
             check(json!({"tolerations": tolerates, "nodeSelector": {"nodeType": "service-2023"}})),
             None
@@ -382,6 +412,7 @@ mod tests {
         assert!(
             leave_to_scheduler(&unlabelled, &planned(json!({"nodeSelector": {"team": "a"}})), &all_bound)
                 .unwrap()
+                .to_string()
                 .contains("node selector on \"team\"")
         );
         // Another scheduler's pod, a claim not bound yet, required pod (anti-)affinity and hard
@@ -395,6 +426,7 @@ mod tests {
         let unbound = |ns: &str, name: &str| !(ns == "default" && name == "data");
         assert!(leave_to_scheduler(&node, &planned(with_claim), &unbound)
             .unwrap()
+            .to_string()
             .contains("\"data\" is not bound"));
         let term = json!({"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"});
         assert!(check(
@@ -413,7 +445,7 @@ mod tests {
         let refs: Vec<&Pod> = pods.iter().collect();
         let (taken, left) = bindable(&node, &[], &[], &refs, &all_bound);
         assert!(taken.is_empty());
-        assert!(left[0].1.contains("node selector"), "{left:?}");
+        assert!(left[0].1.to_string().contains("node selector"), "{left:?}");
     }
 
     #[test]
@@ -431,20 +463,20 @@ mod tests {
             taken.is_empty(),
             "the plain pod must not take the room the scheduler may give the spread pod"
         );
-        assert!(left[0].1.contains("topology spread"), "{left:?}");
-        assert_eq!(left[1].1, NO_ROOM);
+        assert_eq!(left[0].1, LeftToScheduler::TopologySpread, "{left:?}");
+        assert_eq!(left[1].1, LeftToScheduler::NoRoom);
         // The scheduler gave the room to another pod: the spread pod's room is gone too.
         let other = [pod_on("other", "1", Some("n"), "Running")];
         let (taken, left) = bindable(&node, &other, &[], &[&spread], &|_, _| true);
         assert!(taken.is_empty());
-        assert_eq!(left[0].1, NO_ROOM, "{left:?}");
+        assert_eq!(left[0].1, LeftToScheduler::NoRoom, "{left:?}");
         // A node that refuses the pod says so, whatever the room.
         let tainted = ready(
             json!([{"key": "gpu", "value": "true", "effect": "NoSchedule"}]),
             json!({"cpu": "2", "pods": "10"}),
         );
         let (_, left) = bindable(&tainted, &other, &[], &[&spread], &|_, _| true);
-        assert!(left[0].1.contains("did not tolerate"), "{left:?}");
+        assert!(left[0].1.to_string().contains("did not tolerate"), "{left:?}");
     }
 
     #[test]
@@ -463,7 +495,7 @@ mod tests {
         let second = pod_on("b", "1500m", None, "Pending");
         let (taken, left) = bind(&[&second]);
         assert!(taken.is_empty(), "the scheduler may put the second replica there: {left:?}");
-        assert_eq!(left, [("a".to_string(), CONTESTED.to_string())]);
+        assert_eq!(left, [("a".to_string(), LeftToScheduler::Contested)]);
         // Every pending pod that fits counts, not only the first: 1000m beside two 500m pods.
         let planned_1000 = pod_on("a", "1000m", None, "Pending");
         let halves = [pod_on("h1", "500m", None, "Pending"), pod_on("h2", "500m", None, "Pending")];

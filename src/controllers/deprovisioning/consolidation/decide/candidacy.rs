@@ -101,7 +101,7 @@ pub fn candidate(
     let pods: Vec<Pod> = view
         .pods
         .iter()
-        .filter(|p| crate::controllers::provisioning::pods::is_displaced_by_drain(p))
+        .filter(|p| crate::scheduling::pods::is_displaced_by_drain(p))
         .map(|p| prepare(p))
         .collect();
     let created = node.metadata.creation_timestamp.as_ref().map(|t| t.0);

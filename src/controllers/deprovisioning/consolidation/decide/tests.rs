@@ -152,7 +152,7 @@ impl World {
         out
     }
 
-    fn compute(&self, name: &str) -> Result<Command, String> {
+    fn compute(&self, name: &str) -> Result<Command, Unconsolidatable> {
         let candidates = self.candidates();
         let c = candidates.iter().find(|c| c.name == name).expect("a candidate");
         compute(&self.cluster(), &[c])
@@ -236,12 +236,15 @@ fn pods_that_would_need_two_nodes_or_fit_nowhere_block() {
     };
     let mut world = World::new(consolidating(&["on-demand"])).with_node("a", LARGE, "on-demand", &[]);
     world.pods = vec![apart("x"), apart("y")];
-    assert_eq!(world.compute("a").unwrap_err(), "can't remove without creating 2 nodes");
+    assert_eq!(world.compute("a").unwrap_err().to_string(), "can't remove without creating 2 nodes");
     let world = World::new(consolidating(&["on-demand"])).with_node("a", LARGE, "on-demand", &["7.5", "0.1"]);
     let mut cluster = world.cluster();
     cluster.provisioners.clear();
     let candidates = world.candidates();
-    assert_eq!(compute(&cluster, &[&candidates[0]]).unwrap_err(), "not all pods would schedule");
+    assert_eq!(
+        compute(&cluster, &[&candidates[0]]).unwrap_err().to_string(),
+        "not all pods would schedule"
+    );
 }
 
 #[test]
@@ -251,14 +254,18 @@ fn pods_never_move_to_a_node_that_has_not_initialised() {
         .with_node("b", MEDIUM, "on-demand", &[]);
     world.nodes[1].metadata.labels.as_mut().unwrap().remove(INITIALIZED_LABEL);
     let err = world.compute("a").unwrap_err();
-    assert!(err.contains("non-initialized node b"), "{err}");
+    assert_eq!(err, Unconsolidatable::UninitializedNode("b".into()));
+    assert!(err.to_string().contains("non-initialized node b"), "{err}");
 }
 
 #[test]
 fn spot_is_not_replaced_by_spot_and_on_demand_replacements_are_narrowed_to_spot() {
     let both = consolidating(&["spot", "on-demand"]);
     let world = World::new(both.clone()).with_node("a", LARGE, "spot", &["1"]);
-    assert_eq!(world.compute("a").unwrap_err(), "can't replace a spot node with a spot node");
+    assert_eq!(
+        world.compute("a").unwrap_err().to_string(),
+        "can't replace a spot node with a spot node"
+    );
     let world = World::new(both).with_node("a", LARGE, "on-demand", &["1"]);
     let command = world.compute("a").unwrap();
     assert_eq!(
@@ -507,7 +514,7 @@ fn validation_needs_the_same_action_and_no_fewer_types() {
     let world = World::new(consolidating(&["on-demand"])).with_node("a", LARGE, "on-demand", &["1"]);
     let command = world.compute("a").unwrap();
     assert!(still_valid(&command, &world.compute("a")));
-    assert!(!still_valid(&command, &Err("not all pods would schedule".into())));
+    assert!(!still_valid(&command, &Err(Unconsolidatable::PodsWouldNotSchedule)));
     // A node appeared that holds the pod: the replacement would now be a delete, which is
     // not what was planned; the next pass decides afresh.
     let world = world.with_node("b", MEDIUM, "on-demand", &[]);
