@@ -1527,6 +1527,27 @@ fn rebalance_recommendations_foreign_instances_and_garbage_change_nothing() {
     });
 }
 
+/// `karpenter-rs explain ARGS -o json`, the binary, asking `controller`'s metrics port (which must
+/// answer) or, without one, building a view of its own.
+fn explain_json(cluster: &Cluster, controller: Option<&Controller>, args: &[&str]) -> serde_json::Value {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_karpenter-rs"));
+    command.arg("explain").args(args).args(["-o", "json"]).envs(&cluster.env);
+    if let Some(controller) = controller {
+        command.args(["--controller", &controller.metrics_url]);
+    }
+    let out = command.output().expect("running karpenter-rs explain");
+    assert!(out.status.success(), "explain {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    if controller.is_some() {
+        assert!(out.stderr.is_empty(), "the controller answered: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    serde_json::from_slice(&out.stdout).expect("explain -o json prints JSON")
+}
+
+/// The consolidation row of `explain node`'s answer.
+fn consolidation(answer: &serde_json::Value) -> serde_json::Value {
+    answer["methods"].as_array().unwrap().iter().find(|m| m["method"] == "consolidation").unwrap().clone()
+}
+
 /// `karpenter-rs explain`, the binary, against these controllers' metrics port and against a view
 /// of its own: two half-empty nodes, both opted out of consolidation. Each says so in
 /// consolidation's words (the `Unconsolidatable` event's text), and removing the first is
@@ -1543,22 +1564,7 @@ fn explain_says_why_nodes_stay_and_predicts_what_consolidation_then_does() {
     ]);
     let scenario = Scenario::consolidating(cluster, "explain", requirements);
     with_scenario(scenario, controller, |s| {
-        let explain = |args: &[&str], via_controller: bool| -> serde_json::Value {
-            let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_karpenter-rs"));
-            command.arg("explain").args(args).args(["-o", "json"]).envs(&cluster.env);
-            if via_controller {
-                command.args(["--controller", &controller.metrics_url]);
-            }
-            let out = command.output().expect("running karpenter-rs explain");
-            assert!(out.status.success(), "explain {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-            if via_controller {
-                assert!(out.stderr.is_empty(), "the controller answered: {}", String::from_utf8_lossy(&out.stderr));
-            }
-            serde_json::from_slice(&out.stdout).expect("explain -o json prints JSON")
-        };
-        let consolidation = |answer: &serde_json::Value| -> serde_json::Value {
-            answer["methods"].as_array().unwrap().iter().find(|m| m["method"] == "consolidation").unwrap().clone()
-        };
+        let explain = |args: &[&str], via_controller: bool| explain_json(cluster, via_controller.then_some(controller), args);
         s.deploy("a", 3, "1", |_| {});
         let first = s.wait_running(3).into_iter().next().unwrap();
         kubectl_ok(cluster, &["annotate", "node", &first, "karpenter.sh/do-not-consolidate=true"], None);
@@ -1635,5 +1641,99 @@ fn explain_says_why_nodes_stay_and_predicts_what_consolidation_then_does() {
         let left = s.wait_running(2);
         assert_eq!(left, BTreeSet::from([second.clone()]), "the pod moved where explain said");
         assert_eq!(s.node_names(), BTreeSet::from([second]), "no node was launched");
+    });
+}
+
+/// Explain names each consolidation blocker of one node together, in consolidation's words: a pod
+/// with `do-not-evict` and a PodDisruptionBudget allowing no disruption, by name. A pod the
+/// Provisioner's limit excludes gets that rule with the figures (the limit, what the node takes,
+/// what is left, the smallest type's size). While a provisioning pass launches nodes for a
+/// burst of pods, the metrics port keeps answering `/explain` (bounded: 4 clients, at most 400
+/// requests): every answer is a 200 with the node's explanation, and every pod of the burst runs.
+#[test]
+fn explain_names_every_blocker_and_a_limits_figures_and_answers_while_a_pass_launches() {
+    let (cluster, controller) = setup();
+    let requirements = json!([
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["t3.xlarge"]},
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+    ]);
+    let scenario = Scenario::consolidating(cluster, "explain-rules", requirements);
+    with_scenario(scenario, controller, |s| {
+        s.deploy("a", 2, "1", |_| {});
+        let node = s.wait_running(2).into_iter().next().unwrap();
+        let pdb = json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "a-pdb", "namespace": s.namespace},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "a"}}}
+        });
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&pdb.to_string()));
+        let pods: Vec<Pod> = s.pods();
+        let kept = pods[0].name_any();
+        kubectl_ok(cluster, &["annotate", "pod", &kept, "-n", &s.namespace, "karpenter.sh/do-not-evict=true"], None);
+        let do_not_evict = format!("pod {}/{kept} has do not evict annotation", s.namespace);
+        let pdb_blocks = format!("pdb {}/a-pdb prevents pod evictions", s.namespace);
+        let answer = wait_for("explain to name both blockers", Duration::from_secs(120), || {
+            let answer = explain_json(cluster, Some(controller), &["node", &node]);
+            let blockers = consolidation(&answer)["blockers"].clone();
+            let has = |text: &str| blockers.as_array().is_some_and(|b| b.iter().any(|x| x == text));
+            // Once its launch's nomination has lapsed, the first blocker is the state, as
+            // consolidation's candidacy takes the first.
+            let state = consolidation(&answer)["state"].clone();
+            (has(&do_not_evict) && has(&pdb_blocks) && state == format!("blocked: {do_not_evict}").as_str()).then_some(answer)
+        });
+        assert_eq!(answer["provisioner"], s.provisioner.as_str(), "{answer:#}");
+
+        // The limit: the node's 4 vCPUs take all of it.
+        let limits = json!({"spec": {"limits": {"resources": {"cpu": "4"}}}});
+        kubectl_ok(cluster, &["patch", "provisioner", &s.provisioner, "--type", "merge", "-p", &limits.to_string()], None);
+        s.deploy("big", 1, "3", |_| {});
+        let big: Pod = wait_for("the big pod", Duration::from_secs(30), || {
+            s.pods().into_iter().find(|p| p.labels().get("app").map(String::as_str) == Some("big"))
+        });
+        let name = format!("{}/{}", s.namespace, big.name_any());
+        let verdict = wait_for("explain to give the limit's figures", Duration::from_secs(120), || {
+            let answer = explain_json(cluster, Some(controller), &["pod", &name]);
+            answer["provisioners"]
+                .as_array()?
+                .iter()
+                .find(|v| v["provisioner"] == s.provisioner.as_str() && v["outcome"] == "limits")
+                .cloned()
+        });
+        let reason = verdict["reason"].as_str().unwrap();
+        assert!(reason.starts_with("all available instance types exceed provisioner limits (cpu: limit 4, "), "{reason}");
+        assert!(reason.ends_with(" left; the smallest type, t3.xlarge, has 4)"), "{reason}");
+        kubectl_ok(cluster, &["delete", "deployment", "big", "-n", &s.namespace], None);
+        let unlimited = json!({"spec": {"limits": null}});
+        kubectl_ok(cluster, &["patch", "provisioner", &s.provisioner, "--type", "merge", "-p", &unlimited.to_string()], None);
+
+        // Explain under load while a pass launches for a burst.
+        let address: std::net::SocketAddr = controller.metrics_url.trim_start_matches("http://").parse().unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let path = format!("/explain/node/{node}?o=json");
+        let answers = std::thread::scope(|scope| {
+            let clients: Vec<_> = (0..4)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut statuses = Vec::new();
+                        while !stop.load(std::sync::atomic::Ordering::Relaxed) && statuses.len() < 100 {
+                            let answer = support::process::http_get(address, &path);
+                            statuses.push(answer.map(|(status, body)| (status, body.contains("\"kind\"") && body.contains(node.as_str()))));
+                        }
+                        statuses
+                    })
+                })
+                .collect();
+            s.deploy("burst", 6, "1", |_| {});
+            s.wait_running(8);
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            clients.into_iter().flat_map(|c| c.join().unwrap()).collect::<Vec<_>>()
+        });
+        assert!(!answers.is_empty());
+        assert!(
+            answers.iter().all(|a| *a == Some((200, true))),
+            "every answer under load is the node's explanation: {:?}",
+            answers.iter().filter(|a| **a != Some((200, true))).take(5).collect::<Vec<_>>()
+        );
+        assert!(s.node_names().len() >= 3, "the burst got nodes of its own: {:?}", s.node_names());
     });
 }

@@ -447,13 +447,35 @@ fn insufficient_capacity_for_the_cheapest_offering_launches_the_next_one() {
     ];
     suite
         .proxy
-        .add(Rule::new("CreateFleet", Fault::InsufficientCapacity(refused)).times(1));
+        .add(Rule::new("CreateFleet", Fault::InsufficientCapacity(refused.clone())).times(1));
     s.run(suite, || {
         s.deploy(1, "100m", "128Mi");
         s.wait_running(1, Duration::from_secs(150));
         let nodes = s.nodes();
         assert_eq!(nodes.len(), 1);
         assert_eq!(nodes[0].labels()["node.kubernetes.io/instance-type"], "t3.xlarge");
+        // Explain says why the pod got the dearer type: the offerings without capacity, and when
+        // launches try them again (the cache's 3 minutes).
+        let pods: serde_json::Value =
+            serde_json::from_str(&kubectl_ok(s.cluster, &["get", "pods", "-n", &s.namespace, "-o", "json"], None)).unwrap();
+        let pod = format!("{}/{}", s.namespace, pods["items"][0]["metadata"]["name"].as_str().unwrap());
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_karpenter-rs"))
+            .args(["explain", "pod", &pod, "-o", "json", "--controller", &suite.controller.metrics_url])
+            .envs(&s.cluster.env)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let listed: BTreeSet<(String, String)> = answer["unavailableOfferings"]
+            .as_array()
+            .unwrap_or_else(|| panic!("offerings without capacity: {answer:#}"))
+            .iter()
+            .map(|u| (u["instanceType"].as_str().unwrap().to_string(), u["zone"].as_str().unwrap().to_string()))
+            .collect();
+        assert_eq!(listed, refused.iter().cloned().collect::<BTreeSet<_>>(), "{answer:#}");
+        let until: jiff::Timestamp = answer["unavailableOfferings"][0]["until"].as_str().unwrap().parse().unwrap();
+        let left = until.duration_since(jiff::Timestamp::now());
+        assert!(left > jiff::SignedDuration::ZERO && left <= jiff::SignedDuration::from_mins(3), "{answer:#}");
     });
 }
 
@@ -483,7 +505,8 @@ fn refused_offerings_are_taken_out_of_create_fleet_and_the_rest_renumbered() {
         "lt/a"
     );
     let refuse_large = [("t3.large".to_string(), "ap-northeast-2a".to_string())];
-    let kept = support::fault_proxy::without_offerings(&form, &refuse_large).unwrap();
+    let (kept, refused) = support::fault_proxy::without_offerings(&form, &refuse_large).unwrap();
+    assert_eq!(refused, [("lt/a".into(), "t3.large".into(), "ap-northeast-2a".into(), "on-demand".into())]);
     let kept = support::fault_proxy::parse_form(kept.as_bytes());
     assert_eq!(kept["LaunchTemplateConfigs.1.Overrides.1.InstanceType"], "t3.xlarge");
     assert!(!kept.contains_key("LaunchTemplateConfigs.1.Overrides.2.InstanceType"));
@@ -501,11 +524,25 @@ fn refused_offerings_are_taken_out_of_create_fleet_and_the_rest_renumbered() {
     let form = support::fault_proxy::parse_form(
         b"Action=CreateFleet&LaunchTemplateConfigs.1.LaunchTemplateSpecification.LaunchTemplateName=lt%2F35&LaunchTemplateConfigs.1.Overrides.1.InstanceType=t3.large&LaunchTemplateConfigs.1.Overrides.1.AvailabilityZone=ap-northeast-2a&LaunchTemplateConfigs.2.LaunchTemplateSpecification.LaunchTemplateName=lt%2F58&LaunchTemplateConfigs.2.Overrides.1.InstanceType=t3.xlarge&LaunchTemplateConfigs.2.Overrides.1.AvailabilityZone=ap-northeast-2a",
     );
-    let kept = support::fault_proxy::without_offerings(&form, &refuse_large).unwrap();
+    let (kept, _) = support::fault_proxy::without_offerings(&form, &refuse_large).unwrap();
     let kept = support::fault_proxy::parse_form(kept.as_bytes());
     assert_eq!(kept["LaunchTemplateConfigs.1.LaunchTemplateSpecification.LaunchTemplateName"], "lt/58");
     assert_eq!(kept["LaunchTemplateConfigs.1.Overrides.1.InstanceType"], "t3.xlarge");
     assert!(!kept.keys().any(|k| k.starts_with("LaunchTemplateConfigs.2.")), "{kept:?}");
+
+    // The refused overrides join the errorSet of the answer for the rest, as EC2's instant
+    // fleet reports them beside the instances it launched.
+    let refused = [("lt/a".to_string(), "t3.large".to_string(), "ap-northeast-2a".to_string(), "on-demand".to_string())];
+    for answer in [
+        "<CreateFleetResponse><errorSet/><fleetInstanceSet><item/></fleetInstanceSet></CreateFleetResponse>",
+        "<CreateFleetResponse><errorSet></errorSet><fleetInstanceSet><item/></fleetInstanceSet></CreateFleetResponse>",
+        "<CreateFleetResponse><fleetInstanceSet><item/></fleetInstanceSet></CreateFleetResponse>",
+    ] {
+        let with = support::fault_proxy::with_errors(answer, &refused);
+        assert_eq!(with.matches("<errorCode>InsufficientInstanceCapacity</errorCode>").count(), 1, "{with}");
+        assert!(with.contains("<instanceType>t3.large</instanceType><availabilityZone>ap-northeast-2a</availabilityZone>"), "{with}");
+        assert!(with.contains("<fleetInstanceSet><item/></fleetInstanceSet>"), "{with}");
+    }
 }
 
 /// Runaway protection under faults, two Deployments of one replica at once, with consolidation

@@ -13,8 +13,8 @@ use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, VOLUNTARY_DISRUPTION_AN
 use crate::controllers::deprovisioning::consolidation::{self, Ineligible, NodeView};
 use crate::controllers::deprovisioning::decide::{self, Emptiness};
 use crate::controllers::deprovisioning::DRIFTED;
-use crate::scheduling::pods::is_displaced_by_drain;
 use crate::controllers::state::StateNode;
+use crate::scheduling::pods::is_displaced_by_drain;
 use crate::scheduling::{PodKey, Simulator};
 
 /// The answer to `explain node`.
@@ -321,7 +321,11 @@ fn consolidation_method(
         Ok(command) => Method {
             method,
             acts: true,
-            state: format!("would {}", command.describe()),
+            state: format!(
+                "would {}, if it still holds when checked again {}s later",
+                command.describe(),
+                consolidation::CONSOLIDATION_TTL.as_secs()
+            ),
             blockers,
         },
         Err(why) => Method {

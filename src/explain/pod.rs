@@ -40,8 +40,9 @@ pub struct PodExplanation {
     /// Per Provisioner, whether it could launch for the pod and if not the first rule that
     /// excludes it.
     pub provisioners: Vec<Verdict>,
-    /// For a pending pod: the offerings a Provisioner could launch for it that a launch found
-    /// without capacity, each with when launches try it again.
+    /// The offerings a Provisioner could launch for it that a launch found without capacity,
+    /// each with when launches try it again: why a pending pod waits, or why a running pod got a
+    /// dearer type than the cheapest.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unavailable_offerings: Vec<Unavailable>,
 }
@@ -128,11 +129,7 @@ pub fn explain_pod(world: &World<'_>, namespace: &str, name: &str) -> Result<Pod
             priced
         })
         .unwrap_or_default();
-    let unavailable_offerings = if bound.is_none() {
-        unavailable_for(world, &input.pods[0])
-    } else {
-        Vec::new()
-    };
+    let unavailable_offerings = unavailable_for(world, &input.pods[0]);
     let mut provisioners: Vec<Verdict> = plan
         .refusals
         .get(&key)

@@ -222,7 +222,7 @@ fn removing_a_node_moves_its_pods_where_consolidation_would_and_prices_the_clust
         })
         .collect();
     let command = consolidation::compute(&cluster.input, &[candidates.iter().find(|c| c.name == "a").unwrap()]).unwrap();
-    assert_eq!(c.state, format!("would {}", command.describe()));
+    assert_eq!(c.state, format!("would {}, if it still holds when checked again 15s later", command.describe()));
     assert!(a.summary.starts_with("consolidation: would delete"), "{}", a.summary);
 }
 

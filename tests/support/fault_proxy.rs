@@ -239,6 +239,9 @@ async fn handle(req: Request<Incoming>, state: Arc<Mutex<State>>, client: reqwes
         fault
     };
     let mut forward_body = body.clone();
+    // Overrides refused for capacity while others are forwarded: EC2's instant fleet reports
+    // each in its answer's errorSet beside the instances it launched from the rest.
+    let mut refused_on_the_way = Vec::new();
     match &fault {
         Some(Fault::Throttle) => return Ok(ec2_error(503, "RequestLimitExceeded", "Request limit exceeded.")),
         Some(Fault::Status(code)) => {
@@ -248,7 +251,10 @@ async fn handle(req: Request<Incoming>, state: Arc<Mutex<State>>, client: reqwes
         Some(Fault::DropRequest) => return Err(Dropped),
         Some(Fault::Latency(d)) => tokio::time::sleep(*d).await,
         Some(Fault::InsufficientCapacity(offerings)) => match without_offerings(&form, offerings) {
-            Ok(kept) => forward_body = Bytes::from(kept),
+            Ok((kept, refused)) => {
+                forward_body = Bytes::from(kept);
+                refused_on_the_way = refused;
+            }
             Err(refused) => return Ok(insufficient_capacity(&refused)),
         },
         Some(Fault::DropResponse) | None => {}
@@ -266,9 +272,12 @@ async fn handle(req: Request<Incoming>, state: Arc<Mutex<State>>, client: reqwes
     };
     let status = answer.status();
     let headers = answer.headers().clone();
-    let bytes = answer.bytes().await.map_err(|_| Dropped)?;
+    let mut bytes = answer.bytes().await.map_err(|_| Dropped)?;
     if fault == Some(Fault::DropResponse) {
         return Err(Dropped);
+    }
+    if !refused_on_the_way.is_empty() && status.is_success() {
+        bytes = Bytes::from(with_errors(&String::from_utf8_lossy(&bytes), &refused_on_the_way));
     }
     let mut response = Response::builder().status(status);
     for (name, value) in &headers {
@@ -290,16 +299,28 @@ fn ec2_error(status: u16, code: &str, message: &str) -> Response<Full<Bytes>> {
         .unwrap()
 }
 
+/// An override refused for capacity: (launch template, instance type, zone, capacity type).
+pub type Refused = (String, String, String, String);
+
+/// A CreateFleet answer with `refused`'s capacity errors added to its errorSet.
+pub fn with_errors(answer: &str, refused: &[Refused]) -> String {
+    let items = error_items(refused);
+    if answer.contains("<errorSet/>") {
+        answer.replacen("<errorSet/>", &format!("<errorSet>{items}</errorSet>"), 1)
+    } else if answer.contains("<errorSet>") {
+        answer.replacen("<errorSet>", &format!("<errorSet>{items}"), 1)
+    } else {
+        answer.replacen(
+            "</CreateFleetResponse>",
+            &format!("<errorSet>{items}</errorSet></CreateFleetResponse>"),
+            1,
+        )
+    }
+}
+
 /// CreateFleet's answer when every override was refused.
-fn insufficient_capacity(refused: &[(String, String, String, String)]) -> Response<Full<Bytes>> {
-    let items: String = refused
-        .iter()
-        .map(|(template, instance_type, zone, capacity_type)| {
-            format!(
-                "<item><launchTemplateAndOverrides><launchTemplateSpecification><launchTemplateName>{template}</launchTemplateName><version>$Latest</version></launchTemplateSpecification><overrides><instanceType>{instance_type}</instanceType><availabilityZone>{zone}</availabilityZone></overrides></launchTemplateAndOverrides><lifecycle>{capacity_type}</lifecycle><errorCode>InsufficientInstanceCapacity</errorCode><errorMessage>We currently do not have sufficient {instance_type} capacity in the Availability Zone you requested ({zone}).</errorMessage></item>"
-            )
-        })
-        .collect();
+fn insufficient_capacity(refused: &[Refused]) -> Response<Full<Bytes>> {
+    let items = error_items(refused);
     let body = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<CreateFleetResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>fault-proxy</requestId><fleetId>fleet-fault-proxy</fleetId><errorSet>{items}</errorSet><fleetInstanceSet/></CreateFleetResponse>"
     );
@@ -310,12 +331,21 @@ fn insufficient_capacity(refused: &[(String, String, String, String)]) -> Respon
         .unwrap()
 }
 
-/// The CreateFleet form without the overrides naming `offerings` (renumbered), or, when none
-/// is left, the refused overrides as (template, type, zone, capacity type).
-pub fn without_offerings(
-    form: &BTreeMap<String, String>,
-    offerings: &[(String, String)],
-) -> Result<String, Vec<(String, String, String, String)>> {
+/// The errorSet items of capacity errors, one per refused override.
+fn error_items(refused: &[Refused]) -> String {
+    refused
+        .iter()
+        .map(|(template, instance_type, zone, capacity_type)| {
+            format!(
+                "<item><launchTemplateAndOverrides><launchTemplateSpecification><launchTemplateName>{template}</launchTemplateName><version>$Latest</version></launchTemplateSpecification><overrides><instanceType>{instance_type}</instanceType><availabilityZone>{zone}</availabilityZone></overrides></launchTemplateAndOverrides><lifecycle>{capacity_type}</lifecycle><errorCode>InsufficientInstanceCapacity</errorCode><errorMessage>We currently do not have sufficient {instance_type} capacity in the Availability Zone you requested ({zone}).</errorMessage></item>"
+            )
+        })
+        .collect()
+}
+
+/// The CreateFleet form without the overrides naming `offerings` (renumbered) and the refused
+/// overrides as (template, type, zone, capacity type), or, when none is left, those alone.
+pub fn without_offerings(form: &BTreeMap<String, String>, offerings: &[(String, String)]) -> Result<(String, Vec<Refused>), Vec<Refused>> {
     // (config, override) → fields of the override
     let mut overrides: BTreeMap<(u32, u32), BTreeMap<String, String>> = BTreeMap::new();
     let mut rest: Vec<(String, String)> = Vec::new();
@@ -377,11 +407,12 @@ pub fn without_offerings(
             }
         }
     }
-    Ok(rest
+    let kept = rest
         .iter()
         .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
         .collect::<Vec<_>>()
-        .join("&"))
+        .join("&");
+    Ok((kept, refused))
 }
 
 /// `application/x-www-form-urlencoded` fields (empty for other bodies).
