@@ -66,7 +66,7 @@ async fn run(args: RunArgs, with_controllers: bool) -> anyhow::Result<()> {
     // Port 0 binds any free port; the addresses logged below are the ones really bound.
     let metrics_addr = metrics_listener.local_addr().context("reading the metrics address")?;
     let health_addr = health_listener.local_addr().context("reading the health probe address")?;
-    let explain_slot = karpenter_rs::explain::live::ExplainSlot::default();
+    let explain_slot = karpenter_rs::controllers::term::TermSlot::default();
     let metrics_task = probes::serve(
         metrics_listener,
         probes::metrics_router(metrics.clone()).merge(probes::explain_router(explain_slot.clone())),
@@ -254,7 +254,7 @@ enum TermEnd {
 /// with the controllers' in-memory state made afresh: a follower until it leads again after a
 /// lost Lease; with the settings read again, and the Lease released first, after a change. The
 /// cluster view (one watch per kind) is kept across terms, and the webhook serves throughout.
-async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: CancellationToken, explain: karpenter_rs::explain::live::ExplainSlot) {
+async fn run_controllers(args: RunArgs, metrics: Metrics, shutdown: CancellationToken, explain: karpenter_rs::controllers::term::TermSlot) {
     let Some((client, lease_client, root_cert)) = retrying(&shutdown, "controllers cannot start", || connect(&args)).await else {
         return;
     };
@@ -308,7 +308,7 @@ struct Process {
     metrics: Metrics,
     shutdown: CancellationToken,
     /// What the metrics port's `/explain` answers from, set by each term.
-    explain: karpenter_rs::explain::live::ExplainSlot,
+    explain: karpenter_rs::controllers::term::TermSlot,
 }
 
 /// One term of the controllers (see `run_controllers`), with `args` and the cloud they describe.

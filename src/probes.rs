@@ -14,7 +14,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::controllers::supervisor::Liveness;
-use crate::explain::live::{ExplainSlot, NoAnswer};
+use crate::controllers::term::TermSlot;
+use crate::explain::live::NoAnswer;
 use crate::explain::render::{render, Format};
 use crate::explain::Question;
 use crate::metrics::Metrics;
@@ -49,7 +50,7 @@ pub fn metrics_router(metrics: Metrics) -> Router {
 /// `/explain/node/{name}` and `/explain/pod/{namespace}/{name}`: the leader's answer, as text, or
 /// as JSON or YAML with `?o=json` / `?o=yaml`; 404 when there is no such node or pod, 503 when
 /// this replica does not lead (`karpenter-rs explain` then builds its own view).
-pub fn explain_router(slot: ExplainSlot) -> Router {
+pub fn explain_router(slot: TermSlot) -> Router {
     let node = {
         let slot = slot.clone();
         move |axum::extract::Path(name): axum::extract::Path<String>, query: axum::extract::Query<ExplainQuery>| {
@@ -74,7 +75,7 @@ pub struct ExplainQuery {
 }
 
 async fn explain(
-    slot: ExplainSlot,
+    slot: TermSlot,
     question: Question,
     query: ExplainQuery,
 ) -> (StatusCode, [(axum::http::HeaderName, &'static str); 1], String) {

@@ -33,6 +33,7 @@ pub mod node_ops;
 pub mod provisioning;
 pub mod state;
 pub mod supervisor;
+pub mod term;
 pub mod termination;
 
 use std::collections::HashMap;
@@ -67,7 +68,7 @@ pub struct Shared {
     /// The one view of the cluster (one watch per kind in the process).
     pub state: Arc<state::Cluster>,
     /// Where `run_all` puts what answers `/explain` on the metrics port while it runs.
-    pub explain: crate::explain::live::ExplainSlot,
+    pub explain: term::TermSlot,
     /// Where every controller, and the view once `run_all` hands it over, reads the time it
     /// decides by (Karpenter's `clock.Clock`): the real clock unless a test puts a `FakeClock`
     /// here.
@@ -119,7 +120,7 @@ pub async fn run_all(shared: Shared, settings: Settings, leading: watch::Receive
     // The view times nominations and staleness on the controllers' clock.
     state.set_clock(shared.clock.clone());
     // `/explain` answers from this term's provisioning snapshot while it runs (and leads).
-    shared.explain.set(Some(crate::explain::live::Explainer {
+    shared.explain.set(Some(term::Term {
         state: state.clone(),
         provisioning: provisioner.clone(),
         nomination: settings
@@ -169,7 +170,7 @@ pub async fn run_all(shared: Shared, settings: Settings, leading: watch::Receive
 }
 
 /// Clears the explain slot when `run_all` ends or is dropped (a term that ends answers no more).
-struct ClearOnDrop(crate::explain::live::ExplainSlot);
+struct ClearOnDrop(term::TermSlot);
 
 impl Drop for ClearOnDrop {
     fn drop(&mut self) {

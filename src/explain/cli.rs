@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::live::{Explainer, NoAnswer};
+use super::live::NoAnswer;
+use crate::controllers::term::Term;
 use super::render::{render, Format};
 use super::{Explanation, Question};
 use crate::cloudprovider::CloudConfig;
@@ -127,7 +128,7 @@ async fn own_answer(args: &Request, question: &Question) -> Result<Explanation, 
     let shared = Shared::new(client, cloud, metrics, view.clone());
     let deprovisioning = &args.deprovisioning;
     let (_leading_tx, leading) = tokio::sync::watch::channel(true);
-    let explainer = Explainer {
+    let explainer = Term {
         state: view,
         provisioning: provisioning::Context::new(&shared, args.provisioning.clone()),
         nomination: deprovisioning.nomination,

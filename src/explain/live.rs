@@ -2,28 +2,10 @@
 //! pods, and the cluster as a provisioning pass would simulate it now (`Provisioning::snapshot`:
 //! the same snapshot consolidation decides on). Read-only.
 
-use std::sync::{Arc, RwLock};
-
 use super::{Explanation, Question, World};
-use crate::controllers::provisioning::Provisioning;
-use crate::controllers::state::Cluster;
+use crate::controllers::term::Term;
 use crate::cpu;
 use crate::telemetry;
-
-/// What answers `Question`s from a live cluster view.
-#[derive(Clone)]
-pub struct Explainer {
-    /// The cluster view.
-    pub state: Arc<Cluster>,
-    /// Provisioning, for its snapshot.
-    pub provisioning: Arc<dyn Provisioning>,
-    /// Deprovisioning's nomination period.
-    pub nomination: std::time::Duration,
-    /// Whether drift is on.
-    pub drift_enabled: bool,
-    /// Whether this replica leads: only the leader's view and snapshot are the decisions'.
-    pub leading: tokio::sync::watch::Receiver<bool>,
-}
 
 /// Why there is no answer.
 #[derive(Debug, thiserror::Error)]
@@ -39,7 +21,8 @@ pub enum NoAnswer {
     Unavailable(String),
 }
 
-impl Explainer {
+/// `Term` answers `Question`s from its live cluster view.
+impl Term {
     /// The answer to `question` now, or why there is none.
     pub async fn answer(&self, question: &Question) -> Result<Explanation, NoAnswer> {
         if !*self.leading.borrow() {
@@ -76,22 +59,5 @@ impl Explainer {
         })
         .await
         .map_err(NoAnswer::NotFound)
-    }
-}
-
-/// The explainer of the current term, if this replica leads: the metrics port's `/explain`
-/// answers from it, and says so when there is none.
-#[derive(Clone, Default)]
-pub struct ExplainSlot(Arc<RwLock<Option<Explainer>>>);
-
-impl ExplainSlot {
-    /// Sets (a term starts) or clears (it ends) the explainer.
-    pub fn set(&self, explainer: Option<Explainer>) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = explainer;
-    }
-
-    /// The current explainer.
-    pub fn get(&self) -> Option<Explainer> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }

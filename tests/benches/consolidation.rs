@@ -319,13 +319,14 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// `karpenter-rs explain` on `cluster` (`explain::Question::answer`, what the controller's
-/// `/explain` and the CLI run once they hold the view): `node` for up to `count` nodes and `pod`
-/// for as many pods, spread over the cluster. Median and slowest of each, in the same units as the
-/// evaluation beside them.
-fn time_explain(cluster: &Cluster, count: usize) -> [Duration; 4] {
+/// Runs `f` on `cluster` as explain sees it: its `World` (the view's nodes, its pods, the
+/// simulation's input), the nodes and the pods.
+fn with_world<R>(
+    cluster: &Cluster,
+    f: impl FnOnce(&karpenter_rs::explain::World<'_>, &[karpenter_rs::controllers::state::StateNode], &[Arc<Pod>]) -> R,
+) -> R {
     use karpenter_rs::controllers::state::StateNode;
-    use karpenter_rs::explain::{Explanation, Question, World};
+    use karpenter_rs::explain::World;
     let nodes: Vec<StateNode> = cluster
         .members
         .iter()
@@ -351,34 +352,95 @@ fn time_explain(cluster: &Cluster, count: usize) -> [Duration; 4] {
         drift_enabled: true,
         now: "2023-06-02T00:00:00Z".parse::<Timestamp>().unwrap(),
     };
-    let spread = |len: usize| (0..count.min(len)).map(move |i| i * len / count.min(len).max(1));
-    let time = |questions: Vec<Question>| {
-        let mut times: Vec<Duration> = questions
-            .iter()
-            .map(|q| {
+    f(&world, &nodes, &pods)
+}
+
+/// `karpenter-rs explain` on `cluster` (`explain::Question::answer`, what the controller's
+/// `/explain` and the CLI run once they hold the view): `node` for up to `count` nodes and `pod`
+/// for as many pods, spread over the cluster. Median and slowest of each, in the same units as the
+/// evaluation beside them.
+fn time_explain(cluster: &Cluster, count: usize) -> [Duration; 4] {
+    use karpenter_rs::explain::{Explanation, Question};
+    with_world(cluster, |world, nodes, pods| {
+        let spread = |len: usize| (0..count.min(len)).map(move |i| i * len / count.min(len).max(1));
+        let time = |questions: Vec<Question>| {
+            let mut times: Vec<Duration> = questions
+                .iter()
+                .map(|q| {
+                    let t = Instant::now();
+                    let answer = q.answer(world).expect("every node and pod of the cluster is explained");
+                    let took = t.elapsed();
+                    match answer {
+                        Explanation::Node(n) => assert!(!n.methods.is_empty()),
+                        Explanation::Pod(p) => assert!(!p.summary.is_empty()),
+                    }
+                    took
+                })
+                .collect();
+            times.sort();
+            (times[times.len() / 2], times[times.len() - 1])
+        };
+        let node_questions = spread(nodes.len()).map(|i| Question::Node(nodes[i].name().to_string())).collect();
+        let pod_questions = spread(pods.len())
+            .map(|i| Question::Pod {
+                namespace: pods[i].metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+                name: pods[i].metadata.name.clone().unwrap_or_default(),
+            })
+            .collect();
+        let (node_median, node_slowest) = time(node_questions);
+        let (pod_median, pod_slowest) = time(pod_questions);
+        [node_median, node_slowest, pod_median, pod_slowest]
+    })
+}
+
+/// A provisioning pass's simulation on `cluster` with `pending` new pods (copies of its pods,
+/// unbound): the median of `runs`, alone and then while another thread answers `explain node`
+/// for the cluster's nodes one after another, as `/explain` under steady load would; and how many
+/// answers that thread gave meanwhile.
+fn time_pass_under_explain(cluster: &Cluster, pending: usize, runs: usize) -> (Duration, Duration, usize) {
+    use karpenter_rs::explain::Question;
+    let mut input = cluster.input();
+    let all: Vec<&Arc<Pod>> = cluster.members.iter().flat_map(|m| m.pods.iter()).collect();
+    input.pods = (0..pending)
+        .map(|i| {
+            let mut pod = unbind(all[i % all.len()]);
+            pod.metadata.name = Some(format!("pending-{i}"));
+            pod.metadata.uid = Some(format!("pending-uid-{i}"));
+            Arc::new(pod)
+        })
+        .collect();
+    let median = |input: &SimulationInput| {
+        let mut times: Vec<Duration> = (0..runs)
+            .map(|_| {
                 let t = Instant::now();
-                let answer = q.answer(&world).expect("every node and pod of the cluster is explained");
+                let plan = simulate(input);
                 let took = t.elapsed();
-                match answer {
-                    Explanation::Node(n) => assert!(!n.methods.is_empty()),
-                    Explanation::Pod(p) => assert!(!p.summary.is_empty()),
-                }
+                assert!(!plan.new_nodes.is_empty() || !plan.existing_assignments.is_empty());
                 took
             })
             .collect();
         times.sort();
-        (times[times.len() / 2], times[times.len() - 1])
+        times[times.len() / 2]
     };
-    let node_questions = spread(nodes.len()).map(|i| Question::Node(nodes[i].name().to_string())).collect();
-    let pod_questions = spread(pods.len())
-        .map(|i| Question::Pod {
-            namespace: pods[i].metadata.namespace.clone().unwrap_or_else(|| "default".into()),
-            name: pods[i].metadata.name.clone().unwrap_or_default(),
-        })
-        .collect();
-    let (node_median, node_slowest) = time(node_questions);
-    let (pod_median, pod_slowest) = time(pod_questions);
-    [node_median, node_slowest, pod_median, pod_slowest]
+    let alone = median(&input);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (loaded, answers) = std::thread::scope(|scope| {
+        let explaining = scope.spawn(|| {
+            with_world(cluster, |world, nodes, _| {
+                let mut answers = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let node = &nodes[answers % nodes.len()];
+                    Question::Node(node.name().to_string()).answer(world).expect("explained");
+                    answers += 1;
+                }
+                answers
+            })
+        });
+        let loaded = median(&input);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (loaded, explaining.join().expect("the explaining thread ends"))
+    });
+    (alone, loaded, answers)
 }
 
 fn run(nodes: usize, runs: usize, converge: bool) {
@@ -397,6 +459,13 @@ fn run(nodes: usize, runs: usize, converge: bool) {
         ms(pod_slowest),
         ms(first_time),
         node_median.as_secs_f64() / first_time.as_secs_f64().max(1e-9),
+    );
+    let (alone, loaded, answers) = time_pass_under_explain(&cluster, 100, if nodes > 1000 { 3 } else { 5 });
+    println!(
+        "UNDER_LOAD | {nodes} | {:.1} | {:.1} | {:.2} | {answers} |",
+        ms(alone),
+        ms(loaded),
+        loaded.as_secs_f64() / alone.as_secs_f64().max(1e-9)
     );
     if std::env::var_os("CONSOLIDATION_BENCH_EXPLAIN_ONLY").is_some() {
         return;
@@ -465,6 +534,7 @@ fn main() {
     let benchmarking = std::env::args().any(|a| a == "--bench");
     println!("RESULT | nodes | pods left | first evaluation ms | next evaluation ms | slowest while converging ms | $/h before | commands | converge time | nodes after | $/h after | lower bound $/h | after / bound | from scratch $/h |");
     println!("EXPLAIN | nodes | pods | explain node median ms | slowest ms | explain pod median ms | slowest ms | first evaluation ms | node median / evaluation |");
+    println!("UNDER_LOAD | nodes | pass simulation (100 pending pods) alone median ms | beside explain node answering non-stop median ms | loaded / alone | explain answers meanwhile |");
     if !benchmarking {
         run(100, 1, true);
         return;

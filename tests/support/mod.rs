@@ -494,7 +494,7 @@ impl Controller {
         let (token, m) = (shutdown.clone(), metrics.clone());
         let kube_client = runtime.block_on(client(cluster));
         // The metrics port as the binary serves it: /metrics and the leader's /explain.
-        let explain = karpenter_rs::explain::live::ExplainSlot::default();
+        let explain = karpenter_rs::controllers::term::TermSlot::default();
         let metrics_url = runtime.block_on(async {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a metrics port");
             let url = format!("http://{}", listener.local_addr().unwrap());

@@ -40,7 +40,7 @@ use std::sync::Mutex as StdMutex;
 use tokio::sync::{watch, Mutex};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::apis::v1alpha5::Provisioner;
 use crate::cloudprovider::catalogue;
@@ -343,12 +343,17 @@ async fn warm(ctx: &Context, stores: &Stores, mut leading: watch::Receiver<bool>
             return;
         }
         let Ok(version) = ctx.kubernetes_version().await else { continue };
-        let _ = ctx.cloud.instance_types().await;
+        // A failure here is the next pass's too, which reports it; logged, not dropped.
+        if let Err(e) = ctx.cloud.instance_types().await {
+            debug!(error = %telemetry::chain(&e), "warming the instance-type catalogue");
+        }
         // Inline providers here; every AWSNodeTemplate (what a providerRef names) is resolved
         // by the status writer, which warms the same cache.
         for p in stores.provisioners.state().iter().filter(|p| p.spec.provider_ref.is_none()) {
             if let Ok((template, _)) = launch::node_template(ctx, stores, p, version) {
-                let _ = ctx.cloud.resolve(&template).await;
+                if let Err(e) = ctx.cloud.resolve(&template).await {
+                    debug!(provisioner = %p.name_any(), error = %telemetry::chain(&e), "warming the provisioner's node template");
+                }
             }
         }
         status::template::write(ctx, stores, version).await;

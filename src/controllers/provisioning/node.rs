@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Resource;
 
 use crate::apis::hash::{node_template_hash, provisioner_hash, NODE_TEMPLATE_HASH_ANNOTATION, PROVISIONER_HASH_ANNOTATION};
 use crate::apis::v1alpha1::AwsNodeTemplateSpec;
@@ -103,8 +104,8 @@ pub fn node_for(
         }
     }
     let owner = provisioner.metadata.uid.as_ref().map(|uid| OwnerReference {
-        api_version: "karpenter.sh/v1alpha5".into(),
-        kind: "Provisioner".into(),
+        api_version: Provisioner::api_version(&()).into_owned(),
+        kind: Provisioner::kind(&()).into_owned(),
         name: provisioner_name.clone(),
         uid: uid.clone(),
         block_owner_deletion: Some(true),
