@@ -1645,13 +1645,16 @@ fn explain_says_why_nodes_stay_and_predicts_what_consolidation_then_does() {
 }
 
 /// Explain names each consolidation blocker of one node together, in consolidation's words: a pod
-/// with `do-not-evict` and a PodDisruptionBudget allowing no disruption, by name. A pod the
-/// Provisioner's limit excludes gets that rule with the figures (the limit, what the node takes,
-/// what is left, the smallest type's size). While a provisioning pass launches nodes for a
-/// burst of pods, the metrics port keeps answering `/explain` (bounded: 4 clients, at most 400
-/// requests): every answer is a 200 with the node's explanation, and every pod of the burst runs.
+/// with `do-not-evict` and a PodDisruptionBudget allowing no disruption, by name; and, for a node
+/// launched with a startup taint nothing removes, "not initialized" and "nominated" (each pass
+/// nominates it again for the pod waiting for it, which explain says waits for that node). A
+/// pending pod gets the rule that excludes it: the Provisioner's taint, a node selector against its
+/// label, its limit with the figures (the limit, what the node takes, what is left, the smallest
+/// type's size). While a provisioning pass launches nodes for a burst of pods, the metrics port
+/// keeps answering `/explain` (bounded: 4 clients, at most 400 requests): every answer is a 200
+/// with the node's explanation, and every pod of the burst runs.
 #[test]
-fn explain_names_every_blocker_and_a_limits_figures_and_answers_while_a_pass_launches() {
+fn explain_names_each_blocker_and_rule_and_answers_while_a_pass_launches() {
     let (cluster, controller) = setup();
     let requirements = json!([
         {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["t3.xlarge"]},
@@ -1682,6 +1685,37 @@ fn explain_names_every_blocker_and_a_limits_figures_and_answers_while_a_pass_lau
             (has(&do_not_evict) && has(&pdb_blocks) && state == format!("blocked: {do_not_evict}").as_str()).then_some(answer)
         });
         assert_eq!(answer["provisioner"], s.provisioner.as_str(), "{answer:#}");
+
+        // A pod the Provisioner's taint refuses, and one whose node selector conflicts with its
+        // label: each is excluded by that rule, naming both sides.
+        let pod = |name: &str, node_type: &str, tolerates: bool| {
+            let tolerations = if tolerates {
+                json!([{"key": "service", "operator": "Equal", "value": "true", "effect": "NoSchedule"}])
+            } else {
+                json!([])
+            };
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": s.namespace},
+                "spec": {
+                    "nodeSelector": {"nodeType": node_type},
+                    "tolerations": tolerations,
+                    "containers": [{"name": "c", "image": "nginx", "resources": {"requests": {"cpu": "100m"}}}]
+                }
+            })
+        };
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&pod("untolerated", &s.node_type, false).to_string()));
+        kubectl_ok(cluster, &["apply", "-f", "-"], Some(&pod("elsewhere", "elsewhere", true).to_string()));
+        for (name, words) in [("untolerated", "service=true:NoSchedule"), ("elsewhere", "nodeType")] {
+            let pod = format!("{}/{name}", s.namespace);
+            let verdict = wait_for(&format!("explain to exclude {name}"), Duration::from_secs(120), || {
+                let answer = explain_json(cluster, Some(controller), &["pod", &pod]);
+                answer["provisioners"].as_array()?.iter().find(|v| v["provisioner"] == s.provisioner.as_str()).cloned()
+            });
+            assert_eq!(verdict["outcome"], "incompatible", "{name}: {verdict:#}");
+            assert!(verdict["reason"].as_str().unwrap().contains(words), "{name}: {verdict:#}");
+            kubectl_ok(cluster, &["delete", "pod", name, "-n", &s.namespace, "--wait=false"], None);
+        }
 
         // The limit: the node's 4 vCPUs take all of it.
         let limits = json!({"spec": {"limits": {"resources": {"cpu": "4"}}}});
@@ -1735,5 +1769,29 @@ fn explain_names_every_blocker_and_a_limits_figures_and_answers_while_a_pass_lau
             answers.iter().filter(|a| **a != Some((200, true))).take(5).collect::<Vec<_>>()
         );
         assert!(s.node_names().len() >= 3, "the burst got nodes of its own: {:?}", s.node_names());
+
+        // A node launched with a startup taint nothing removes: not initialised, and nominated
+        // for the pod waiting for it, as long as the taint stays (each pass nominates it again).
+        let startup = json!({"spec": {"startupTaints": [{"key": "example.com/booting", "effect": "NoSchedule"}]}});
+        kubectl_ok(cluster, &["patch", "provisioner", &s.provisioner, "--type", "merge", "-p", &startup.to_string()], None);
+        let before = s.node_names();
+        s.deploy("late", 1, "3", |_| {});
+        let late = wait_for("a node for the late pod", Duration::from_secs(120), || {
+            s.node_names().difference(&before).next().cloned()
+        });
+        let answer = wait_for("explain to see the late node nominated", Duration::from_secs(120), || {
+            let answer = explain_json(cluster, Some(controller), &["node", &late]);
+            let blockers = consolidation(&answer)["blockers"].clone();
+            let has = |text: &str| blockers.as_array().is_some_and(|b| b.iter().any(|x| x == text));
+            (has("node is not initialized") && has("node is nominated for a pending pod")).then_some(answer)
+        });
+        assert_eq!(consolidation(&answer)["state"], "blocked: node is not initialized", "{answer:#}");
+        let waiting: Pod = s.pods().into_iter().find(|p| p.labels().get("app").map(String::as_str) == Some("late")).unwrap();
+        let answer = explain_json(cluster, Some(controller), &["pod", &format!("{}/{}", s.namespace, waiting.name_any())]);
+        assert_eq!(
+            answer["summary"],
+            format!("waits for node {late}, launched for it and not initialised yet"),
+            "{answer:#}"
+        );
     });
 }
