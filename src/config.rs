@@ -15,7 +15,7 @@ use crate::apis::v1alpha5::validation::MAX_TTL_SECONDS;
 use crate::apis::{ApiSettings, DEFAULT_TTL_SECONDS_AFTER_EMPTY, DEFAULT_TTL_SECONDS_UNTIL_EXPIRED};
 use crate::cloudprovider::KubernetesVersion;
 
-pub use explain::{ExplainArgs, What};
+pub use explain::{settings_from_env, ExplainArgs, What};
 pub use run::{RunArgs, ENV_ALIASES};
 
 /// karpenter-rs: node autoscaler for Kubernetes on AWS (Karpenter v1alpha5 APIs).

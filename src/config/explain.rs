@@ -3,7 +3,7 @@
 
 use clap::{Args, Subcommand};
 
-use crate::explain::cli::Request;
+use crate::explain::cli::{Request, Settings};
 use crate::explain::render::Format;
 use crate::explain::Question;
 
@@ -68,11 +68,35 @@ impl ExplainArgs {
             question: self.what.question()?,
             output: self.output,
             controller: self.controller.clone(),
-            cloud: self.run.cloud(),
-            provisioning: self.run.provisioning(),
-            deprovisioning: self.run.deprovisioning(),
+            settings: settings(&self.run),
         })
     }
+}
+
+/// The settings of a view of one's own from `run`'s.
+fn settings(run: &super::RunArgs) -> Settings {
+    Settings {
+        cloud: run.cloud(),
+        provisioning: run.provisioning(),
+        deprovisioning: run.deprovisioning(),
+    }
+}
+
+/// `run`'s settings from their environment variables alone (for `nodes`, which has no `run`
+/// flags), or why they are incomplete.
+pub fn settings_from_env() -> Result<Settings, String> {
+    #[derive(clap::Parser)]
+    #[command(name = "run")]
+    struct FromEnv {
+        #[command(flatten)]
+        run: super::RunArgs,
+    }
+    let parsed = <FromEnv as clap::Parser>::try_parse_from(["run"]).map_err(|e| {
+        let text = e.to_string();
+        let first = text.lines().next().unwrap_or_default().trim_start_matches("error: ");
+        format!("run's settings from the environment: {first}")
+    })?;
+    Ok(settings(&parsed.run))
 }
 
 #[cfg(test)]

@@ -25,34 +25,118 @@ pub struct Request {
     pub output: Format,
     /// The running controller's metrics address, asked first.
     pub controller: Option<String>,
-    /// For a view of explain's own: the cloud, provisioning and deprovisioning settings `run`
-    /// would use.
+    /// For a view of explain's own: the settings `run` would use.
+    pub settings: Settings,
+}
+
+/// The cloud, provisioning and deprovisioning settings `run` would use, for a view of one's own.
+#[derive(Clone)]
+pub struct Settings {
+    /// The cloud's.
     pub cloud: CloudConfig,
-    /// Provisioning's settings.
+    /// Provisioning's.
     pub provisioning: ProvisioningConfig,
-    /// Deprovisioning's settings.
+    /// Deprovisioning's.
     pub deprovisioning: DeprovisioningConfig,
 }
 
 /// Runs `explain`: prints the answer, or returns why there is none.
 pub fn run(args: Request) -> Result<(), String> {
-    let question = &args.question;
     let runtime = tokio::runtime::Runtime::new().map_err(|e| format!("starting the async runtime: {e}"))?;
-    let answer = runtime.block_on(async {
-        if let Some(url) = &args.controller {
+    let answers = Answers::new(args.controller.clone(), Ok(args.settings));
+    let answered = runtime.block_on(answers.answer(&args.question)).map_err(|e| e.to_string())?;
+    if let (Some(url), Some(why)) = (&args.controller, &answered.controller_failed) {
+        eprintln!("explain: the controller at {url} did not answer ({why}); explained from a view of this command's own");
+    }
+    let colour = args.output == Format::Text && std::io::stdout().is_terminal();
+    print!("{}", render(&answered.explanation, args.output, colour));
+    Ok(())
+}
+
+/// Where answers come from: the running controller when one is given and answers, else a view
+/// of this process's own, built when first needed and kept for the next questions (`nodes` asks
+/// one per node).
+pub struct Answers {
+    controller: Option<String>,
+    /// `run`'s settings for a view of one's own, or why there are none.
+    settings: Result<Settings, String>,
+    own: tokio::sync::OnceCell<Result<Own, String>>,
+}
+
+/// A view of one's own and what stops its watches when it is dropped.
+struct Own {
+    explainer: Term,
+    _stop: tokio_util::sync::DropGuard,
+}
+
+/// An answer and where it came from.
+pub struct Answered {
+    /// The answer.
+    pub explanation: Explanation,
+    /// Why the controller, when one was given, did not answer (the view of one's own did).
+    pub controller_failed: Option<String>,
+}
+
+/// Why there is no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unanswered {
+    /// No such node or pod.
+    #[error("{0}")]
+    NotFound(String),
+    /// Neither the controller nor a view of one's own could answer.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl Answers {
+    /// Asks `controller` first (when given), else a view built with `settings`.
+    pub fn new(controller: Option<String>, settings: Result<Settings, String>) -> Self {
+        Self {
+            controller,
+            settings,
+            own: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The answer to `question` now.
+    pub async fn answer(&self, question: &Question) -> Result<Answered, Unanswered> {
+        let mut controller_failed = None;
+        if let Some(url) = &self.controller {
             match ask_controller(url, question).await {
-                Ok(Asked::Answer(answer)) => return Ok(*answer),
-                Ok(Asked::NotFound(why)) => return Err(why),
-                Ok(Asked::NoAnswer(why)) | Err(why) => {
-                    eprintln!("explain: the controller at {url} did not answer ({why}); explaining from a view of this command's own");
+                Ok(Asked::Answer(explanation)) => {
+                    return Ok(Answered {
+                        explanation: *explanation,
+                        controller_failed,
+                    })
                 }
+                Ok(Asked::NotFound(why)) => return Err(Unanswered::NotFound(why)),
+                Ok(Asked::NoAnswer(why)) | Err(why) => controller_failed = Some(why),
             }
         }
-        own_answer(&args, question).await
-    })?;
-    let colour = args.output == Format::Text && std::io::stdout().is_terminal();
-    print!("{}", render(&answer, args.output, colour));
-    Ok(())
+        let unavailable = |why: &str| match (&self.controller, &controller_failed) {
+            (Some(url), Some(failed)) => Unanswered::Unavailable(format!("the controller at {url} did not answer ({failed}), and {why}")),
+            _ => Unanswered::Unavailable(why.to_string()),
+        };
+        let own = self
+            .own
+            .get_or_init(|| async {
+                match &self.settings {
+                    Ok(settings) => own_view(settings).await,
+                    Err(why) => Err(why.clone()),
+                }
+            })
+            .await
+            .as_ref()
+            .map_err(|why| unavailable(why))?;
+        let explanation = own.explainer.answer(question).await.map_err(|e| match e {
+            NoAnswer::NotFound(why) => Unanswered::NotFound(why),
+            other => unavailable(&other.to_string()),
+        })?;
+        Ok(Answered {
+            explanation,
+            controller_failed,
+        })
+    }
 }
 
 /// What the controller said.
@@ -102,8 +186,8 @@ async fn ask_controller(url: &str, question: &Question) -> Result<Asked, String>
     }
 }
 
-/// The answer from a view of explain's own, built as `run` builds the controllers'.
-async fn own_answer(args: &Request, question: &Question) -> Result<Explanation, String> {
+/// A view of one's own, built as `run` builds the controllers', read-only.
+async fn own_view(settings: &Settings) -> Result<Own, String> {
     use crate::cloudprovider::aws::AwsCloudProvider;
     use crate::cloudprovider::CloudProvider;
     use crate::controllers::{provisioning, state, supervisor::Liveness, Shared};
@@ -117,26 +201,26 @@ async fn own_answer(args: &Request, question: &Question) -> Result<Explanation, 
     let client = kube::Client::try_from(crate::kube_client::configure(config))
         .map_err(|e| format!("reading the kubeconfig: {}", crate::telemetry::chain(&e)))?;
     let cloud: std::sync::Arc<dyn CloudProvider> = std::sync::Arc::new(
-        AwsCloudProvider::new(args.cloud.clone())
+        AwsCloudProvider::new(settings.cloud.clone())
             .await
             .map_err(|e| format!("setting up AWS: {}", crate::telemetry::chain(&e)))?,
     );
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let _stop = shutdown.clone().drop_guard();
     let metrics = crate::metrics::Metrics::new();
     let view = state::Cluster::start(&client, &shutdown, &Liveness::default());
     let shared = Shared::new(client, cloud, metrics, view.clone());
-    let deprovisioning = &args.deprovisioning;
-    let (_leading_tx, leading) = tokio::sync::watch::channel(true);
+    let deprovisioning = &settings.deprovisioning;
+    // Always leading: this view's answers are its own.
+    let (_, leading) = tokio::sync::watch::channel(true);
     let explainer = Term {
         state: view,
-        provisioning: provisioning::Context::new(&shared, args.provisioning.clone()),
+        provisioning: provisioning::Context::new(&shared, settings.provisioning.clone()),
         nomination: deprovisioning.nomination,
         drift_enabled: deprovisioning.drift_enabled,
         leading,
     };
-    explainer.answer(question).await.map_err(|e| match e {
-        NoAnswer::NotFound(why) => why,
-        other => other.to_string(),
+    Ok(Own {
+        explainer,
+        _stop: shutdown.drop_guard(),
     })
 }

@@ -14,6 +14,7 @@ pub mod cli;
 pub mod live;
 pub mod node;
 pub mod pod;
+pub mod reason;
 pub mod render;
 
 use std::sync::Arc;

@@ -1,6 +1,8 @@
 //! The edges of `karpenter-rs nodes`: watches of Nodes and Pods through the user's kubeconfig,
 //! the live prices from EC2 and the Pricing API (`--live-prices`, through the cloud provider
-//! `run` uses), and the terminal (or one text frame with `--once`).
+//! `run` uses), the WHY column's explanations (one node at a time in the background, from the
+//! controller or a view of the command's own, as `explain` answers), and the terminal (or one text
+//! frame with `--once`).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -13,12 +15,18 @@ use kube::config::KubeConfigOptions;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
-use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use ratatui::crossterm::event::{self, Event, KeyEventKind};
 
 use super::prices::region_of_nodes;
-use super::{render, render_text, view, Fallback, LivePrices, NodesArgs, PriceBook, SnapshotPrices, Sort, View, ViewOptions};
+use super::{
+    explanation_scroll_limit, render, render_text, view, Effect, Fallback, Key, LivePrices, NodesArgs, Pane, PriceBook, Reasons,
+    SnapshotPrices, Ui, View, ViewOptions,
+};
 use crate::cloudprovider::aws::AwsCloudProvider;
 use crate::cloudprovider::CloudConfig;
+use crate::explain::cli::{Answered, Answers, Unanswered};
+use crate::explain::render::node_text;
+use crate::explain::{Explanation, Question};
 
 /// How long `--once` waits for the first lists.
 const LIST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -30,8 +38,22 @@ const LIVE_PRICES_TIMEOUT: Duration = Duration::from_secs(90);
 /// How often live prices are read again (the cloud provider's catalogue time to live).
 const LIVE_PRICES_REFRESH: Duration = Duration::from_secs(5 * 60);
 
+/// Longest one node's explanation may take (a view of one's own first lists the cluster and
+/// reads the instance types).
+const EXPLAIN_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long `--once` waits for every shown node's reason.
+const ONCE_REASONS_TIMEOUT: Duration = Duration::from_secs(30);
+/// A node is explained again at most this often (a full round of 1,000 nodes takes longer).
+const REASON_MIN_AGE: Duration = Duration::from_secs(15);
+/// The pause after nothing could be explained, before trying again.
+const EXPLAIN_RETRY: Duration = Duration::from_secs(15);
+
 /// The price book in use, swapped when live prices arrive.
 type SharedPrices = Arc<Mutex<Arc<dyn PriceBook + Send + Sync>>>;
+/// The WHY column's cache.
+type SharedReasons = Arc<Mutex<Reasons>>;
+/// The explanation open in the pane: the node and its text, or why there is none.
+type SharedPane = Arc<Mutex<Option<(String, String)>>>;
 
 /// The cluster as the watches last saw it.
 #[derive(Clone)]
@@ -43,7 +65,7 @@ struct Watched {
 }
 
 impl Watched {
-    fn view(&self, args: &NodesArgs, sort: &Sort, prices: &SharedPrices) -> View {
+    fn view(&self, args: &NodesArgs, sort: &super::Sort, prices: &SharedPrices) -> View {
         let prices = prices.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let nodes = self.nodes.state();
         let pods = self.pods.state();
@@ -58,6 +80,13 @@ impl Watched {
         let mut v = view(&nodes, &pods, &options, Timestamp::now(), prices.as_ref());
         v.error = self.error();
         v
+    }
+
+    /// The names of the shown nodes, by name.
+    fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.nodes.state().iter().filter_map(|n| n.metadata.name.clone()).collect();
+        names.sort();
+        names
     }
 
     fn error(&self) -> Option<String> {
@@ -95,6 +124,20 @@ pub async fn run(args: NodesArgs) -> anyhow::Result<()> {
         Arc::new(SnapshotPrices::default())
     }));
 
+    let answers = Arc::new(Answers::new(args.controller.clone(), crate::config::settings_from_env()));
+    let reasons: SharedReasons = Arc::new(Mutex::new(Reasons::new(match &args.controller {
+        Some(url) => format!("from the controller at {url}"),
+        None => "from a view of this command's own (no --controller)".to_string(),
+    })));
+    if !args.no_reasons {
+        tokio::spawn(explain_round_robin(
+            answers.clone(),
+            watched.clone(),
+            reasons.clone(),
+            args.controller.clone(),
+        ));
+    }
+
     if args.once {
         // Both lists, or the first watch error (a one-shot does not wait out retries).
         let ready = async { tokio::join!(watched.nodes.wait_until_ready(), watched.pods.wait_until_ready()) };
@@ -120,15 +163,111 @@ pub async fn run(args: NodesArgs) -> anyhow::Result<()> {
             };
             *prices.lock().unwrap_or_else(|e| e.into_inner()) = book;
         }
-        print!("{}", render_text(&watched.view(&args, &args.sort, &prices), args.width));
+        let mut v = watched.view(&args, &args.sort, &prices);
+        if !args.no_reasons {
+            let names = watched.names();
+            let deadline = tokio::time::Instant::now() + ONCE_REASONS_TIMEOUT;
+            loop {
+                let done = {
+                    let r = reasons.lock().unwrap_or_else(|e| e.into_inner());
+                    r.knows_all(&names) || r.is_unavailable()
+                };
+                if done {
+                    break;
+                }
+                if tokio::time::Instant::now() > deadline {
+                    let why = format!("explaining the nodes took over {}s", ONCE_REASONS_TIMEOUT.as_secs());
+                    reasons.lock().unwrap_or_else(|e| e.into_inner()).unavailable(why);
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            v = v.with_reasons(&reasons.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+        print!("{}", render_text(&v, args.width));
         return Ok(());
     }
     if args.live_prices {
         tokio::spawn(refresh_prices(args.clone(), watched.clone(), prices.clone()));
     }
-    tokio::task::spawn_blocking(move || interactive(&watched, &args, &prices))
+    let handle = tokio::runtime::Handle::current();
+    let live = Live {
+        watched,
+        prices,
+        reasons,
+        answers,
+        pane: Arc::default(),
+        handle,
+    };
+    tokio::task::spawn_blocking(move || interactive(&live, &args))
         .await
         .context("the terminal loop panicked")?
+}
+
+/// Asks `answers` about node `name`, within `EXPLAIN_TIMEOUT`.
+async fn explain(answers: &Answers, name: &str) -> Result<Answered, Unanswered> {
+    let question = Question::Node(name.to_string());
+    tokio::time::timeout(EXPLAIN_TIMEOUT, answers.answer(&question))
+        .await
+        .unwrap_or_else(|_| {
+            Err(Unanswered::Unavailable(format!(
+                "explaining node {name} took over {}s",
+                EXPLAIN_TIMEOUT.as_secs()
+            )))
+        })
+}
+
+/// Explains the shown nodes one at a time, round robin, into `reasons`, for as long as the
+/// process runs. One at a time: each answer costs about a consolidation evaluation, on the
+/// controller or here.
+async fn explain_round_robin(answers: Arc<Answers>, watched: Watched, reasons: SharedReasons, controller: Option<String>) {
+    let _ = watched.nodes.wait_until_ready().await;
+    loop {
+        let names = watched.names();
+        let next = reasons
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .next(&names, Timestamp::now(), REASON_MIN_AGE);
+        let Some(name) = next else {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        };
+        let answer = explain(&answers, &name).await;
+        let retry = {
+            let mut r = reasons.lock().unwrap_or_else(|e| e.into_inner());
+            match answer {
+                Ok(Answered {
+                    explanation: Explanation::Node(n),
+                    controller_failed,
+                }) => {
+                    let source = match (&controller, controller_failed) {
+                        (Some(url), None) => format!("from the controller at {url}"),
+                        (Some(url), Some(why)) => {
+                            format!("from a view of this command's own (the controller at {url} did not answer: {why})")
+                        }
+                        (None, _) => "from a view of this command's own (no --controller)".to_string(),
+                    };
+                    r.explained(&name, n, Timestamp::now(), source);
+                    false
+                }
+                Ok(_) => {
+                    r.unexplained(&name, "-".to_string(), Timestamp::now());
+                    false
+                }
+                Err(Unanswered::NotFound(why)) => {
+                    r.unexplained(&name, why, Timestamp::now());
+                    false
+                }
+                Err(Unanswered::Unavailable(why)) => {
+                    r.unavailable(why);
+                    true
+                }
+            }
+        };
+        if retry {
+            tokio::time::sleep(EXPLAIN_RETRY).await;
+        }
+    }
 }
 
 /// The live prices for `--region`, else the shown nodes' region (else the AWS SDK's); the error
@@ -229,16 +368,66 @@ async fn drive<K>(
     }
 }
 
-/// The full-screen loop: redraw every `REDRAW`, `s` cycles the order, `q`, Esc or Ctrl-C quit.
-fn interactive(watched: &Watched, args: &NodesArgs, prices: &SharedPrices) -> anyhow::Result<()> {
+/// What the terminal loop reads and asks.
+struct Live {
+    watched: Watched,
+    prices: SharedPrices,
+    reasons: SharedReasons,
+    answers: Arc<Answers>,
+    /// The explanation asked for the pane.
+    pane: SharedPane,
+    /// The runtime the pane's explanation is asked on.
+    handle: tokio::runtime::Handle,
+}
+
+impl Live {
+    /// The view for `ui`: its order, selection and open explanation.
+    fn view(&self, args: &NodesArgs, ui: &Ui) -> View {
+        let mut v = self.watched.view(args, &ui.sort, &self.prices);
+        if !args.no_reasons {
+            v = v.with_reasons(&self.reasons.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+        v.selected = ui.selected_index(&v.names());
+        if let super::Screen::Explanation { node, scroll } = &ui.screen {
+            let asked = self.pane.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            v.explanation = Some(Pane {
+                node: node.clone(),
+                text: asked.filter(|(n, _)| n == node).map(|(_, text)| text),
+                scroll: *scroll,
+            });
+        }
+        v
+    }
+
+    /// Asks for `node`'s explanation afresh, for the pane.
+    fn ask(&self, node: String) {
+        *self.pane.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let (answers, pane) = (self.answers.clone(), self.pane.clone());
+        self.handle.spawn(async move {
+            let text = match explain(&answers, &node).await {
+                Ok(answered) => match answered.explanation {
+                    Explanation::Node(n) => node_text(&n, false),
+                    Explanation::Pod(_) => "not a node's explanation".to_string(),
+                },
+                Err(why) => format!("no explanation: {why}"),
+            };
+            *pane.lock().unwrap_or_else(|e| e.into_inner()) = Some((node, text));
+        });
+    }
+}
+
+/// The full-screen loop: redraw every `REDRAW`; keys go through `Ui::on_key` (`s` cycles the
+/// order, ↑↓ select, Enter opens the selected node's explanation, `q`, Esc or Ctrl-C quit).
+fn interactive(live: &Live, args: &NodesArgs) -> anyhow::Result<()> {
     let mut terminal = ratatui::init();
     let result = (|| -> anyhow::Result<()> {
-        let mut sort = args.sort.clone();
+        let mut ui = Ui::new(args.sort.clone());
         let mut last = Instant::now() - REDRAW;
+        let mut shown = live.view(args, &ui);
         loop {
             if last.elapsed() >= REDRAW {
-                let v = watched.view(args, &sort, prices);
-                terminal.draw(|frame| render(frame, &v)).context("drawing")?;
+                shown = live.view(args, &ui);
+                terminal.draw(|frame| render(frame, &shown)).context("drawing")?;
                 last = Instant::now();
             }
             if !event::poll(REDRAW.saturating_sub(last.elapsed())).context("reading the terminal")? {
@@ -248,19 +437,15 @@ fn interactive(watched: &Watched, args: &NodesArgs, prices: &SharedPrices) -> an
                 if key.kind != KeyEventKind::Press {
                     continue;
                 }
-                match key.code {
-                    KeyCode::Char('q') | KeyCode::Esc => return Ok(()),
-                    KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => return Ok(()),
-                    KeyCode::Char('s') => {
-                        sort = sort.next();
-                        last = Instant::now() - REDRAW;
-                    }
-                    _ => {}
+                let max_scroll = shown.explanation.as_ref().map_or(0, explanation_scroll_limit);
+                match ui.on_key(Key::from(key), &shown.names(), max_scroll) {
+                    Effect::Quit => return Ok(()),
+                    Effect::Explain(node) => live.ask(node),
+                    Effect::Redraw => {}
                 }
-            } else {
-                // A resize: draw at the new size now.
-                last = Instant::now() - REDRAW;
             }
+            // A key or a resize: draw the new state now.
+            last = Instant::now() - REDRAW;
         }
     })();
     ratatui::restore();

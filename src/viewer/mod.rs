@@ -1,14 +1,18 @@
 //! `karpenter-rs nodes`: a live terminal view of the cluster's nodes, in the spirit of
 //! eks-node-viewer. One row per node (instance type, capacity type, zone, price, pods, request
-//! bars against allocatable, age, status) and totals above them.
+//! bars against allocatable, age, status, and why it stays or what happens to it next) and totals
+//! above them; Enter opens the selected node's full explanation.
 //!
 //! This module is pure: `view` turns Nodes and Pods (and the time) into a `View`, `render` draws a
 //! `View` into a ratatui frame, `render_text` into plain lines (both in `render`); the order of
-//! the rows is in `sort`. Watching the cluster, the live prices and the terminal are in `live`;
+//! the rows is in `sort`, what a key does in `keys`, the cache of each node's reason in `reasons`
+//! (the reasons are `explain`'s, never decided here). Watching the cluster, the live prices and the terminal are in `live`;
 //! where unannotated nodes get a price is in `prices`.
 
+pub mod keys;
 pub mod live;
 pub mod prices;
+pub mod reasons;
 mod render;
 mod sort;
 
@@ -27,8 +31,10 @@ use crate::controllers::provisioning::status::node_metrics::launch_price;
 use crate::scheduling::pods::is_terminal;
 use crate::scheduling::resources::{pod_requests, resource_list_lenient, Resources};
 
+pub use keys::{Effect, Key, Screen, Ui};
 pub use prices::{Fallback, LivePrices, NoPrices, PriceBook, SnapshotPrices};
-pub use render::{age, bar, render, render_text};
+pub use reasons::Reasons;
+pub use render::{age, bar, explanation_scroll_limit, render, render_text, truncate};
 pub use sort::{natural_cmp, parse_label_key, sort_rows, Sort, SortBy};
 
 /// Hours in the month `$/month` is counted for (AWS's 730).
@@ -76,6 +82,16 @@ pub struct NodesArgs {
     /// Width in columns of the `--once` frame.
     #[arg(long, env = "NODES_WIDTH", default_value_t = 150)]
     pub width: u16,
+    /// The running controller's metrics address (`http://HOST:PORT`, e.g. through `kubectl
+    /// port-forward`) that the WHY column and Enter's explanation ask, as `explain --controller`;
+    /// without it, or when it does not answer, a view of the command's own explains (as `explain`
+    /// does, with `run`'s settings from their environment variables, `CLUSTER_NAME` at least).
+    #[arg(long, env = "NODES_CONTROLLER")]
+    pub controller: Option<String>,
+    /// No WHY column: do not explain the nodes (`--once` then prints at once; otherwise it waits
+    /// up to 30 s for the reasons).
+    #[arg(long, env = "NODES_NO_REASONS", default_value_t = false)]
+    pub no_reasons: bool,
 }
 
 /// A node's price per hour.
@@ -160,6 +176,8 @@ pub struct NodeRow {
     /// Seconds since it was created.
     pub age_seconds: i64,
     pub status: NodeStatus,
+    /// Why the node stays or what happens to it next (`Reasons::text`); empty until filled.
+    pub why: String,
 }
 
 impl NodeRow {
@@ -202,6 +220,38 @@ pub struct View {
     pub prices: String,
     /// The latest watch error, shown until a watch recovers.
     pub error: Option<String>,
+    /// Where the WHY column's reasons come from (`Reasons::note`); none: no WHY column.
+    pub reasons: Option<String>,
+    /// The selected row, highlighted (none with `--once`).
+    pub selected: Option<usize>,
+    /// The full explanation open over the table.
+    pub explanation: Option<Pane>,
+}
+
+/// A node's full explanation, as `explain node` prints it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pane {
+    pub node: String,
+    /// The text; none while it is being asked for.
+    pub text: Option<String>,
+    /// The first line shown.
+    pub scroll: u16,
+}
+
+impl View {
+    /// The node names in the order shown.
+    pub fn names(&self) -> Vec<String> {
+        self.rows.iter().map(|r| r.name.clone()).collect()
+    }
+
+    /// Fills the WHY column from `reasons`.
+    pub fn with_reasons(mut self, reasons: &Reasons) -> Self {
+        for row in &mut self.rows {
+            row.why = reasons.text(&row.name);
+        }
+        self.reasons = Some(reasons.note());
+        self
+    }
 }
 
 /// What `view` needs besides the objects.
@@ -268,6 +318,9 @@ pub fn view(nodes: &[&Node], pods: &[&Pod], options: &ViewOptions, now: Timestam
         extra_labels: options.extra_labels.to_vec(),
         prices: prices.source(),
         error: None,
+        reasons: None,
+        selected: None,
+        explanation: None,
     }
 }
 
@@ -334,5 +387,6 @@ fn row(node: &Node, pods: &[&Pod], options: &ViewOptions, now: Timestamp, prices
             cordoned: node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
             deleting: node.metadata.deletion_timestamp.is_some(),
         },
+        why: String::new(),
     }
 }

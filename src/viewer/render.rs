@@ -5,12 +5,12 @@ use ratatui::backend::TestBackend;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Cell, Paragraph, Row, Table};
+use ratatui::widgets::{Block, Cell, Clear, Paragraph, Row, Table, TableState};
 use ratatui::{Frame, Terminal};
 
 use crate::scheduling::resources::{format_amount, CPU};
 
-use super::{NodeRow, NodeStatus, Price, Usage, View, HOURS_PER_MONTH};
+use super::{NodeRow, NodeStatus, Pane, Price, Usage, View, HOURS_PER_MONTH};
 
 /// `kubectl`'s age: `42s`, `17m`, `5h`, `3d`.
 pub fn age(seconds: i64) -> String {
@@ -20,6 +20,19 @@ pub fn age(seconds: i64) -> String {
         s if s < 48 * 3600 => format!("{}h", s / 3600),
         s => format!("{}d", s / 86400),
     }
+}
+
+/// `text` in at most `width` characters, its end replaced by `…` when cut.
+pub fn truncate(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    if width == 0 {
+        return String::new();
+    }
+    let mut cut: String = text.chars().take(width - 1).collect();
+    cut.push('…');
+    cut
 }
 
 /// A bar of `width` cells for `fraction` (clamped to 0..=1), `█` filled and `░` empty.
@@ -117,7 +130,7 @@ fn header(view: &View) -> Vec<Line<'static>> {
         ]));
     }
     lines.push(Line::raw(format!(
-        "{:<label_width$}{} running, {} bound to these nodes, {} pending    sort: {} (s)  quit: q",
+        "{:<label_width$}{} running, {} bound to these nodes, {} pending    sort: {} (s)  select: ↑↓  explain: Enter  quit: q",
         "pods",
         t.pods_running,
         t.pods_bound,
@@ -128,6 +141,9 @@ fn header(view: &View) -> Vec<Line<'static>> {
         "{:<label_width$}the nodes' price annotations, else {}",
         "prices", view.prices
     )));
+    if let Some(note) = &view.reasons {
+        lines.push(Line::raw(format!("{:<label_width$}{note}", "why")));
+    }
     if let Some(error) = &view.error {
         lines.push(Line::styled(format!("watch: {error}"), Style::new().fg(Color::Red)));
     }
@@ -140,6 +156,29 @@ pub fn render(frame: &mut Frame, view: &View) {
     let [top, table] = Layout::vertical([Constraint::Length(header.len() as u16 + 1), Constraint::Min(0)]).areas(frame.area());
     frame.render_widget(Paragraph::new(header), top);
     render_table(frame, table, view);
+    if let Some(pane) = &view.explanation {
+        render_pane(frame, table, pane);
+    }
+}
+
+/// The last line a pane's text can be scrolled to.
+pub fn explanation_scroll_limit(pane: &Pane) -> u16 {
+    let lines = pane.text.as_deref().map_or(1, |t| t.lines().count());
+    u16::try_from(lines.saturating_sub(1)).unwrap_or(u16::MAX)
+}
+
+/// A node's full explanation over the table.
+fn render_pane(frame: &mut Frame, area: Rect, pane: &Pane) {
+    let title = format!(" explain node {} · ↑↓ PgUp PgDn scroll · Esc, Enter or q: back ", pane.node);
+    let text = match &pane.text {
+        Some(text) => text.clone(),
+        None => format!("explaining node {}…", pane.node),
+    };
+    frame.render_widget(Clear, area);
+    let paragraph = Paragraph::new(text)
+        .block(Block::bordered().title(title))
+        .scroll((pane.scroll.min(explanation_scroll_limit(pane)), 0));
+    frame.render_widget(paragraph, area);
 }
 
 fn render_table(frame: &mut Frame, area: Rect, view: &View) {
@@ -153,19 +192,33 @@ fn render_table(frame: &mut Frame, area: Rect, view: &View) {
     let name_width = view.rows.iter().map(|r| r.name.len()).max().unwrap_or(4).clamp(4, 48) as u16;
     let text_width = |f: fn(&NodeRow) -> &str, min: usize| view.rows.iter().map(|r| f(r).len()).max().unwrap_or(0).max(min) as u16;
     let mut widths = vec![
-        Constraint::Length(name_width),
-        Constraint::Length(text_width(|r| &r.instance_type, 4)),
-        Constraint::Length(text_width(|r| &r.capacity_type, 8)),
-        Constraint::Length(text_width(|r| &r.zone, 4)),
-        Constraint::Length(9),
-        Constraint::Length(7),
+        name_width,
+        text_width(|r| &r.instance_type, 4),
+        text_width(|r| &r.capacity_type, 8),
+        text_width(|r| &r.zone, 4),
+        9,
+        7,
     ];
-    widths.extend(view.totals.usage.iter().map(|_| Constraint::Length(ROW_BAR as u16 + 5)));
+    widths.extend(view.totals.usage.iter().map(|_| ROW_BAR as u16 + 5));
     widths.extend(view.extra_labels.iter().enumerate().map(|(i, key)| {
         let values = view.rows.iter().map(|r| extra_text(r, i).chars().count());
-        Constraint::Length(values.max().unwrap_or(0).max(key.chars().count()).min(EXTRA_WIDTH) as u16)
+        values.max().unwrap_or(0).max(key.chars().count()).min(EXTRA_WIDTH) as u16
     }));
-    widths.extend([Constraint::Length(4), Constraint::Min(8)]);
+    widths.push(4);
+    let mut constraints: Vec<Constraint> = widths.iter().map(|w| Constraint::Length(*w)).collect();
+    // The reasons take what the other columns leave, each cut to fit.
+    let why_width = if view.reasons.is_some() {
+        let status = view.rows.iter().map(|r| r.status.text().len()).max().unwrap_or(0).max(6) as u16;
+        widths.push(status);
+        constraints.push(Constraint::Length(status));
+        titles.push("WHY".to_string());
+        constraints.push(Constraint::Fill(1));
+        let used: u16 = widths.iter().map(|w| w + 1).sum();
+        area.width.saturating_sub(used) as usize
+    } else {
+        constraints.push(Constraint::Min(8));
+        0
+    };
 
     let rows = view.rows.iter().map(|r| {
         let mut cells = vec![
@@ -185,12 +238,17 @@ fn render_table(frame: &mut Frame, area: Rect, view: &View) {
         cells.extend((0..view.extra_labels.len()).map(|i| Cell::from(extra_text(r, i).to_string())));
         cells.push(Cell::from(age(r.age_seconds)));
         cells.push(Cell::from(Span::styled(r.status.text(), status_style(&r.status))));
+        if view.reasons.is_some() {
+            cells.push(Cell::from(truncate(&r.why, why_width)));
+        }
         Row::new(cells)
     });
-    let table = Table::new(rows, widths)
+    let table = Table::new(rows, constraints)
         .header(Row::new(titles).style(Style::new().add_modifier(Modifier::BOLD)))
+        .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
         .column_spacing(1);
-    frame.render_widget(table, area);
+    let mut state = TableState::default().with_selected(view.selected);
+    frame.render_stateful_widget(table, area, &mut state);
 }
 
 /// `view` drawn `width` columns wide, as plain lines without trailing spaces (`--once`, tests).
