@@ -481,6 +481,9 @@ fn nodes_shows_extra_labels_sorts_by_a_label_and_falls_back_to_the_snapshot_when
             .env("AWS_ACCESS_KEY_ID", "testing")
             .env("AWS_SECRET_ACCESS_KEY", "testing")
             .env("AWS_EC2_METADATA_DISABLED", "true")
+            // No controller and no CLUSTER_NAME: no reasons, and the header says why.
+            .env_remove("CLUSTER_NAME")
+            .env_remove("NODES_CONTROLLER")
             .env_remove("AWS_REGION")
             .env_remove("AWS_DEFAULT_REGION")
             .env_remove("AWS_PROFILE"),
@@ -492,6 +495,10 @@ fn nodes_shows_extra_labels_sorts_by_a_label_and_falls_back_to_the_snapshot_when
     assert!(text.contains("3 nodes") && text.contains("sort: team=dsc"), "{text}");
     assert!(
         text.contains("prices  the nodes' price annotations, else the built-in snapshot (estimates, ~) (live prices failed: reading the instance types from EC2:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("why     - (no reasons: run's settings from the environment: the following required arguments were not provided: --cluster-name <CLUSTER_NAME>)"),
         "{text}"
     );
     let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("node-")).collect();
@@ -512,4 +519,221 @@ fn nodes_shows_extra_labels_sorts_by_a_label_and_falls_back_to_the_snapshot_when
         assert_eq!(out.status.code(), Some(2), "{stderr}");
         assert!(stderr.contains(flag) && stderr.contains(value), "{stderr}");
     }
+}
+
+/// A node as karpenter-rs launches it, created `created` (RFC 3339).
+fn launched_node(name: &str, created: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "resourceVersion": "1", "creationTimestamp": created, "labels": {
+            "karpenter.sh/provisioner-name": "default",
+            "node.kubernetes.io/instance-type": "t3.large",
+            "karpenter.sh/capacity-type": "on-demand",
+            "topology.kubernetes.io/zone": "ap-northeast-2a",
+        }},
+        "status": {"allocatable": {"cpu": "2", "memory": "8Gi", "pods": "35"}, "conditions": [{"type": "Ready", "status": "True"}]},
+    })
+}
+
+/// The explanation of node `name` whose consolidation a do-not-evict pod blocks, as the
+/// controller's `/explain/node/NAME?o=json` serializes it.
+fn blocked_explanation(name: &str) -> karpenter_rs::explain::Explanation {
+    use karpenter_rs::explain::node::{Method, Removal};
+    let method = |method: &str, state: &str| Method {
+        method: method.to_string(),
+        acts: false,
+        state: state.to_string(),
+        blockers: Vec::new(),
+    };
+    let mut consolidation = method("consolidation", "blocked: pod default/web has do not evict annotation");
+    consolidation.blockers = vec!["pod default/web has do not evict annotation".to_string()];
+    karpenter_rs::explain::Explanation::Node(karpenter_rs::explain::NodeExplanation {
+        node: name.to_string(),
+        provisioner: Some("default".to_string()),
+        instance_type: Some("t3.large".to_string()),
+        capacity_type: Some("on-demand".to_string()),
+        zone: Some("ap-northeast-2a".to_string()),
+        price_per_hour: Some(0.104),
+        created: Some("2026-01-01T00:00:00Z".to_string()),
+        age_seconds: Some(600),
+        pods: vec!["default/web".to_string()],
+        methods: vec![
+            method("expiration", "ttlSecondsUntilExpired is not set"),
+            method("drift", "not drifted as of the last check"),
+            method("emptiness", "not empty: 1 pod(s), e.g. default/web"),
+            consolidation,
+        ],
+        summary: "consolidation blocked: pod default/web has do not evict annotation".to_string(),
+        removal: Removal {
+            moves: Vec::new(),
+            cluster_price_before: 0.208,
+            cluster_price_after: 0.104,
+            every_pod_placed: true,
+        },
+    })
+}
+
+/// A controller's metrics port that answers `/explain/node/node-a?o=json` with
+/// `blocked_explanation` and any other node with 404, as the real one does for a node it does
+/// not know. Serves until the test process ends.
+fn fake_controller() -> u16 {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut stream = stream;
+            let mut request = String::new();
+            let _ = reader.read_line(&mut request);
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let (status, body) = if request.starts_with("GET /explain/node/node-a?o=json ") {
+                ("200 OK", serde_json::to_string(&blocked_explanation("node-a")).unwrap())
+            } else {
+                ("404 Not Found", "node node-b not found".to_string())
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+/// An API server with node-a (the older) and node-b, a kubeconfig for it in a new directory, and
+/// the port of a `fake_controller`.
+fn two_nodes_and_a_controller() -> (tempfile::TempDir, std::path::PathBuf, u16) {
+    let api = fake_api_server(serde_json::json!([
+        launched_node("node-a", "2026-01-01T00:00:00Z"),
+        launched_node("node-b", "2026-01-02T00:00:00Z")
+    ]));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = kubeconfig(dir.path(), &format!("http://127.0.0.1:{api}"));
+    (dir, kubeconfig, fake_controller())
+}
+
+#[test]
+fn nodes_once_shows_each_nodes_reason_from_the_controller() {
+    let (_dir, kubeconfig, controller) = two_nodes_and_a_controller();
+    let url = format!("http://127.0.0.1:{controller}");
+    let out = process::output_with_stdin(
+        Command::new(BIN)
+            .args(["nodes", "--once", "--width", "200", "--controller", &url])
+            .env("KUBECONFIG", &kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST"),
+        "",
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}\n{text}");
+    assert!(text.contains(&format!("why     from the controller at {url}")), "{stderr}\n{text}");
+    let row = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    };
+    assert!(
+        row("node-a").ends_with("Ready  consolidation: pod default/web has do not evict annotation"),
+        "{text}"
+    );
+    assert!(row("node-b").ends_with("Ready  node node-b not found"), "{text}");
+
+    // --no-reasons: no column, and no question to the controller.
+    let out = Command::new(BIN)
+        .args(["nodes", "--once", "--width", "200", "--no-reasons", "--controller", &url])
+        .env("KUBECONFIG", &kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && !text.contains("WHY") && !text.contains("do not evict"),
+        "{text}"
+    );
+}
+
+/// A tmux server of its own (socket `name`), stopped when dropped.
+struct Tmux(String);
+
+impl Tmux {
+    fn run(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .args(["-L", &self.0, "-f", "/dev/null"])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The pane's text once `ready` holds for it, within 30 s.
+    fn wait_for(&self, what: &str, ready: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let pane = self.run(&["capture-pane", "-p", "-t", "viewer"]);
+            if ready(&pane) {
+                return pane;
+            }
+            assert!(Instant::now() < deadline, "no {what} within 30s; the pane:\n{pane}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux").args(["-L", &self.0, "kill-server"]).output();
+    }
+}
+
+#[test]
+fn nodes_in_a_terminal_shows_reasons_and_enter_opens_the_selected_nodes_explanation() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("skipped: tmux is not installed");
+        return;
+    }
+    let (dir, kubeconfig, controller) = two_nodes_and_a_controller();
+    let exited = dir.path().join("exit-status");
+    let tmux = Tmux(format!("karpenter-rs-binary-{}", std::process::id()));
+    let command = format!(
+        "env -u KUBERNETES_SERVICE_HOST KUBECONFIG='{}' TERM=xterm-256color '{BIN}' nodes --controller http://127.0.0.1:{controller}; echo $? >'{}'; sleep 30",
+        kubeconfig.display(),
+        exited.display()
+    );
+    tmux.run(&["new-session", "-d", "-s", "viewer", "-x", "200", "-y", "30", &command]);
+    let table = tmux.wait_for("row with node-a's reason", |p| {
+        p.lines()
+            .any(|l| l.starts_with("node-a") && l.contains("consolidation: pod default/web has do not evict annotation"))
+    });
+    assert!(table.contains("explain: Enter"), "{table}");
+    // Down selects node-b, Up node-a again; Enter opens node-a's explanation, as `explain node` prints it.
+    tmux.run(&["send-keys", "-t", "viewer", "Down"]);
+    tmux.run(&["send-keys", "-t", "viewer", "Up"]);
+    tmux.run(&["send-keys", "-t", "viewer", "Enter"]);
+    let pane = tmux.wait_for("explanation of node-a", |p| {
+        p.contains("explain node node-a") && p.contains("METHOD")
+    });
+    for line in [
+        "Node node-a",
+        "Provisioner  default",
+        "consolidation  no    blocked: pod default/web has do not evict annotation",
+    ] {
+        assert!(pane.contains(line), "{line:?} missing from\n{pane}");
+    }
+    // Esc closes it; q then quits.
+    tmux.run(&["send-keys", "-t", "viewer", "Escape"]);
+    tmux.wait_for("table again", |p| {
+        !p.contains("explain node node-a") && p.lines().any(|l| l.starts_with("node-b"))
+    });
+    tmux.run(&["send-keys", "-t", "viewer", "q"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(&exited).unwrap_or_default().trim().is_empty() {
+        assert!(Instant::now() < deadline, "the viewer did not exit on q");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(std::fs::read_to_string(&exited).unwrap().trim(), "0");
 }

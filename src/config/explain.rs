@@ -92,9 +92,18 @@ pub fn settings_from_env() -> Result<Settings, String> {
         run: super::RunArgs,
     }
     let parsed = <FromEnv as clap::Parser>::try_parse_from(["run"]).map_err(|e| {
+        // clap's message without its usage lines, on one line.
         let text = e.to_string();
-        let first = text.lines().next().unwrap_or_default().trim_start_matches("error: ");
-        format!("run's settings from the environment: {first}")
+        let message: Vec<&str> = text
+            .lines()
+            .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        format!(
+            "run's settings from the environment: {}",
+            message.join(" ").trim_start_matches("error: ")
+        )
     })?;
     Ok(settings(&parsed.run))
 }

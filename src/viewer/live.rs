@@ -221,7 +221,8 @@ async fn explain(answers: &Answers, name: &str) -> Result<Answered, Unanswered> 
 /// process runs. One at a time: each answer costs about a consolidation evaluation, on the
 /// controller or here.
 async fn explain_round_robin(answers: Arc<Answers>, watched: Watched, reasons: SharedReasons, controller: Option<String>) {
-    let _ = watched.nodes.wait_until_ready().await;
+    // No `wait_until_ready` here: a store wakes only the last task that polled it, and `--once`
+    // waits on it too. Until the nodes are listed there is simply nothing to explain.
     loop {
         let names = watched.names();
         let next = reasons
@@ -229,7 +230,7 @@ async fn explain_round_robin(answers: Arc<Answers>, watched: Watched, reasons: S
             .unwrap_or_else(|e| e.into_inner())
             .next(&names, Timestamp::now(), REASON_MIN_AGE);
         let Some(name) = next else {
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            tokio::time::sleep(Duration::from_millis(250)).await;
             continue;
         };
         let answer = explain(&answers, &name).await;
