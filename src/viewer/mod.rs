@@ -76,7 +76,8 @@ pub struct NodesArgs {
     /// The kubeconfig context to use; default: the current one (`KUBECONFIG` is honoured).
     #[arg(long, env = "NODES_CONTEXT")]
     pub context: Option<String>,
-    /// Print one frame as text once the watches have listed, and exit (for scripts and captures).
+    /// Print one frame as text once the watches have listed and the shown nodes' reasons are known
+    /// (at most 30 s more), and exit (for scripts and captures).
     #[arg(long, env = "NODES_ONCE", default_value_t = false)]
     pub once: bool,
     /// Width in columns of the `--once` frame.
@@ -88,8 +89,8 @@ pub struct NodesArgs {
     /// does, with `run`'s settings from their environment variables, `CLUSTER_NAME` at least).
     #[arg(long, env = "NODES_CONTROLLER")]
     pub controller: Option<String>,
-    /// No WHY column: do not explain the nodes (`--once` then prints at once; otherwise it waits
-    /// up to 30 s for the reasons).
+    /// No WHY column: do not explain the nodes (`--once` then prints as soon as the nodes are
+    /// listed).
     #[arg(long, env = "NODES_NO_REASONS", default_value_t = false)]
     pub no_reasons: bool,
 }
