@@ -2,7 +2,8 @@
 //! controller's metrics port (`--controller`, the leader answers from the state it decides on);
 //! when none is given or it does not answer, builds a view of its own the way `run` does (the
 //! same settings and variables, the kubeconfig's cluster, the SDK's AWS credentials), read-only,
-//! and answers from it with the same code.
+//! and answers from it with the same code. `Answers` is that order of sources, kept for many
+//! questions: `karpenter-rs nodes` asks it for each node's reason and explanation.
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -60,6 +61,8 @@ pub struct Answers {
     controller: Option<String>,
     /// `run`'s settings for a view of one's own, or why there are none.
     settings: Result<Settings, String>,
+    /// Built on the first question the controller does not answer. A failure to build it is kept
+    /// too: it comes from the settings or the kubeconfig, which do not change while the process runs.
     own: tokio::sync::OnceCell<Result<Own, String>>,
 }
 

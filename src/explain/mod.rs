@@ -6,7 +6,7 @@
 //! `candidate`, `compute`, whose reason strings are also the `Unconsolidatable` events'), and
 //! placements from the scheduling simulation. `node.rs` and `pod.rs` are pure (the cluster and
 //! the time are passed in, as a `World`); `render.rs` turns an answer into the table people
-//! read; `live.rs` builds the `World` from the controllers' view and answers the metrics port's
+//! read, `reason.rs` a node's answer into one line (the `nodes` viewer's WHY column); `live.rs` builds the `World` from the controllers' view and answers the metrics port's
 //! `/explain/...`; `cli.rs` is `karpenter-rs explain`, which asks the running controller and
 //! falls back to a view of its own.
 
