@@ -224,6 +224,11 @@ fn removing_a_node_moves_its_pods_where_consolidation_would_and_prices_the_clust
     let command = consolidation::compute(&cluster.input, &[candidates.iter().find(|c| c.name == "a").unwrap()]).unwrap();
     assert_eq!(c.state, format!("would {}, if it still holds when checked again 15s later", command.describe()));
     assert!(a.summary.starts_with("consolidation: would delete"), "{}", a.summary);
+    assert!(
+        a.reason().starts_with("consolidation would delete it (pods fit elsewhere)"),
+        "{}",
+        a.reason()
+    );
 }
 
 #[test]
@@ -255,6 +260,7 @@ fn a_node_kept_by_a_do_not_evict_pod_and_a_pdb_names_both_in_consolidations_word
         ]
     );
     assert!(a.summary.contains("do not evict"), "{}", a.summary);
+    assert_eq!(a.reason(), "consolidation: pod default/guarded has do not evict annotation");
 }
 
 #[test]
@@ -267,6 +273,10 @@ fn a_node_a_replacement_would_not_make_cheaper_says_both_prices() {
     assert_eq!(
         c.state,
         format!("kept: can't replace with a cheaper node: ${price:.4}/h now, the cheapest replacement ${price:.4}/h")
+    );
+    assert_eq!(
+        a.reason(),
+        format!("can't replace with a cheaper node: ${price:.4}/h now, the cheapest replacement ${price:.4}/h")
     );
     assert_eq!(
         a.removal.moves[0].to,
@@ -300,6 +310,7 @@ fn emptiness_and_expiry_say_when() {
         "off: its Provisioner does not set consolidation.enabled"
     );
     assert!(a.summary.starts_with("emptiness: empty: deleted at"), "{}", a.summary);
+    assert_eq!(a.reason(), format!("empty: deleted at {:.0}", at(620)));
     let text = render(&Explanation::Node(a), Format::Text, false);
     assert!(
         text.contains("METHOD") && text.contains("Removing it") && text.contains("no pod would move"),
