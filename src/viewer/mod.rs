@@ -89,8 +89,8 @@ pub struct NodesArgs {
     /// does, with `run`'s settings from their environment variables, `CLUSTER_NAME` at least).
     #[arg(long, env = "NODES_CONTROLLER")]
     pub controller: Option<String>,
-    /// No WHY column: do not explain the nodes (`--once` then prints as soon as the nodes are
-    /// listed).
+    /// No WHY column: do not explain the nodes in the background (`--once` then prints as soon as
+    /// the nodes are listed; Enter still explains the selected node).
     #[arg(long, env = "NODES_NO_REASONS", default_value_t = false)]
     pub no_reasons: bool,
 }
