@@ -152,3 +152,82 @@ impl Ui {
         Effect::Redraw
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::viewer::SortBy;
+
+    #[test]
+    fn keys_move_the_selection_open_scroll_and_close_the_explanation_and_quit() {
+        let rows: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        let mut ui = Ui::new(Sort::by(SortBy::Creation));
+        assert_eq!(ui.selected_index(&rows), Some(0));
+        assert_eq!(ui.selected_index(&[]), None);
+        // Down, j and End move down and stop at the last row; Up, k and Home back.
+        assert_eq!(ui.on_key(Key::Down, &rows, 0), Effect::Redraw);
+        assert_eq!(ui.selected.as_deref(), Some("b"));
+        ui.on_key(Key::Char('j'), &rows, 0);
+        ui.on_key(Key::Char('j'), &rows, 0);
+        assert_eq!(ui.selected.as_deref(), Some("c"));
+        ui.on_key(Key::Up, &rows, 0);
+        ui.on_key(Key::Char('k'), &rows, 0);
+        ui.on_key(Key::Char('k'), &rows, 0);
+        assert_eq!(ui.selected.as_deref(), Some("a"));
+        ui.on_key(Key::End, &rows, 0);
+        assert_eq!(ui.selected.as_deref(), Some("c"));
+        ui.on_key(Key::PageUp, &rows, 0);
+        assert_eq!(ui.selected.as_deref(), Some("a"));
+        // The selection follows its node when the rows move.
+        ui.on_key(Key::Down, &rows, 0);
+        let resorted: Vec<String> = ["c", "b", "a"].map(String::from).to_vec();
+        assert_eq!(ui.selected_index(&resorted), Some(1));
+        // s still cycles the order.
+        ui.on_key(Key::Char('s'), &rows, 0);
+        assert_eq!(ui.sort, Sort::by(SortBy::Creation).next());
+
+        // Enter opens the selected node's explanation and asks for it.
+        assert_eq!(ui.on_key(Key::Enter, &rows, 0), Effect::Explain("b".to_string()));
+        let open = |scroll| Screen::Explanation {
+            node: "b".to_string(),
+            scroll,
+        };
+        assert_eq!(ui.screen, open(0));
+        // Scrolling stays within the text; s and the row keys do nothing else here.
+        ui.on_key(Key::Down, &rows, 12);
+        ui.on_key(Key::Char('j'), &rows, 12);
+        assert_eq!(ui.screen, open(2));
+        ui.on_key(Key::PageDown, &rows, 12);
+        assert_eq!(ui.screen, open(12));
+        ui.on_key(Key::Char('k'), &rows, 12);
+        ui.on_key(Key::Char('s'), &rows, 12);
+        assert_eq!((ui.screen.clone(), ui.selected.as_deref()), (open(11), Some("b")));
+        ui.on_key(Key::Home, &rows, 12);
+        assert_eq!(ui.screen, open(0));
+        // Esc, Enter and q close it (q does not quit there).
+        for close in [Key::Esc, Key::Enter, Key::Char('q')] {
+            ui.screen = open(3);
+            assert_eq!(ui.on_key(close, &rows, 12), Effect::Redraw);
+            assert_eq!(ui.screen, Screen::Table, "{close:?}");
+        }
+        // Enter with no rows opens nothing; q, Esc and Ctrl-C quit the table; Ctrl-C the pane too.
+        assert_eq!(ui.on_key(Key::Enter, &[], 0), Effect::Redraw);
+        assert_eq!(ui.screen, Screen::Table);
+        for quit in [Key::Char('q'), Key::Esc, Key::Interrupt] {
+            assert_eq!(ui.clone().on_key(quit, &rows, 0), Effect::Quit, "{quit:?}");
+        }
+        ui.screen = open(0);
+        assert_eq!(ui.on_key(Key::Interrupt, &rows, 0), Effect::Quit);
+    }
+
+    #[test]
+    fn terminal_keys_map_to_the_viewers_keys() {
+        use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+        let key = |code, modifiers| Key::from(KeyEvent::new(code, modifiers));
+        assert_eq!(key(KeyCode::Char('c'), KeyModifiers::CONTROL), Key::Interrupt);
+        assert_eq!(key(KeyCode::Char('c'), KeyModifiers::NONE), Key::Char('c'));
+        assert_eq!(key(KeyCode::Enter, KeyModifiers::NONE), Key::Enter);
+        assert_eq!(key(KeyCode::Down, KeyModifiers::NONE), Key::Down);
+        assert_eq!(key(KeyCode::F(1), KeyModifiers::NONE), Key::Other);
+    }
+}

@@ -587,13 +587,8 @@ impl CloudProvider for AwsCloudProvider {
         }
     }
     fn unavailable_offerings(&self) -> Vec<(OfferingId, jiff::Timestamp)> {
-        let (now, wall) = (Instant::now(), jiff::Timestamp::now());
         let cache = self.unavailable.lock().expect("cache lock is never poisoned: no panics while held");
-        cache
-            .unavailable_until(now)
-            .into_iter()
-            .map(|(o, until)| (o, wall + until.saturating_duration_since(now)))
-            .collect()
+        cache.unavailable_until_wall(Instant::now(), jiff::Timestamp::now())
     }
 
     fn mark_unavailable(&self, offerings: &[OfferingId]) {

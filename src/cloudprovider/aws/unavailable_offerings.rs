@@ -59,6 +59,14 @@ impl UnavailableOfferings {
         out
     }
 
+    /// `unavailable_until` on the wall clock, `now` being `wall`.
+    pub fn unavailable_until_wall(&self, now: Instant, wall: jiff::Timestamp) -> Vec<(OfferingId, jiff::Timestamp)> {
+        self.unavailable_until(now)
+            .into_iter()
+            .map(|(o, until)| (o, wall + until.saturating_duration_since(now)))
+            .collect()
+    }
+
     /// The offerings unavailable at `now`.
     pub fn unavailable(&self, now: Instant) -> Vec<OfferingId> {
         let mut out: Vec<OfferingId> = self.until.iter().filter(|(_, u)| **u > now).map(|(o, _)| o.clone()).collect();
