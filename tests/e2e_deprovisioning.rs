@@ -1635,6 +1635,14 @@ fn explain_says_why_nodes_stay_and_predicts_what_consolidation_then_does() {
 
         // Lifted: consolidation does what explain predicted.
         kubectl_ok(cluster, &["annotate", "node", &first, "karpenter.sh/do-not-consolidate-"], None);
+        // Consolidation acts on its command only if it still holds 15 s later; explain says so
+        // while the node waits out that window.
+        let acting = wait_for("explain to say the first node would be deleted", Duration::from_secs(60), || {
+            let answer = explain(&["node", &first], true);
+            let state = consolidation(&answer)["state"].as_str().unwrap_or_default().to_string();
+            state.starts_with("would delete").then_some(state)
+        });
+        assert!(acting.ends_with(", if it still holds when checked again 15s later"), "{acting}");
         wait_for("the first node consolidated", Duration::from_secs(180), || {
             (!s.node_names().contains(&first)).then_some(())
         });

@@ -306,16 +306,24 @@ pub(crate) fn new_node(
         let mut shown = reqs.clone();
         shown.remove(HOSTNAME_LABEL);
         let matching = within_limits.iter().filter(|c| matches(**c)).count();
+        // The type that came closest: the smallest overshoot of its allocatable.
+        let closest = within_limits
+            .iter()
+            .filter(|c| matches(**c))
+            .map(|c| &template.candidates[*c])
+            .min_by(|a, b| requests.overshoot(&a.allocatable).total_cmp(&requests.overshoot(&b.allocatable)))
+            .map(|c| format!("; the closest, {}, is short of {}", c.it.name, requests.excesses(&c.allocatable).join(", ")))
+            .unwrap_or_default();
         return Err(if matching == 0 {
             no_offering(format!("no instance type satisfied requirements {shown}{spot_note}"))
         } else if template.daemon_overhead.is_zero() {
             refused(format!(
-                "no instance type has room for requests {} (of {matching} instance types matching the requirements)",
+                "no instance type has room for requests {} (of {matching} instance types matching the requirements){closest}",
                 pod.requests
             ))
         } else {
             refused(format!(
-                "no instance type has room for requests {} plus daemonset overhead {} (of {matching} instance types matching the requirements)",
+                "no instance type has room for requests {} plus daemonset overhead {} (of {matching} instance types matching the requirements){closest}",
                 pod.requests, template.daemon_overhead
             ))
         });

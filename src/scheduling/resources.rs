@@ -175,6 +175,31 @@ impl Resources {
             && self.extended.iter().all(|(k, v)| *v <= available.get(k))
     }
 
+    /// How far from fitting in `available`: the largest ratio of a requested amount to what
+    /// `available` holds of it (at most 1 when it fits; infinite for a resource it lacks).
+    pub fn overshoot(&self, available: &Resources) -> f64 {
+        self.entries()
+            .map(|(k, v)| match available.get(k) {
+                0 => f64::INFINITY,
+                held => v as f64 / held as f64,
+            })
+            .fold(0.0, f64::max)
+    }
+
+    /// Every resource that does not fit, as `name (requested X, available Y)`.
+    pub fn excesses(&self, available: &Resources) -> Vec<String> {
+        self.entries()
+            .filter(|(k, v)| *v > available.get(k))
+            .map(|(k, v)| {
+                format!(
+                    "{k} (requested {}, available {})",
+                    format_amount(k, v),
+                    format_amount(k, available.get(k))
+                )
+            })
+            .collect()
+    }
+
     /// The first resource that does not fit, as `name (requested X, available Y)`.
     pub fn first_excess(&self, available: &Resources) -> Option<String> {
         self.entries().find(|(k, v)| *v > available.get(k)).map(|(k, v)| {

@@ -206,6 +206,9 @@ fn a_pod_no_instance_type_has_room_for_names_the_provisioner() {
     let (pod, reason) = &plan.unfit["service"];
     assert_eq!(pod.name, "huge");
     assert!(reason.contains("no instance type has room"), "{reason}");
+    // The type that came closest, and by how much.
+    assert!(reason.contains("; the closest, t3.xlarge, is short of cpu (requested 64, available "), "{reason}");
+    assert!(!reason.contains("memory ("), "only what does not fit: {reason}");
     // A pod that finds a node elsewhere leaves nothing behind.
     let plan = simulate(&input(vec![service()], vec![nginx("small").cpu("1")]));
     assert!(plan.unfit.is_empty());
