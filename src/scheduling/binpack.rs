@@ -312,7 +312,13 @@ pub(crate) fn new_node(
             .filter(|c| matches(**c))
             .map(|c| &template.candidates[*c])
             .min_by(|a, b| requests.overshoot(&a.allocatable).total_cmp(&requests.overshoot(&b.allocatable)))
-            .map(|c| format!("; the closest, {}, is short of {}", c.it.name, requests.excesses(&c.allocatable).join(", ")))
+            .map(|c| {
+                format!(
+                    "; the closest, {}, is short of {}",
+                    c.it.name,
+                    requests.excesses(&c.allocatable).join(", ")
+                )
+            })
             .unwrap_or_default();
         return Err(if matching == 0 {
             no_offering(format!("no instance type satisfied requirements {shown}{spot_note}"))
