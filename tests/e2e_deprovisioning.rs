@@ -1202,15 +1202,26 @@ fn consolidation_and_expiration_never_disrupt_nodes_at_the_same_time() {
             let mut seen: BTreeSet<String> = BTreeSet::new();
             let mut violations: Vec<String> = Vec::new();
             let mut expiry_stopped = false;
+            // Each scenario's nodes as last listed. kwok drains a node in about a second, so a
+            // whole command can fall between two looks: a node of `expire` that is gone was
+            // expired, one of `merge` consolidated (nothing else removes them here).
+            let mut known: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
             // Long enough for the turn of this test's consolidation behind the commands of the
             // binary's other tests (one controller, one command at a time) on a loaded CI machine:
             // at 7 minutes it was missed there, with and without termination's work queue.
             let deadline = Instant::now() + Duration::from_secs(900);
             while Instant::now() < deadline && !(seen.contains("expired") && seen.contains("consolidation")) {
-                let disrupted: Vec<(String, String)> = e
-                    .nodes()
-                    .into_iter()
-                    .chain(m.nodes())
+                let (expire_nodes, merge_nodes) = (e.nodes(), m.nodes());
+                for (kind, nodes) in [("expired", &expire_nodes), ("consolidation", &merge_nodes)] {
+                    let now: BTreeSet<String> = nodes.iter().map(|n| n.name_any()).collect();
+                    if known.get(kind).is_some_and(|before| before.difference(&now).next().is_some()) {
+                        seen.insert(kind.to_string());
+                    }
+                    known.insert(kind, now);
+                }
+                let disrupted: Vec<(String, String)> = expire_nodes
+                    .iter()
+                    .chain(merge_nodes.iter())
                     .filter(|n| {
                         n.metadata.deletion_timestamp.is_some() || n.spec.as_ref().and_then(|sp| sp.unschedulable) == Some(true)
                     })
@@ -1648,7 +1659,28 @@ fn explain_says_why_nodes_stay_and_predicts_what_consolidation_then_does() {
         });
         let left = s.wait_running(2);
         assert_eq!(left, BTreeSet::from([second.clone()]), "the pod moved where explain said");
-        assert_eq!(s.node_names(), BTreeSet::from([second]), "no node was launched");
+        assert_eq!(s.node_names(), BTreeSet::from([second.clone()]), "no node was launched");
+
+        // The last node, its opt-out lifted: its pods fit nowhere else and only its own type is
+        // allowed, so no replacement is cheaper. Explain gives both prices, and so does its
+        // Unconsolidatable event, from the same code.
+        kubectl_ok(cluster, &["annotate", "node", &second, "karpenter.sh/do-not-consolidate-"], None);
+        let kept = wait_for("explain to say no replacement is cheaper", Duration::from_secs(60), || {
+            let answer = explain(&["node", &second], true);
+            let state = consolidation(&answer)["state"].as_str().unwrap_or_default().to_string();
+            state.strip_prefix("kept: ").map(str::to_string)
+        });
+        let prices: Vec<&str> = kept
+            .strip_prefix("can't replace with a cheaper node: ")
+            .unwrap_or_else(|| panic!("{kept}"))
+            .split(['$', '/'])
+            .filter(|p| p.parse::<f64>().is_ok())
+            .collect();
+        assert_eq!(prices.len(), 2, "the price now and the cheapest replacement's: {kept}");
+        assert_eq!(prices[0], prices[1], "only its own type is allowed: {kept}");
+        wait_for("the same reason as the node's Unconsolidatable event", Duration::from_secs(90), || {
+            node_events(cluster, &second, "Unconsolidatable").iter().any(|e| e["message"] == kept.as_str()).then_some(())
+        });
     });
 }
 
