@@ -250,14 +250,20 @@ fn unavailable_for(world: &World<'_>, pod: &Pod) -> Vec<Unavailable> {
     let wanted = PodState::new(pod).requirements;
     let allows =
         |requirements: &crate::scheduling::Requirements, key: &str, value: &str| requirements.get(key).is_none_or(|r| r.has(value));
+    // Each Provisioner's requirements, read once for every offering.
+    let provisioners: Vec<_> = world
+        .input
+        .provisioners
+        .iter()
+        .map(|p| (p, provisioner_requirements(&p.provisioner)))
+        .collect();
     let mut out: Vec<Unavailable> = world
         .unavailable
         .iter()
         .filter(|(offering, _)| {
-            world.input.provisioners.iter().any(|p| {
-                let theirs = provisioner_requirements(&p.provisioner);
+            provisioners.iter().any(|(p, theirs)| {
                 p.instance_types.iter().any(|t| t.name == offering.instance_type)
-                    && [&theirs, &wanted].iter().all(|r| {
+                    && [theirs, &wanted].iter().all(|r| {
                         allows(r, INSTANCE_TYPE_LABEL, &offering.instance_type)
                             && allows(r, ZONE_LABEL, &offering.zone)
                             && allows(r, CAPACITY_TYPE_LABEL, &offering.capacity_type)

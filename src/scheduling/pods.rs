@@ -435,16 +435,18 @@ mod tests {
 }
 
 #[cfg(test)]
-mod predicate_tests {
+pub(crate) mod predicate_tests {
     use serde_json::json;
 
     use super::*;
 
-    fn pod(v: serde_json::Value) -> Pod {
+    /// A pod from its JSON.
+    pub(crate) fn pod(v: serde_json::Value) -> Pod {
         serde_json::from_value(v).unwrap()
     }
 
-    fn unschedulable() -> serde_json::Value {
+    /// A pod status the scheduler marked unschedulable.
+    pub(crate) fn unschedulable() -> serde_json::Value {
         json!({"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]})
     }
 

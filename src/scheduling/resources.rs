@@ -188,21 +188,18 @@ impl Resources {
 
     /// Every resource that does not fit, as `name (requested X, available Y)`.
     pub fn excesses(&self, available: &Resources) -> Vec<String> {
-        self.entries()
-            .filter(|(k, v)| *v > available.get(k))
-            .map(|(k, v)| {
-                format!(
-                    "{k} (requested {}, available {})",
-                    format_amount(k, v),
-                    format_amount(k, available.get(k))
-                )
-            })
-            .collect()
+        self.excess_entries(available).collect()
     }
 
     /// The first resource that does not fit, as `name (requested X, available Y)`.
     pub fn first_excess(&self, available: &Resources) -> Option<String> {
-        self.entries().find(|(k, v)| *v > available.get(k)).map(|(k, v)| {
+        self.excess_entries(available).next()
+    }
+
+    /// The resources that do not fit in `available`, in `entries` order, each as
+    /// `name (requested X, available Y)`.
+    fn excess_entries<'a>(&'a self, available: &'a Resources) -> impl Iterator<Item = String> + 'a {
+        self.entries().filter(|(k, v)| *v > available.get(k)).map(|(k, v)| {
             format!(
                 "{k} (requested {}, available {})",
                 format_amount(k, v),

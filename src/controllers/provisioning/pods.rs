@@ -178,15 +178,8 @@ impl Startups {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scheduling::pods::predicate_tests::{pod, unschedulable};
     use serde_json::json;
-
-    fn pod(v: serde_json::Value) -> Pod {
-        serde_json::from_value(v).unwrap()
-    }
-
-    fn unschedulable() -> serde_json::Value {
-        json!({"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]})
-    }
 
     #[test]
     fn startup_time_runs_from_creation_to_ready() {
