@@ -479,7 +479,7 @@ fn nodes(args: karpenter_rs::viewer::NodesArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the runtime")?
-        .block_on(karpenter_rs::viewer::live::run(args))
+        .block_on(karpenter_rs::viewer::live::run(args, karpenter_rs::config::settings_from_env()))
 }
 
 /// `explain`: the answer on stdout; why there is none on stderr with exit code 1.

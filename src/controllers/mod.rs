@@ -4,8 +4,11 @@
 //! ```text
 //! pending pod (PodScheduled=False/Unschedulable) → scheduling::pods::is_provisionable
 //!   → batcher (idle 1 s / max 10 s) → snapshot (nodes before pods) → scheduling::simulate
-//!   → cloud provider create → provisioning::node::node_for → Node created
-//!   → node Ready → provisioning::bind
+//!   → cloud provider create → provisioning::node::node_for → Node created, its plan recorded
+//!   (state::Plans) → node ready for its pods → binding binds them
+//! lifecycle (every 2 s): node ready, untainted, advertising what it should → labelled
+//!   initialized; not Ready within the registration TTL → Node deleted
+//! status (every 10 s): Provisioner status.resources, usage and node gauges
 //!
 //! deprovisioning (every 10 s): expired node / node empty for its TTL → Node deleted;
 //!   consolidation: nodes whose pods fit elsewhere (or on one cheaper node) → cordon → replacement
@@ -20,18 +23,22 @@
 //! of pod a pod is they ask `scheduling::pods`, and every write to a Node and every eviction
 //! goes through `node_ops`. Every time a controller decides by is read from one `clock::Clock`
 //! (`Shared::clock`), so tests can move time on with a `FakeClock`.
-//! Dependencies point one way: deprovisioning uses provisioning's snapshot and launch path;
-//! nothing in provisioning, termination or garbage collection imports deprovisioning.
+//! Dependencies point one way: deprovisioning, interruption and binding hold provisioning's narrow
+//! `Provisioning` interface (its snapshot, launch path, trigger); nothing in provisioning,
+//! termination or garbage collection imports deprovisioning, binding or status.
 
+pub mod binding;
 pub mod clock;
 pub mod deprovisioning;
 pub mod events;
 pub mod garbagecollection;
 pub mod interruption;
 pub mod leader;
+pub mod lifecycle;
 pub mod node_ops;
 pub mod provisioning;
 pub mod state;
+pub mod status;
 pub mod supervisor;
 pub mod term;
 pub mod termination;
@@ -92,7 +99,8 @@ impl Shared {
 
 /// Each controller's settings. Provisioning always runs; a controller given `None` does not.
 pub struct Settings {
-    /// Provisioning, binding, node lifecycle and Provisioner status.
+    /// Provisioning; binding (`bind_pods`) and node lifecycle (`registration_ttl`) take theirs
+    /// from it, and status needs none.
     pub provisioning: provisioning::ProvisioningConfig,
     /// Termination of deleting nodes.
     pub termination: Option<termination::TerminationConfig>,
@@ -114,6 +122,7 @@ pub struct Settings {
 /// interface. Dropping the returned future aborts every controller (a lost lease ends a term
 /// this way).
 pub async fn run_all(shared: Shared, settings: Settings, leading: watch::Receiver<bool>, shutdown: CancellationToken) -> Stopped {
+    let (bind_pods, registration_ttl) = (settings.provisioning.bind_pods, settings.provisioning.registration_ttl);
     let provisioning = provisioning::Context::new(&shared, settings.provisioning);
     let provisioner: Arc<dyn provisioning::Provisioning> = provisioning.clone();
     let Shared { state, metrics, .. } = shared.clone();
@@ -158,6 +167,27 @@ pub async fn run_all(shared: Shared, settings: Settings, leading: watch::Receive
         let (leading, stop) = (leading.clone(), shutdown.clone());
         tasks.spawn("interruption", deadline::INTERRUPTION, &metrics, &shutdown, move || {
             interruption::run(ctx.clone(), leading.clone(), stop.clone())
+        });
+    }
+    {
+        let ctx = binding::Context::new(&shared, provisioner.clone(), bind_pods);
+        let (leading, stop) = (leading.clone(), shutdown.clone());
+        tasks.spawn("binder", deadline::BINDER, &metrics, &shutdown, move || {
+            binding::run(ctx.clone(), leading.clone(), stop.clone())
+        });
+    }
+    {
+        let ctx = lifecycle::Context::new(&shared, registration_ttl);
+        let (leading, stop) = (leading.clone(), shutdown.clone());
+        tasks.spawn("nodelifecycle", deadline::NODE_LIFECYCLE, &metrics, &shutdown, move || {
+            lifecycle::run(ctx.clone(), leading.clone(), stop.clone())
+        });
+    }
+    {
+        let ctx = status::Context::new(&shared);
+        let (leading, stop) = (leading.clone(), shutdown.clone());
+        tasks.spawn("status", deadline::STATUS, &metrics, &shutdown, move || {
+            status::run(ctx.clone(), leading.clone(), stop.clone())
         });
     }
     {

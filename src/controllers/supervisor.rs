@@ -45,10 +45,12 @@ pub mod deadline {
     pub const GARBAGE_COLLECTION: Duration = Duration::from_secs(10 * 60);
     /// An interruption pass: a long poll of 20 s and the handling of its messages.
     pub const INTERRUPTION: Duration = Duration::from_secs(10 * 60);
-    /// A tick of provisioning's binder: the bindings of at most a few nodes' pods.
+    /// A tick of the binder: the bindings of at most a few nodes' pods.
     pub const BINDER: Duration = Duration::from_secs(5 * 60);
-    /// A tick of provisioning's node lifecycle (initialisation, registration TTL, status).
+    /// A tick of node lifecycle: labelling and deleting nodes (initialisation, registration TTL).
     pub const NODE_LIFECYCLE: Duration = Duration::from_secs(10 * 60);
+    /// A tick of status: the Provisioners' `status.resources` and the gauges.
+    pub const STATUS: Duration = Duration::from_secs(10 * 60);
 }
 
 /// The wait before starting a controller again after its `panics_in_a_row`-th panic in a row.

@@ -10,8 +10,11 @@
 //! - `pods`, `preferences`, `topology`: what a pod asks for, relaxing preferences, spread and
 //!   (anti-)affinity;
 //! - `nodes`, `template`, `binpack`, `plan`: existing nodes, Provisioner templates, fitting a pod
-//!   onto a node, and the solve loop.
+//!   onto a node, and the solve loop;
+//! - `binding`: whether a node is ready for the pods planned onto it, and which of them the
+//!   scheduler and the kubelet would admit there now (the binder's rules).
 
+pub mod binding;
 mod binpack;
 pub mod capacity;
 pub mod instance_types;

@@ -100,8 +100,10 @@ impl Watched {
     }
 }
 
-/// Runs `nodes` until the user quits (or, with `--once`, prints one frame).
-pub async fn run(args: NodesArgs) -> anyhow::Result<()> {
+/// Runs `nodes` until the user quits (or, with `--once`, prints one frame). `settings` are what a
+/// view of this command's own explains nodes with (`run`'s, from the environment), or why there
+/// are none.
+pub async fn run(args: NodesArgs, settings: Result<crate::explain::cli::Settings, String>) -> anyhow::Result<()> {
     let config = match &args.context {
         Some(context) => {
             let options = KubeConfigOptions {
@@ -124,7 +126,7 @@ pub async fn run(args: NodesArgs) -> anyhow::Result<()> {
         Arc::new(SnapshotPrices::default())
     }));
 
-    let answers = Arc::new(Answers::new(args.controller.clone(), crate::config::settings_from_env()));
+    let answers = Arc::new(Answers::new(args.controller.clone(), settings));
     let reasons: SharedReasons = Arc::new(Mutex::new(Reasons::new(match &args.controller {
         Some(url) => format!("from the controller at {url}"),
         None => "from a view of this command's own (no --controller)".to_string(),

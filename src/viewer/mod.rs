@@ -27,7 +27,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::apis::v1alpha5::labels::{CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL, REGION_LABEL, ZONE_LABEL};
-use crate::controllers::provisioning::status::node_metrics::launch_price;
+use crate::controllers::status::node_metrics::launch_price;
 use crate::scheduling::pods::is_terminal;
 use crate::scheduling::resources::{pod_requests, resource_list_lenient, Resources};
 

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use super::binding::rules;
+use crate::scheduling::binding as rules;
 
 /// The first delay after a lost pod.
 pub const BASE_DELAY: Duration = Duration::from_secs(10);

@@ -4,7 +4,9 @@
 
 use tracing::{info, instrument, warn};
 
-use super::{adopt, lifecycle, node, Context, PlannedNode, Stores};
+use super::{adopt, node, Context, Stores};
+use crate::controllers::lifecycle;
+use crate::controllers::state::Plan;
 use crate::apis::hash;
 use crate::apis::v1alpha1::AwsProvider;
 use crate::apis::v1alpha5::labels::REQUESTED_RESOURCES_ANNOTATION;
@@ -128,9 +130,9 @@ pub(super) async fn launch(
         "{}",
         if adopting { "adopted an instance launched before a restart as node" } else { "launched node" }
     );
-    ctx.planned.lock().await.insert(
+    ctx.state.plans.record(
         node_name.clone(),
-        PlannedNode {
+        Plan {
             pods: request.pods.clone(),
             startup_taints: request.startup_taints.clone(),
             requested: catalogue::requested(&request.requests),
@@ -236,7 +238,7 @@ pub enum LaunchError {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::collections::BTreeMap;
     use std::collections::VecDeque;

@@ -7,38 +7,39 @@
 //! - `pass.rs` runs one pass: snapshot → `scheduling::simulate` → launches;
 //! - `launch.rs` launches one node (CreateFleet, then its Node from `node.rs`), `adopt.rs` takes
 //!   an instance a crashed run launched instead, `backoff.rs` is the runaway protection;
-//! - `binding/` binds planned pods once their node is ready (`rules.rs`: the pure decisions);
-//! - `lifecycle.rs` is node lifecycle: initialisation and registration liveness;
-//! - `status/` is the leader's periodic work: Provisioner status and usage, node and price
-//!   gauges (`node_metrics.rs`), AWSNodeTemplate status (`template.rs`);
+//! - `template_status.rs` writes each AWSNodeTemplate's status from what the warm-up resolved;
 //! - `volumes.rs` reads what a pod's volumes require.
+//!
+//! Each launch records the pods planned onto its node in the shared view (`state::Plans`), which
+//! the binder (`controllers::binding`) reads; node lifecycle and the Provisioners' status are
+//! controllers of their own (`controllers::lifecycle`, `controllers::status`).
 
 mod adopt;
 pub mod backoff;
 pub mod batcher;
-pub mod binding;
 mod launch;
+/// A cloud of scripted answers, for the tests of the controllers beside provisioning.
+#[cfg(test)]
+pub(crate) use launch::tests as launch_tests;
 mod pass;
 pub use pass::Snapshot;
 use pass::{NODE_SEEN_LIMIT, NODE_SEEN_POLL, NOMINATION};
-pub mod lifecycle;
 pub mod node;
 pub mod pods;
-pub mod status;
+pub mod template_status;
 pub mod volumes;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector;
 use kube::{Resource, ResourceExt};
 use std::sync::Mutex as StdMutex;
 
 use tokio::sync::{watch, Mutex};
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -52,7 +53,7 @@ use crate::controllers::Shared;
 use crate::metrics::Metrics;
 use crate::ratelimit::TokenBucket;
 use crate::scheduling::pods::is_provisionable;
-use crate::scheduling::{self, ExistingNode, PodKey};
+use crate::scheduling::{self, ExistingNode};
 use crate::telemetry;
 use batcher::{BatchWindows, Batcher};
 
@@ -106,7 +107,7 @@ const NOMINATION_EVENTS_BURST: u32 = 10;
 /// How long the API server's version is reused before it is read again (Karpenter's 1 min).
 const KUBERNETES_VERSION_TTL: Duration = Duration::from_secs(60);
 
-/// What a pass and the binder share.
+/// What provisioning's passes, its warm-up and the other controllers' calls share.
 pub struct Context {
     /// Kubernetes client.
     pub client: kube::Client,
@@ -121,8 +122,6 @@ pub struct Context {
     pub clock: Arc<dyn Clock>,
     recorder: Recorder,
     batcher: Batcher,
-    /// Node name → pods planned onto it and what they request, until bound.
-    planned: Mutex<HashMap<String, PlannedNode>>,
     /// The shared cluster state.
     state: Stores,
     /// Held by a pass and by `replace`: one simulation-and-launch at a time.
@@ -137,19 +136,9 @@ pub struct Context {
     /// Event publishing left to run in the background. Dropped with the context, which aborts
     /// what is still running: a term that lost the Lease writes nothing more.
     background: StdMutex<tokio::task::JoinSet<()>>,
-    /// Pods seen pending, for `karpenter_pods_startup_time_seconds`; kept here so that a
-    /// controller started again after a panic goes on with the same record.
-    startups: Arc<StdMutex<pods::Startups>>,
     /// Instances launched before this term that no Node names, listed at the term's first
     /// launch (`adopt.rs`); a launch of the same configuration takes one instead of launching.
     adoptable: Mutex<Option<Vec<crate::cloudprovider::Instance>>>,
-}
-
-struct PlannedNode {
-    pods: Vec<PodKey>,
-    startup_taints: Vec<Taint>,
-    requested: BTreeMap<String, f64>,
-    since: Instant,
 }
 
 /// The shared cluster state a pass reads.
@@ -164,7 +153,6 @@ impl Context {
             cloud: shared.cloud.clone(),
             metrics: shared.metrics.clone(),
             batcher: Batcher::default(),
-            planned: Mutex::new(HashMap::new()),
             state: shared.state.clone(),
             pass_lock: Mutex::new(()),
             backoff: StdMutex::new(backoff::LaunchBackoff::default()),
@@ -175,7 +163,6 @@ impl Context {
                 NOMINATION_EVENTS_BURST,
                 shared.clock.instant(),
             )),
-            startups: Arc::new(StdMutex::new(pods::Startups::new(shared.clock.now()))),
             background: StdMutex::new(tokio::task::JoinSet::new()),
             adoptable: Mutex::new(None),
             clock: shared.clock.clone(),
@@ -222,27 +209,15 @@ impl Context {
 
 /// Runs the provisioning controller until `shutdown`; passes only run while `leading` is true.
 pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
-    for controller in ["provisioner", "metric_scraper"] {
-        ctx.metrics.controller_started(controller);
-    }
+    ctx.metrics.controller_started("provisioner");
     let stores = ctx.state.clone();
-    status::pod_states(&ctx.metrics, stores.clone(), leading.clone());
     let trigger = ctx.clone();
-    // Pod startup times are observed on every pod change (the leader's), so a pod that starts
-    // and goes between two status ticks still counts.
-    let startups = ctx.startups.clone();
-    let (tracker, observing) = (startups.clone(), leading.clone());
-    stores.on_pod_change(move |pod| {
+    stores.on_pod_change("provisioning", move |pod| {
         if is_provisionable(pod) {
             trigger.batcher.trigger();
         }
         if pod.metadata.deletion_timestamp.is_some() {
             trigger.backoff.lock().unwrap_or_else(|e| e.into_inner()).deleting(pod);
-        }
-        if *observing.borrow() {
-            if let Some(seconds) = tracker.lock().unwrap_or_else(|e| e.into_inner()).see(pod) {
-                trigger.metrics.pod_startup_time.observe(&[], seconds);
-            }
         }
     });
     // Provisionable pods may need a later pass (limits, back-off): re-trigger every 10 s while
@@ -294,37 +269,14 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
             ctx.metrics.reconciled("provisioner", started, result.is_ok());
         }
     };
-    // The binder and the node lifecycle are tasks of their own, so a pass in its simulation holds
-    // neither up; a panic in one is carried to this controller's supervisor, and dropping this
-    // future (a lost lease) aborts both.
-    let mut loops = JoinSet::new();
-    // Named in every log line as the controller they belong to (`controller` in JSON logs).
-    use tracing::Instrument;
-    loops.spawn(
-        binding::bind_loop(ctx.clone(), stores.clone(), shutdown.clone())
-            .instrument(tracing::info_span!("controller", controller = "binder")),
-    );
-    loops.spawn(
-        status::status_loop(ctx.clone(), stores.clone(), startups, leading.clone(), shutdown.clone())
-            .instrument(tracing::info_span!("controller", controller = "nodelifecycle")),
-    );
-    let loops = async move {
-        while let Some(ended) = loops.join_next().await {
-            if let Err(e) = ended {
-                if e.is_panic() {
-                    std::panic::resume_unwind(e.into_panic());
-                }
-            }
-        }
-    };
-    tokio::join!(passes, retrigger, warm(&ctx, &stores, leading.clone(), &shutdown), loops);
+    tokio::join!(passes, retrigger, warm(&ctx, &stores, leading.clone(), &shutdown));
 }
 
 /// Keeps what the first pass of a burst would otherwise fetch while pods wait warm, from the
 /// moment this replica leads: the API server's version, the instance-type catalogue with its
 /// prices (seconds of EC2 and Pricing calls when cold) and each Provisioner's resolved template
 /// (subnets, security groups, AMIs), which every AWSNodeTemplate's status then shows
-/// (`status::template`). Re-read every minute, so a catalogue past its TTL is mostly refreshed
+/// (`template_status`). Re-read every minute, so a catalogue past its TTL is mostly refreshed
 /// here rather than in a pass. Failures are left for the passes to report.
 async fn warm(ctx: &Context, stores: &Stores, mut leading: watch::Receiver<bool>, shutdown: &CancellationToken) {
     let mut ticker = tokio::time::interval(WARM_INTERVAL);
@@ -356,7 +308,7 @@ async fn warm(ctx: &Context, stores: &Stores, mut leading: watch::Receiver<bool>
                 }
             }
         }
-        status::template::write(ctx, stores, version).await;
+        template_status::write(ctx, stores, version).await;
     }
 }
 
@@ -510,12 +462,17 @@ impl Context {
 
 /// What the other controllers may ask of provisioning (Karpenter's `provisioning.Provisioner`
 /// as its deprovisioners and interruption hold it): a pass soon, the cluster as a pass sees it,
-/// room for a node's pods, one node launched.
+/// room for a node's pods, one node launched; and, for the binder, pods whose planned room is
+/// gone.
 /// They hold this, not provisioning's `Context`.
 #[async_trait::async_trait]
 pub trait Provisioning: Send + Sync {
     /// Starts a pass soon (after the batching window), e.g. for the pods of a node going away.
     fn trigger(&self);
+    /// The pods of these UIDs lost the room planned for them on their node to other pods (the
+    /// binder found it taken): they no longer wait for that node, and a pass soon places them
+    /// anew (`backoff::LaunchBackoff::seat_taken`).
+    fn seats_taken(&self, uids: &[String]);
     /// The cluster as a provisioning pass would simulate it now (`Context::snapshot`).
     async fn snapshot(&self) -> Result<Snapshot, PassError>;
     /// Provisions room for the pods of `node`, about to be drained; the Nodes launched
@@ -532,6 +489,14 @@ pub trait Provisioning: Send + Sync {
 impl Provisioning for Context {
     fn trigger(&self) {
         Context::trigger(self)
+    }
+    fn seats_taken(&self, uids: &[String]) {
+        let mut backoff = self.backoff.lock().unwrap_or_else(|e| e.into_inner());
+        for uid in uids {
+            backoff.seat_taken(uid);
+        }
+        drop(backoff);
+        self.batcher.trigger();
     }
     async fn snapshot(&self) -> Result<Snapshot, PassError> {
         Context::snapshot(self).await

@@ -204,7 +204,7 @@ mod tests {
         assert_eq!(annotations[PRICE_ANNOTATION], "0.104");
         assert_eq!(annotations[PRICE_CAPACITY_TYPE_ANNOTATION], "on-demand");
         assert_eq!(annotations[PRICE_ZONE_ANNOTATION], "ap-northeast-2a");
-        let read = super::super::status::node_metrics::launch_price(&node).unwrap();
+        let read = crate::controllers::status::node_metrics::launch_price(&node).unwrap();
         assert_eq!((read.usd_per_hour, read.zone.as_str()), (0.104, "ap-northeast-2a"));
 
         let mut unpriced = instance();

@@ -20,6 +20,7 @@
 //! test's `FakeClock` decides when a nomination lapses and when the view has settled.
 
 pub mod node;
+pub mod plans;
 mod watches;
 
 use std::collections::HashMap;
@@ -41,6 +42,7 @@ use crate::cloudprovider::shared_types::SharedTypes;
 use crate::controllers::clock::{Clock, SystemClock};
 use crate::controllers::supervisor::Liveness;
 pub use node::StateNode;
+pub use plans::{Plan, Plans};
 pub use watches::{tolerant_event, validation_conditions, watch_tolerant, Tolerant, VALIDATION_CONDITION};
 use watches::Watches;
 #[cfg(test)]
@@ -49,19 +51,22 @@ use watches::{slim, watch_backoff};
 /// Called with every pod created, changed or deleted.
 type PodHook = Box<dyn Fn(&Pod) + Send + Sync>;
 
-/// The pod hook of the current term: each term of leadership makes its controllers afresh and
-/// sets its own, which replaces the last one (the old term's batcher would otherwise go on
-/// receiving every trigger, and the new term's hear of pending pods only from its 10 s retrigger).
+/// The pod hooks of the current term, by the controller that set them: each term of leadership
+/// makes its controllers afresh and each sets its own, which replaces the last term's under the
+/// same name (the old term's batcher would otherwise go on receiving every trigger, and the new
+/// term's hear of pending pods only from its 10 s retrigger).
 #[derive(Clone, Default)]
-struct PodHookSlot(Arc<RwLock<Option<PodHook>>>);
+struct PodHooks(Arc<RwLock<Vec<(&'static str, PodHook)>>>);
 
-impl PodHookSlot {
-    fn set(&self, hook: PodHook) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some(hook);
+impl PodHooks {
+    fn set(&self, name: &'static str, hook: PodHook) {
+        let mut hooks = self.0.write().unwrap_or_else(|e| e.into_inner());
+        hooks.retain(|(n, _)| *n != name);
+        hooks.push((name, hook));
     }
 
     fn call(&self, pod: &Pod) {
-        if let Some(hook) = self.0.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        for (_, hook) in self.0.read().unwrap_or_else(|e| e.into_inner()).iter() {
             hook(pod);
         }
     }
@@ -111,8 +116,10 @@ pub struct Cluster {
     /// PodDisruptionBudgets.
     pub pdbs: Store<PodDisruptionBudget>,
     generation: Arc<AtomicU64>,
-    on_pod: PodHookSlot,
+    on_pod: PodHooks,
     nominations: Mutex<HashMap<String, Instant>>,
+    /// The pods planned onto each node launched for them, until the binder is done with them.
+    pub plans: Plans,
     /// The instance types as the last provisioning pass translated the catalogue for each
     /// Provisioner (what a node that has not initialised is expected to offer, and its price).
     pub types: SharedTypes,
@@ -202,7 +209,7 @@ impl Cluster {
     /// controllers going on with a view that no longer changes.
     pub fn start(client: &kube::Client, shutdown: &CancellationToken, liveness: &Liveness) -> Arc<Cluster> {
         let generation = Arc::new(AtomicU64::new(0));
-        let on_pod = PodHookSlot::default();
+        let on_pod = PodHooks::default();
         let bump = |generation: &Arc<AtomicU64>| {
             let generation = generation.clone();
             move || {
@@ -259,6 +266,7 @@ impl Cluster {
             generation,
             on_pod,
             nominations: Mutex::new(HashMap::new()),
+            plans: Plans::default(),
             types: SharedTypes::default(),
             last_watch_error: errors.clone(),
             synced,
@@ -291,8 +299,9 @@ impl Cluster {
             namespaces: reflector::store().0,
             pdbs: reflector::store().0,
             generation: Arc::default(),
-            on_pod: PodHookSlot::default(),
+            on_pod: PodHooks::default(),
             nominations: Mutex::new(HashMap::new()),
+            plans: Plans::default(),
             types: SharedTypes::default(),
             last_watch_error: Arc::default(),
             synced: Synced(tokio::sync::watch::channel(Some(true)).1),
@@ -320,10 +329,11 @@ impl Cluster {
         }
     }
 
-    /// Sets what is called with every pod change (provisioning's batcher trigger), in place of
-    /// what an earlier call set (an earlier term's).
-    pub fn on_pod_change(&self, hook: impl Fn(&Pod) + Send + Sync + 'static) {
-        self.on_pod.set(Box::new(hook));
+    /// Sets what is called with every pod change for the controller `name` (provisioning's
+    /// batcher trigger, the pod startup times of `status`), in place of what an earlier call of
+    /// the same name set (an earlier term's).
+    pub fn on_pod_change(&self, name: &'static str, hook: impl Fn(&Pod) + Send + Sync + 'static) {
+        self.on_pod.set(name, Box::new(hook));
     }
 
     /// Waits until every cache has its initial list; any number of tasks may wait at once.
@@ -373,6 +383,30 @@ impl Cluster {
         let now = self.clock.instant();
         nominations.retain(|_, until| *until > now);
         nominations.insert(node.to_string(), now + period);
+    }
+}
+
+/// Waits for the next tick of `ticker` at which this replica leads and the view has its first
+/// lists, beating `controller`'s liveness at every tick; false once `shutdown` is cancelled. The
+/// loop head of the leader's periodic controllers (binding, node lifecycle, status).
+pub async fn leading_tick(
+    ticker: &mut tokio::time::Interval,
+    controller: &'static str,
+    liveness: &Liveness,
+    leading: &tokio::sync::watch::Receiver<bool>,
+    state: &Cluster,
+    shutdown: &CancellationToken,
+) -> bool {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return false,
+            _ = ticker.tick() => {}
+        }
+        liveness.beat(controller, ticker.period());
+        let leads = *leading.borrow();
+        if leads && state.ready().await.is_ok() {
+            return true;
+        }
     }
 }
 

@@ -95,25 +95,28 @@ async fn a_writer_dropped_before_its_first_list_closes_the_view() {
     assert!(tokio::time::timeout(Duration::from_secs(10), synced.wait()).await.unwrap().is_err());
 }
 
-/// A new term's hook replaces the last term's: pod changes reach only the current one.
+/// A new term's hook replaces the last term's of the same controller: pod changes reach only
+/// the current one, and every controller's current one.
 #[test]
-fn the_latest_pod_hook_is_the_one_called() {
+fn the_latest_pod_hook_of_each_controller_is_the_one_called() {
     use std::sync::atomic::AtomicU32;
-    let slot = PodHookSlot::default();
-    slot.call(&Pod::default());
-    let (first, second) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+    let hooks = PodHooks::default();
+    hooks.call(&Pod::default());
+    let (first, second, other) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
     let counter = |c: &Arc<AtomicU32>| {
         let c = c.clone();
         Box::new(move |_: &Pod| {
             c.fetch_add(1, Ordering::Relaxed);
         }) as PodHook
     };
-    slot.set(counter(&first));
-    slot.call(&Pod::default());
-    slot.set(counter(&second));
-    slot.call(&Pod::default());
-    slot.call(&Pod::default());
-    assert_eq!((first.load(Ordering::Relaxed), second.load(Ordering::Relaxed)), (1, 2));
+    hooks.set("provisioning", counter(&first));
+    hooks.call(&Pod::default());
+    hooks.set("provisioning", counter(&second));
+    hooks.set("status", counter(&other));
+    hooks.call(&Pod::default());
+    hooks.call(&Pod::default());
+    let count = |c: &Arc<AtomicU32>| c.load(Ordering::Relaxed);
+    assert_eq!((count(&first), count(&second), count(&other)), (1, 2, 2));
 }
 
 #[test]

@@ -1,27 +1,26 @@
-//! Binding planned pods once their node is ready (karpenter-rs only; Karpenter has not bound pods
-//! since v0.11): the node is Ready, no startup or not-ready taint is left, and it advertises every
-//! resource the pods requested; and only the pods that still fit on it. The decisions are pure;
-//! `bind` is the one call that writes.
+//! Whether a pod planned for a node may be bound to it now (karpenter-rs only; Karpenter has not
+//! bound pods since v0.11): the node is Ready, no startup or not-ready taint is left, and it
+//! advertises every resource the pods requested; and only the pods that still fit on it, as
+//! kube-scheduler and the kubelet would admit them. Read by the binder, by node lifecycle (a node
+//! ready for pods is initialised) and by provisioning's back-off (a pod its node could take).
+//! Pure; `controllers::binding` makes the one call that writes.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod, Taint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::PostParams;
-use kube::Api;
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 
+use super::pods::{is_terminal, is_terminal_or_terminating, PodState};
+use super::resources::pod_requests;
+use super::{taints, Resources};
 use crate::apis::keys::{NOT_READY_TAINT_KEY, UNINITIALIZED_TAINT_KEY, UNREACHABLE_TAINT_KEY};
 use crate::apis::quantity::parse_quantity;
-use crate::scheduling::pods::{is_terminal, is_terminal_or_terminating, PodState};
-use crate::scheduling::resources::pod_requests;
-use crate::scheduling::{taints, Resources};
 
 /// Taints the node lifecycle puts on a node that is not ready yet.
 pub const EPHEMERAL_TAINTS: &[&str] = &[NOT_READY_TAINT_KEY, UNREACHABLE_TAINT_KEY, UNINITIALIZED_TAINT_KEY];
 
 /// Whether pods planned for `node` may be bound to it now.
 pub fn is_ready_for_pods(node: &Node, startup_taints: &[Taint], requested: &BTreeMap<String, f64>) -> bool {
-    let ready = crate::scheduling::nodes::is_ready(node);
+    let ready = super::nodes::is_ready(node);
     let taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
     let blocked = taints
         .iter()
@@ -264,43 +263,6 @@ fn is_pinned_elsewhere(pod: &Pod, node_name: &str) -> bool {
                 .flatten()
                 .any(|f| f.key == "metadata.name" && f.operator == "In" && !f.values.iter().flatten().any(|v| v == node_name))
         })
-}
-
-/// What binding a pod did.
-#[derive(Debug, PartialEq, Eq)]
-pub enum BindOutcome {
-    /// Bound by us.
-    Bound,
-    /// Already bound (by the scheduler, typically): nothing to do.
-    AlreadyBound,
-    /// The pod is gone.
-    Gone,
-}
-
-/// Binds `pod` to `node` through the Binding subresource. A conflict because someone bound it
-/// first, or a pod that no longer exists, is not an error.
-pub async fn bind(pods: &Api<Pod>, pod: &str, node: &str) -> Result<BindOutcome, kube::Error> {
-    let binding = Binding {
-        metadata: ObjectMeta {
-            name: Some(pod.to_string()),
-            ..Default::default()
-        },
-        target: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(node.to_string()),
-            ..Default::default()
-        },
-    };
-    match pods
-        .create_subresource::<_, serde_json::Value>("binding", pod, &PostParams::default(), &binding)
-        .await
-    {
-        Ok(_) => Ok(BindOutcome::Bound),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(BindOutcome::AlreadyBound),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(BindOutcome::Gone),
-        Err(e) => Err(e),
-    }
 }
 
 #[cfg(test)]

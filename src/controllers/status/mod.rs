@@ -1,14 +1,17 @@
-//! The leader's periodic work beside the passes: every 2 s the node lifecycle
-//! (`lifecycle::step`), every 10 s each Provisioner's
-//! `status.resources`, the usage, limit, `karpenter_nodes_*` and node price gauges.
-//! `karpenter_pods_state` is written at scrape time from the cluster view (`pod_states`).
+//! Status: the Provisioners' status and the gauges, on the leader every 10 s: each
+//! Provisioner's `status.resources` (Karpenter's counter,
+//! `core@v0.27.0:pkg/controllers/counter/controller.go`), the usage, limit and usage-percentage
+//! gauges, the `karpenter_nodes_*` and node price gauges (`node_metrics.rs`; Karpenter's
+//! `core@v0.27.0:pkg/controllers/metrics/`). `karpenter_pods_state` is written at scrape time from
+//! the cluster view (`pod_states`), and `karpenter_pods_startup_time_seconds` observed on every
+//! pod change (`pods::Startups`).
 
 pub mod node_metrics;
-pub mod template;
+pub mod pods;
 pub mod usage;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -17,42 +20,64 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::{lifecycle, pods, Context, Stores};
 use crate::apis::v1alpha5::Provisioner;
-use crate::controllers::state::StateNode;
-use crate::controllers::supervisor::{deadline, Liveness};
-use crate::metrics::GaugeSeries;
+use crate::controllers::state::{Cluster, StateNode};
+use crate::controllers::state::leading_tick;
+use crate::controllers::Shared;
+use crate::metrics::{GaugeSeries, Metrics};
 use crate::scheduling;
 
-/// How often node lifecycle steps (every fifth tick also refreshes the Provisioners' status).
-const TICK: Duration = Duration::from_secs(2);
+/// How often the Provisioners' status and the gauges are written.
+pub const TICK: Duration = Duration::from_secs(10);
 
-/// Every 10 s on the leader: each Provisioner's `status.resources` (written only when it
-/// changed), the usage, limit and usage-percentage gauges, the node
-/// gauges (and pods gone are forgotten by the startup tracker); every 2 s the node lifecycle.
-pub(super) async fn status_loop(
-    ctx: Arc<Context>,
-    stores: Stores,
-    startups: Arc<std::sync::Mutex<pods::Startups>>,
-    leading: watch::Receiver<bool>,
-    shutdown: CancellationToken,
-) {
+/// What status works with.
+pub struct Context {
+    client: kube::Client,
+    metrics: Metrics,
+    state: Arc<Cluster>,
+    /// Pods seen pending, for `karpenter_pods_startup_time_seconds`; kept here so that the
+    /// controller started again after a panic goes on with the same record.
+    startups: Arc<Mutex<pods::Startups>>,
+}
+
+impl Context {
+    /// Status's context; pod startups are tracked from now (`Shared::clock`).
+    pub fn new(shared: &Shared) -> Arc<Context> {
+        Arc::new(Context {
+            client: shared.client.clone(),
+            metrics: shared.metrics.clone(),
+            state: shared.state.clone(),
+            startups: Arc::new(Mutex::new(pods::Startups::new(shared.clock.now()))),
+        })
+    }
+}
+
+/// Every 10 s while this replica leads: each Provisioner's `status.resources` (written only when
+/// it changed), the usage, limit and usage-percentage gauges and the node gauges (and pods gone
+/// are forgotten by the startup tracker). From the start: `karpenter_pods_state`'s source and the
+/// pod startup times, both reported only while this replica leads.
+pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
+    ctx.metrics.controller_started("metric_scraper");
+    let stores = ctx.state.clone();
+    pod_states(&ctx.metrics, stores.clone(), leading.clone());
+    // Pod startup times are observed on every pod change (the leader's), so a pod that starts
+    // and goes between two ticks still counts.
+    let (tracker, observing, metrics) = (ctx.startups.clone(), leading.clone(), ctx.metrics.clone());
+    stores.on_pod_change("status", move |pod| {
+        if *observing.borrow() {
+            if let Some(seconds) = tracker.lock().unwrap_or_else(|e| e.into_inner()).see(pod) {
+                metrics.pod_startup_time.observe(&[], seconds);
+            }
+        }
+    });
     let mut ticker = tokio::time::interval(TICK);
-    ctx.metrics.liveness.register("nodelifecycle", deadline::NODE_LIFECYCLE);
-    let mut ticks: u64 = 0;
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut usage_series = GaugeSeries::new(ctx.metrics.provisioner_usage.clone());
     let mut limit_series = GaugeSeries::new(ctx.metrics.provisioner_limit.clone());
     let mut percent_series = GaugeSeries::new(ctx.metrics.provisioner_usage_pct.clone());
-    let mut node_series = NodeSeries::new(&ctx);
-    while next_leading_tick(&mut ticker, &ctx.metrics.liveness, &leading, &stores, &shutdown).await {
-        tracing::trace!(ticks, "status tick");
+    let mut node_series = NodeSeries::new(&ctx.metrics);
+    while leading_tick(&mut ticker, "status", &ctx.metrics.liveness, &leading, &stores, &shutdown).await {
         let started = Instant::now();
-        lifecycle::step(&ctx, &stores).await;
-        ticks += 1;
-        if ticks % 5 != 1 {
-            continue;
-        }
         let provisioners = stores.provisioners.state();
         let nodes: Vec<_> = stores
             .view_of(&stores.nodes.state(), &[])
@@ -97,9 +122,12 @@ pub(super) async fn status_loop(
         percent_series.replace_all(percents);
 
         let all_pods = stores.pods.state();
-        node_series.replace_all(&ctx, &stores.view_of(&stores.nodes.state(), &all_pods));
+        node_series.replace_all(&stores, &stores.view_of(&stores.nodes.state(), &all_pods));
         let live: HashSet<&str> = all_pods.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
-        startups.lock().unwrap_or_else(|e| e.into_inner()).retain(|uid| live.contains(uid));
+        ctx.startups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|uid| live.contains(uid));
         ctx.metrics.reconciled("metric_scraper", started, true);
     }
 }
@@ -112,8 +140,7 @@ struct NodeSeries {
 }
 
 impl NodeSeries {
-    fn new(ctx: &Context) -> Self {
-        let m = &ctx.metrics;
+    fn new(m: &Metrics) -> Self {
         NodeSeries {
             gauges: [
                 &m.nodes_allocatable,
@@ -129,7 +156,7 @@ impl NodeSeries {
     }
 
     /// Every node's series (pods by the node they are bound to); a node gone takes its series.
-    fn replace_all(&mut self, ctx: &Context, nodes: &[StateNode]) {
+    fn replace_all(&mut self, state: &Cluster, nodes: &[StateNode]) {
         let mut all: [Vec<node_metrics::Series>; 6] = Default::default();
         for node in nodes {
             let pods: Vec<&Pod> = node.pods.iter().map(Arc::as_ref).collect();
@@ -142,7 +169,7 @@ impl NodeSeries {
         }
         // Nodes launched before the price annotation existed are priced from the catalogue, as
         // the last finished pass translated it (a pass translating the next one is not waited for).
-        let type_cache = ctx.state.types.current();
+        let type_cache = state.types.current();
         let mut catalogue_price = |instance_type: &str, capacity_type: &str, zone: &str| {
             type_cache
                 .catalogue()
@@ -161,32 +188,10 @@ impl NodeSeries {
     }
 }
 
-/// Waits for the next tick of `ticker` at which this replica leads and the caches are ready;
-/// false once `shutdown` is cancelled.
-async fn next_leading_tick(
-    ticker: &mut tokio::time::Interval,
-    liveness: &Liveness,
-    leading: &watch::Receiver<bool>,
-    stores: &Stores,
-    shutdown: &CancellationToken,
-) -> bool {
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return false,
-            _ = ticker.tick() => {}
-        }
-        liveness.beat("nodelifecycle", TICK);
-        let leads = *leading.borrow();
-        if leads && stores.ready().await.is_ok() {
-            return true;
-        }
-    }
-}
-
 /// Sets `karpenter_pods_state`'s source: every pod of the cluster view with the node it is bound
 /// to, while this replica leads (a follower reports nothing, as before; the cache is empty until
 /// its first list is in).
-pub(super) fn pod_states(metrics: &crate::metrics::Metrics, stores: Stores, leading: watch::Receiver<bool>) {
+fn pod_states(metrics: &Metrics, stores: Arc<Cluster>, leading: watch::Receiver<bool>) {
     metrics.pods_state.set_source(move |sink| {
         if !*leading.borrow() {
             return;

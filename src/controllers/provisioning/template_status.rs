@@ -1,13 +1,13 @@
 //! Each AWSNodeTemplate's `status`: the subnets, security groups and AMIs its selectors resolve
 //! to now, as Karpenter's AWSNodeTemplate controller writes them
 //! (`aws@v0.31.0:pkg/controllers/nodetemplate/controller.go`), so `kubectl get awsnodetemplate
-//! -o yaml` shows what the nodes will get. Written on the leader from the provisioning warm-up,
+//! -o yaml` shows what the nodes will get. Written on the leader from provisioning's warm-up, which resolves the same templates,
 //! every minute and only when something changed. The comparison is pure (`status_patch`).
 
 use kube::{Api, ResourceExt};
 use tracing::{debug, warn};
 
-use super::super::{Context, Stores};
+use super::{Context, Stores};
 use crate::apis::v1alpha1::{AwsNodeTemplate, AwsNodeTemplateStatus};
 use crate::cloudprovider::{KubernetesVersion, NodeTemplate};
 

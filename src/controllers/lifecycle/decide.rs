@@ -1,30 +1,14 @@
-//! The life of a node we launched between its creation and its first pods
-//! (`core@v0.27.0:pkg/controllers/node/initialization.go`,
-//! `core@v0.28.0:pkg/controllers/machine/lifecycle/liveness.go`): it is labelled
-//! `karpenter.sh/initialized=true` once it is Ready, its startup and not-ready taints are gone and
-//! it advertises every resource its instance type has; one that is not Ready within the
-//! registration TTL is deleted (through the termination finalizer, which terminates its instance),
-//! so that capacity which never joins stops absorbing pending pods and they get a fresh node.
-//! Until initialised, a node is in flight: the simulation counts its instance type's capacity
-//! (`scheduling::ExistingNode::expect`) and emptiness leaves it alone.
-//!
-//! `decide` is pure; `run` is the leader's loop that applies it.
+//! Node lifecycle's decisions, pure: what to do about one node of ours that is not initialised
+//! yet (`decide`), and the node annotation that records what its pods requested at launch.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Taint};
-use kube::runtime::events::EventType;
-use kube::ResourceExt;
-use tracing::{debug, info, warn};
 
-use super::binding::rules;
-use super::{publish, Context, Stores};
-use crate::apis::v1alpha5::labels::INITIALIZED_LABEL;
-use crate::apis::v1alpha5::labels::{INSTANCE_TYPE_LABEL, PROVISIONER_NAME_LABEL, REQUESTED_RESOURCES_ANNOTATION};
-use crate::controllers::node_ops::{self, Written};
-use crate::metrics;
+use crate::apis::v1alpha5::labels::{PROVISIONER_NAME_LABEL, REQUESTED_RESOURCES_ANNOTATION};
+use crate::scheduling::binding as rules;
 use crate::scheduling::nodes::{is_labelled_initialized, is_ready};
 use crate::scheduling::InstanceType;
 
@@ -104,63 +88,6 @@ pub fn decide(
         Lifecycle::RegistrationFailed { age }
     } else {
         Lifecycle::Wait
-    }
-}
-
-/// One look at every node of ours: labels those initialised and deletes those that never
-/// registered. Run by the provisioning controller's status loop every 2 s on the leader.
-pub(super) async fn step(ctx: &Context, stores: &Stores) {
-    let now = ctx.clock.now();
-    let provisioners = stores.provisioners.state();
-    for node in stores.nodes.state() {
-        let Some(owner) = node.labels().get(PROVISIONER_NAME_LABEL) else {
-            continue;
-        };
-        let startup_taints = provisioners
-            .iter()
-            .find(|p| p.name_any() == *owner)
-            .and_then(|p| p.spec.startup_taints.clone())
-            .unwrap_or_default();
-        let instance_type = node
-            .labels()
-            .get(INSTANCE_TYPE_LABEL)
-            .and_then(|name| ctx.state.instance_type(owner, name));
-        match decide(&node, &startup_taints, instance_type.as_deref(), ctx.config.registration_ttl, now) {
-            Lifecycle::Ignore | Lifecycle::Wait => {}
-            Lifecycle::Initialize => initialize(ctx, &node).await,
-            Lifecycle::RegistrationFailed { age } => registration_failed(ctx, &node, age).await,
-        }
-    }
-}
-
-async fn initialize(ctx: &Context, node: &Node) {
-    match node_ops::label(&ctx.client, node, &[(INITIALIZED_LABEL, "true")]).await {
-        Ok(Written::Written) => info!(node = %node.name_any(), "node initialized"),
-        Ok(Written::Gone) => debug!(node = %node.name_any(), "node gone or re-created before it was labelled initialized"),
-        Err(e) => debug!(node = %node.name_any(), error = %e, "labelling the node initialized; retrying"),
-    }
-}
-
-async fn registration_failed(ctx: &Context, node: &Node, age: Duration) {
-    let name = node.name_any();
-    let ttl = ctx.config.registration_ttl;
-    warn!(node = %name, age_seconds = age.as_secs(), registration_ttl_seconds = ttl.as_secs(), "node did not become Ready within the registration TTL; deleting it and terminating its instance");
-    let note = format!(
-        "Node was not Ready {}s after launch (registration TTL {}s); deleting it and terminating its instance",
-        age.as_secs(),
-        ttl.as_secs()
-    );
-    publish(ctx, node, EventType::Warning, "NodeRegistrationFailed", &note).await;
-    match node_ops::delete(&ctx.client, node).await {
-        Ok(Written::Written) => {
-            let provisioner = node.labels().get(PROVISIONER_NAME_LABEL).cloned().unwrap_or_default();
-            ctx.metrics
-                .nodes_terminated
-                .with_label_values(&[provisioner.as_str(), metrics::reason::LIVENESS])
-                .inc();
-        }
-        Ok(Written::Gone) => {}
-        Err(e) => warn!(node = %name, error = %e, "deleting a node that never registered; retrying"),
     }
 }
 
