@@ -22,11 +22,12 @@ use futures::StreamExt;
 
 use crate::controllers::clock::Clock;
 use crate::controllers::provisioning::Provisioning;
-use crate::controllers::state::Cluster;
 use crate::controllers::state::leading_tick;
+use crate::controllers::state::Cluster;
 use crate::controllers::Shared;
 use crate::metrics::Metrics;
 use crate::scheduling::binding as rules;
+use crate::scheduling::nodes::is_ready_for_pods;
 use crate::scheduling::PodKey;
 
 /// How often the binder looks for planned pods whose node is ready.
@@ -85,7 +86,7 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
                     return None;
                 }
                 let node = stores.nodes.get(&reflector::ObjectRef::new(&node_name))?;
-                rules::is_ready_for_pods(&node, &plan.startup_taints, &plan.requested).then_some((node, plan.pods))
+                is_ready_for_pods(&node, &plan.startup_taints, &plan.requested).then_some((node, plan.pods))
             })
             .collect();
         if ctx.bind_pods {

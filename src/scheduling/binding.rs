@@ -1,8 +1,8 @@
 //! Whether a pod planned for a node may be bound to it now (karpenter-rs only; Karpenter has not
 //! bound pods since v0.11): the node is Ready, no startup or not-ready taint is left, and it
 //! advertises every resource the pods requested; and only the pods that still fit on it, as
-//! kube-scheduler and the kubelet would admit them. Read by the binder, by node lifecycle (a node
-//! ready for pods is initialised) and by provisioning's back-off (a pod its node could take).
+//! kube-scheduler and the kubelet would admit them. Read by the binder and by provisioning's back-off
+//! (a pod its node could take); whether a node is ready for its pods is `nodes::is_ready_for_pods`.
 //! Pure; `controllers::binding` makes the one call that writes.
 
 use std::collections::BTreeMap;
@@ -12,28 +12,6 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use super::pods::{is_terminal, is_terminal_or_terminating, PodState};
 use super::resources::pod_requests;
 use super::{taints, Resources};
-use crate::apis::keys::{NOT_READY_TAINT_KEY, UNINITIALIZED_TAINT_KEY, UNREACHABLE_TAINT_KEY};
-use crate::apis::quantity::parse_quantity;
-
-/// Taints the node lifecycle puts on a node that is not ready yet.
-pub const EPHEMERAL_TAINTS: &[&str] = &[NOT_READY_TAINT_KEY, UNREACHABLE_TAINT_KEY, UNINITIALIZED_TAINT_KEY];
-
-/// Whether pods planned for `node` may be bound to it now.
-pub fn is_ready_for_pods(node: &Node, startup_taints: &[Taint], requested: &BTreeMap<String, f64>) -> bool {
-    let ready = super::nodes::is_ready(node);
-    let taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
-    let blocked = taints
-        .iter()
-        .any(|t| EPHEMERAL_TAINTS.contains(&t.key.as_str()) || startup_taints.iter().any(|s| s.key == t.key && s.effect == t.effect));
-    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.clone()).unwrap_or_default();
-    let advertises = requested.iter().filter(|(_, amount)| **amount > 0.0).all(|(resource, _)| {
-        allocatable
-            .get(resource)
-            .and_then(|q| parse_quantity(&q.0))
-            .is_some_and(|v| v > 0.0)
-    });
-    ready && !blocked && advertises
-}
 
 /// Why a planned pod is left to kube-scheduler (logged with the pod).
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -496,48 +474,5 @@ mod tests {
         assert!(!could_take(&tainted, &pod_on("p", "1", None, "Pending")));
         let no_status = node(json!({"metadata": {"name": "n"}}));
         assert!(!could_take(&no_status, &pod_on("p", "1", None, "Pending")));
-    }
-
-    #[test]
-    fn binds_once_ready_untainted_and_advertising() {
-        let requested = BTreeMap::from([("cpu".to_string(), 0.5), ("nvidia.com/gpu".to_string(), 1.0)]);
-        let startup = [Taint {
-            key: "cni".into(),
-            effect: "NoSchedule".into(),
-            ..Default::default()
-        }];
-        let service_taint = json!([{"key": "service", "value": "true", "effect": "NoSchedule"}]);
-        assert!(is_ready_for_pods(
-            &ready(service_taint.clone(), json!({"cpu": "2", "nvidia.com/gpu": "1"})),
-            &startup,
-            &requested
-        ));
-        assert!(
-            !is_ready_for_pods(&ready(service_taint.clone(), json!({"cpu": "2"})), &startup, &requested),
-            "GPU not registered yet"
-        );
-        assert!(
-            !is_ready_for_pods(
-                &ready(
-                    json!([{"key": "cni", "effect": "NoSchedule"}]),
-                    json!({"cpu": "2", "nvidia.com/gpu": "1"})
-                ),
-                &startup,
-                &requested
-            ),
-            "startup taint left"
-        );
-        assert!(!is_ready_for_pods(
-            &ready(
-                json!([{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]),
-                json!({"cpu": "2", "nvidia.com/gpu": "1"})
-            ),
-            &startup,
-            &requested
-        ));
-        let not_ready = node(
-            json!({"metadata": {"name": "n"}, "status": {"conditions": [{"type": "Ready", "status": "False"}], "allocatable": {"cpu": "2"}}}),
-        );
-        assert!(!is_ready_for_pods(&not_ready, &[], &BTreeMap::new()));
     }
 }

@@ -11,8 +11,8 @@
 //!   (anti-)affinity;
 //! - `nodes`, `template`, `binpack`, `plan`: existing nodes, Provisioner templates, fitting a pod
 //!   onto a node, and the solve loop;
-//! - `binding`: whether a node is ready for the pods planned onto it, and which of them the
-//!   scheduler and the kubelet would admit there now (the binder's rules).
+//! - `binding`: which pods planned onto a ready node the scheduler and the kubelet would admit
+//!   there now (the binder's rules).
 
 pub mod binding;
 mod binpack;

@@ -7,7 +7,8 @@ use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 
-use crate::apis::keys::{NOT_READY_TAINT_KEY, UNREACHABLE_TAINT_KEY, UNSCHEDULABLE_TAINT_KEY};
+use crate::apis::keys::{NOT_READY_TAINT_KEY, UNINITIALIZED_TAINT_KEY, UNREACHABLE_TAINT_KEY, UNSCHEDULABLE_TAINT_KEY};
+use crate::apis::quantity::parse_quantity;
 use crate::apis::v1alpha5::labels::{HOSTNAME_LABEL, INITIALIZED_LABEL, PROVISIONER_NAME_LABEL};
 
 use super::instance_types::InstanceType;
@@ -36,6 +37,28 @@ pub fn is_labelled_initialized(node: &Node) -> bool {
         .as_ref()
         .and_then(|l| l.get(INITIALIZED_LABEL))
         .is_some_and(|v| v == "true")
+}
+
+/// Taints the node lifecycle puts on a node that is not ready yet.
+pub const EPHEMERAL_TAINTS: &[&str] = &[NOT_READY_TAINT_KEY, UNREACHABLE_TAINT_KEY, UNINITIALIZED_TAINT_KEY];
+
+/// Whether `node` is ready for pods: Ready, no startup (`startup_taints`) or not-ready taint
+/// left, and advertising every resource in `requested` (what the binder binds planned pods to,
+/// and what node lifecycle labels initialised).
+pub fn is_ready_for_pods(node: &Node, startup_taints: &[Taint], requested: &BTreeMap<String, f64>) -> bool {
+    let ready = is_ready(node);
+    let taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+    let blocked = taints
+        .iter()
+        .any(|t| EPHEMERAL_TAINTS.contains(&t.key.as_str()) || startup_taints.iter().any(|s| s.key == t.key && s.effect == t.effect));
+    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.clone()).unwrap_or_default();
+    let advertises = requested.iter().filter(|(_, amount)| **amount > 0.0).all(|(resource, _)| {
+        allocatable
+            .get(resource)
+            .and_then(|q| parse_quantity(&q.0))
+            .is_some_and(|v| v > 0.0)
+    });
+    ready && !blocked && advertises
 }
 
 /// A node pods may be placed on without launching anything.
@@ -301,5 +324,62 @@ mod tests {
         assert_eq!(n.allocatable.to_string(), "cpu=1830m, memory=6737Mi, pods=35");
         assert_eq!(n.taints[0].key, UNSCHEDULABLE_TAINT_KEY);
         assert_eq!(n.hostname(), "ip-10-0-0-1");
+    }
+
+    fn ready_node(taints: serde_json::Value, allocatable: serde_json::Value) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n"},
+            "spec": {"taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}], "allocatable": allocatable}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn ready_for_pods_once_ready_untainted_and_advertising() {
+        let requested = BTreeMap::from([("cpu".to_string(), 0.5), ("nvidia.com/gpu".to_string(), 1.0)]);
+        let startup = [Taint {
+            key: "cni".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }];
+        let service_taint = serde_json::json!([{"key": "service", "value": "true", "effect": "NoSchedule"}]);
+        assert!(is_ready_for_pods(
+            &ready_node(service_taint.clone(), serde_json::json!({"cpu": "2", "nvidia.com/gpu": "1"})),
+            &startup,
+            &requested
+        ));
+        assert!(
+            !is_ready_for_pods(
+                &ready_node(service_taint.clone(), serde_json::json!({"cpu": "2"})),
+                &startup,
+                &requested
+            ),
+            "GPU not registered yet"
+        );
+        assert!(
+            !is_ready_for_pods(
+                &ready_node(
+                    serde_json::json!([{"key": "cni", "effect": "NoSchedule"}]),
+                    serde_json::json!({"cpu": "2", "nvidia.com/gpu": "1"})
+                ),
+                &startup,
+                &requested
+            ),
+            "startup taint left"
+        );
+        assert!(!is_ready_for_pods(
+            &ready_node(
+                serde_json::json!([{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]),
+                serde_json::json!({"cpu": "2", "nvidia.com/gpu": "1"})
+            ),
+            &startup,
+            &requested
+        ));
+        let not_ready: Node = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "n"}, "status": {"conditions": [{"type": "Ready", "status": "False"}], "allocatable": {"cpu": "2"}}}),
+        )
+        .unwrap();
+        assert!(!is_ready_for_pods(&not_ready, &[], &BTreeMap::new()));
     }
 }

@@ -8,8 +8,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Taint};
 
 use crate::apis::v1alpha5::labels::{PROVISIONER_NAME_LABEL, REQUESTED_RESOURCES_ANNOTATION};
-use crate::scheduling::binding as rules;
-use crate::scheduling::nodes::{is_labelled_initialized, is_ready};
+use crate::scheduling::nodes::{is_labelled_initialized, is_ready, is_ready_for_pods};
 use crate::scheduling::InstanceType;
 
 /// The resources every kubelet reports when it registers.
@@ -75,7 +74,7 @@ pub fn decide(
             .unwrap_or_default()
     });
     expected.retain(|resource, _| !KUBELET_RESOURCES.contains(&resource.as_str()));
-    if rules::is_ready_for_pods(node, startup_taints, &expected) {
+    if is_ready_for_pods(node, startup_taints, &expected) {
         return Lifecycle::Initialize;
     }
     let age = node

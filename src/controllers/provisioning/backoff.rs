@@ -31,6 +31,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::scheduling::binding as rules;
+use crate::scheduling::nodes::is_ready_for_pods;
 
 /// The first delay after a lost pod.
 pub const BASE_DELAY: Duration = Duration::from_secs(10);
@@ -163,7 +164,7 @@ impl LaunchBackoff {
                     let pending_again = watched.bound && !bound;
                     watched.bound |= bound;
                     let node = nodes.get(&watched.node);
-                    if watched.node_ready.is_none() && node.is_some_and(|n| rules::is_ready_for_pods(n, &[], &Default::default())) {
+                    if watched.node_ready.is_none() && node.is_some_and(|n| is_ready_for_pods(n, &[], &Default::default())) {
                         watched.node_ready = Some(now);
                     }
                     if pod.metadata.deletion_timestamp.is_some() && !disrupted(pod) {
