@@ -222,12 +222,7 @@ async fn configure(
         tracing::warn!(namespace = %args.system_namespace, "{note}");
     }
     let mut cloud_config = args.cloud();
-    // The nodes trust the CA the controller trusts, unless one is configured.
-    if cloud_config.cluster_ca_bundle.is_none() {
-        cloud_config.cluster_ca_bundle = root_cert
-            .filter(|certs| !certs.is_empty())
-            .map(karpenter_rs::cloudprovider::ca_bundle_from_der);
-    }
+    cloud_config.trust_kube_config_ca(root_cert);
     let mut cloud = AwsCloudProvider::new(cloud_config)
         .await
         .context("setting up the AWS cloud provider")?;

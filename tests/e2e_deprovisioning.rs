@@ -1613,10 +1613,13 @@ fn explain_says_why_nodes_stay_and_predicts_what_consolidation_then_does() {
                 .any(|e| e["message"] == "karpenter.sh/do-not-consolidate annotation exists")
                 .then_some(())
         });
-        // A view of its own (no controller to ask) gives the same answer.
+        // A view of its own (no controller to ask) gives the same answer, its node's type
+        // included: the view translates the catalogue for Provisioners that launch as the
+        // controller's do (AL2023 nodes trusting the kube config's CA, as `run`'s do).
         let own = explain(&["node", &first], false);
         assert_eq!(consolidation(&own)["state"], blocked, "{own:#}");
         assert_eq!(own["removal"]["moves"], answer["removal"]["moves"]);
+        assert_eq!(own["instanceType"], "t3.xlarge", "{own:#}");
 
         // A pod no t3.xlarge can hold.
         let mut huge = json!({
@@ -1642,6 +1645,14 @@ fn explain_says_why_nodes_stay_and_predicts_what_consolidation_then_does() {
             .cloned()
             .unwrap_or_else(|| panic!("a verdict of {}: {answer:#}", s.provisioner));
         assert_eq!(verdict["outcome"], "no_room", "{answer:#}");
+        // A view of its own gives the same verdict: its Provisioner can launch nodes.
+        let own = explain(&["pod", &pod], false);
+        let own_verdict = own["provisioners"]
+            .as_array()
+            .and_then(|v| v.iter().find(|v| v["provisioner"] == s.provisioner.as_str()))
+            .cloned()
+            .unwrap_or_else(|| panic!("a verdict of {} in a view of its own: {own:#}", s.provisioner));
+        assert_eq!(own_verdict["outcome"], "no_room", "{own:#}");
         kubectl_ok(cluster, &["delete", "pod", "huge", "-n", &s.namespace, "--wait=false"], None);
 
         // Lifted: consolidation does what explain predicted.

@@ -88,6 +88,14 @@ pub const DEFAULT_CATALOGUE_TTL: Duration = Duration::from_secs(5 * 60);
 pub const DEFAULT_RESOLVE_TTL: Duration = Duration::from_secs(60);
 
 impl CloudConfig {
+    /// Nodes trust the CA the controller's own kube config trusts (`root_cert`, DER), unless a
+    /// bundle is configured: what `run` and a view of `explain`'s own both do.
+    pub fn trust_kube_config_ca(&mut self, root_cert: Option<&[Vec<u8>]>) {
+        if self.cluster_ca_bundle.is_none() {
+            self.cluster_ca_bundle = root_cert.filter(|certs| !certs.is_empty()).map(ca_bundle_from_der);
+        }
+    }
+
     /// Settings with the documented defaults for everything but the cluster.
     pub fn new(cluster_name: impl Into<String>, cluster_endpoint: impl Into<String>) -> Self {
         CloudConfig {

@@ -3,9 +3,12 @@
 
 use clap::{Args, Subcommand};
 
-use crate::explain::cli::{Request, Settings};
+use std::sync::Arc;
+
+use crate::explain::cli::{Request, RunSettings, Settings};
 use crate::explain::render::Format;
 use crate::explain::Question;
+use crate::settings::GlobalSettings;
 
 /// `karpenter-rs explain`.
 #[derive(Args, Debug, Clone)]
@@ -68,23 +71,33 @@ impl ExplainArgs {
             question: self.what.question()?,
             output: self.output,
             controller: self.controller.clone(),
-            settings: settings(&self.run),
+            settings: Arc::new(self.run.clone()),
         })
     }
 }
 
-/// The settings of a view of one's own from `run`'s.
-fn settings(run: &super::RunArgs) -> Settings {
-    Settings {
-        cloud: run.cloud(),
-        provisioning: run.provisioning(),
-        deprovisioning: run.deprovisioning(),
+impl RunSettings for super::RunArgs {
+    fn system_namespace(&self) -> String {
+        self.system_namespace.clone()
+    }
+
+    /// `run`'s settings with the ConfigMap's under the explicit flags, as `run` applies them. The
+    /// notes `apply_settings` returns (an `aws.clusterName` the flag overrides) are `run`'s to
+    /// log; the answer does not depend on them.
+    fn resolve(&self, global: &GlobalSettings) -> Settings {
+        let mut run = self.clone();
+        let _notes = run.apply_settings(global);
+        Settings {
+            cloud: run.cloud(),
+            provisioning: run.provisioning(),
+            deprovisioning: run.deprovisioning(),
+        }
     }
 }
 
 /// `run`'s settings from their environment variables alone (for `nodes`, which has no `run`
 /// flags), or why they are incomplete.
-pub fn settings_from_env() -> Result<Settings, String> {
+pub fn settings_from_env() -> Result<Arc<dyn RunSettings>, String> {
     #[derive(clap::Parser)]
     #[command(name = "run")]
     struct FromEnv {
@@ -105,7 +118,7 @@ pub fn settings_from_env() -> Result<Settings, String> {
             message.join(" ").trim_start_matches("error: ")
         )
     })?;
-    Ok(settings(&parsed.run))
+    Ok(Arc::new(parsed.run))
 }
 
 #[cfg(test)]

@@ -299,3 +299,25 @@ fn cluster_ca_bundle_and_cidr_reach_the_cloud_settings() {
         assert!(err.contains(&format!("{bad:?}")), "{err}");
     }
 }
+
+/// A view of `explain`'s own resolves `run`'s settings as `run` does: the ConfigMap's values
+/// under the explicit flags, in the cloud, provisioning and deprovisioning settings it builds.
+#[test]
+fn explains_own_view_takes_the_settings_configmap_under_the_explicit_flags() {
+    use crate::explain::cli::RunSettings;
+    let configmap = GlobalSettings {
+        cluster_ca_bundle: Some("Q0E=".into()),
+        vm_memory_overhead_percent: Some(0.1),
+        drift_enabled: Some(false),
+        ..Default::default()
+    };
+    let args = run_args(&["--system-namespace", "kube-system", "--drift-enabled=true"]);
+    assert_eq!(args.system_namespace(), "kube-system");
+    let settings = args.resolve(&configmap);
+    assert_eq!(settings.cloud.cluster_ca_bundle.as_deref(), Some("Q0E="));
+    assert_eq!(settings.provisioning.node_settings.vm_memory_overhead_percent, 0.1);
+    assert!(settings.deprovisioning.drift_enabled, "the explicit flag wins");
+    let nothing = args.resolve(&GlobalSettings::default());
+    assert_eq!(nothing.cloud.cluster_ca_bundle, None);
+    assert_eq!(nothing.provisioning.node_settings.vm_memory_overhead_percent, 0.075);
+}

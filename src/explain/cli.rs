@@ -6,17 +6,19 @@
 //! questions: `karpenter-rs nodes` asks it for each node's reason and explanation.
 
 use std::io::IsTerminal;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::live::NoAnswer;
-use crate::controllers::term::Term;
 use super::render::{render, Format};
 use super::{Explanation, Question};
 use crate::cloudprovider::CloudConfig;
 use crate::controllers::deprovisioning::DeprovisioningConfig;
 use crate::controllers::provisioning::ProvisioningConfig;
+use crate::controllers::term::Term;
+use crate::settings::GlobalSettings;
 
 /// What `explain` is asked and with which settings (`config::ExplainArgs`, resolved).
 pub struct Request {
@@ -26,8 +28,19 @@ pub struct Request {
     pub output: Format,
     /// The running controller's metrics address, asked first.
     pub controller: Option<String>,
-    /// For a view of explain's own: the settings `run` would use.
-    pub settings: Settings,
+    /// For a view of explain's own: `run`'s settings as given.
+    pub settings: Arc<dyn RunSettings>,
+}
+
+/// `run`'s settings as given (flags and variables), for a view of one's own, which resolves them
+/// against the cluster the way `run` does: the settings ConfigMap's values under the explicit
+/// flags (implemented by `config::RunArgs`).
+pub trait RunSettings: Send + Sync {
+    /// The namespace of the settings ConfigMap (`--system-namespace`).
+    fn system_namespace(&self) -> String;
+    /// The settings with `global`, the settings ConfigMap's values, applied under the explicit
+    /// flags.
+    fn resolve(&self, global: &GlobalSettings) -> Settings;
 }
 
 /// The cloud, provisioning and deprovisioning settings `run` would use, for a view of one's own.
@@ -60,7 +73,7 @@ pub fn run(args: Request) -> Result<(), String> {
 pub struct Answers {
     controller: Option<String>,
     /// `run`'s settings for a view of one's own, or why there are none.
-    settings: Result<Settings, String>,
+    settings: Result<Arc<dyn RunSettings>, String>,
     /// Built on the first question the controller does not answer. A failure to build it is kept
     /// too: it comes from the settings or the kubeconfig, which do not change while the process runs.
     own: tokio::sync::OnceCell<Result<Own, String>>,
@@ -93,7 +106,7 @@ pub enum Unanswered {
 
 impl Answers {
     /// Asks `controller` first (when given), else a view built with `settings`.
-    pub fn new(controller: Option<String>, settings: Result<Settings, String>) -> Self {
+    pub fn new(controller: Option<String>, settings: Result<Arc<dyn RunSettings>, String>) -> Self {
         Self {
             controller,
             settings,
@@ -124,7 +137,7 @@ impl Answers {
             .own
             .get_or_init(|| async {
                 match &self.settings {
-                    Ok(settings) => own_view(settings).await,
+                    Ok(settings) => own_view(settings.as_ref()).await,
                     Err(why) => Err(why.clone()),
                 }
             })
@@ -189,8 +202,11 @@ async fn ask_controller(url: &str, question: &Question) -> Result<Asked, String>
     }
 }
 
-/// A view of one's own, built as `run` builds the controllers', read-only.
-async fn own_view(settings: &Settings) -> Result<Own, String> {
+/// A view of one's own, built as `run` builds the controllers', read-only: `run`'s settings with
+/// the settings ConfigMap's values under the explicit flags (refused values are left out, as
+/// `run` leaves them out), the nodes trusting the kube config's CA unless a bundle is
+/// configured, and the cluster endpoint looked up when none is set.
+async fn own_view(run: &dyn RunSettings) -> Result<Own, String> {
     use crate::cloudprovider::aws::AwsCloudProvider;
     use crate::cloudprovider::CloudProvider;
     use crate::controllers::{provisioning, state, supervisor::Liveness, Shared};
@@ -201,13 +217,31 @@ async fn own_view(settings: &Settings) -> Result<Own, String> {
             crate::telemetry::chain(&e)
         )
     })?;
+    let root_cert = config.root_cert.clone();
     let client = kube::Client::try_from(crate::kube_client::configure(config))
         .map_err(|e| format!("reading the kubeconfig: {}", crate::telemetry::chain(&e)))?;
-    let cloud: std::sync::Arc<dyn CloudProvider> = std::sync::Arc::new(
-        AwsCloudProvider::new(settings.cloud.clone())
-            .await
-            .map_err(|e| format!("setting up AWS: {}", crate::telemetry::chain(&e)))?,
-    );
+    let namespace = run.system_namespace();
+    let global = match crate::settings::read(client.clone(), &namespace).await {
+        Ok(crate::settings::Read::Found(configmap)) => crate::settings::parse(&configmap.data.unwrap_or_default()).0,
+        Ok(crate::settings::Read::Missing) => GlobalSettings::default(),
+        Err(e) => {
+            return Err(format!(
+                "reading the settings ConfigMap {}/{}: {}",
+                namespace,
+                crate::settings::SETTINGS_CONFIGMAP,
+                crate::telemetry::chain(&e)
+            ))
+        }
+    };
+    let mut settings = run.resolve(&global);
+    settings.cloud.trust_kube_config_ca(root_cert.as_deref());
+    let mut aws = AwsCloudProvider::new(settings.cloud.clone())
+        .await
+        .map_err(|e| format!("setting up AWS: {}", crate::telemetry::chain(&e)))?;
+    aws.discover_cluster_endpoint()
+        .await
+        .map_err(|e| format!("setting up AWS: {}", crate::telemetry::chain(&e)))?;
+    let cloud: std::sync::Arc<dyn CloudProvider> = std::sync::Arc::new(aws);
     let shutdown = tokio_util::sync::CancellationToken::new();
     let metrics = crate::metrics::Metrics::new();
     let view = state::Cluster::start(&client, &shutdown, &Liveness::default());

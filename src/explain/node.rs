@@ -337,20 +337,12 @@ fn consolidation_method(
     }
 }
 
-/// The first method that acts, else the first blocker of consolidation, else the state of the
-/// last method that has one.
-fn summary(methods: &[Method]) -> String {
-    if let Some(m) = methods.iter().find(|m| m.acts) {
-        return format!("{}: {}", m.method, m.state);
-    }
-    let consolidation = methods.iter().find(|m| m.method == "consolidation");
-    match consolidation {
-        Some(m) if !m.state.starts_with("off") => format!("consolidation {}", m.state),
-        _ => methods
-            .iter()
-            .find(|m| m.method == "emptiness")
-            .map(|m| format!("emptiness: {}", m.state))
-            .unwrap_or_default(),
+/// The `Why` line: `reason::headline`'s method with its whole state.
+pub(super) fn summary(methods: &[Method]) -> String {
+    match super::reason::headline(methods) {
+        Some(m) if m.method == "consolidation" && !m.acts => format!("consolidation {}", m.state),
+        Some(m) => format!("{}: {}", m.method, m.state),
+        None => super::reason::NO_METHOD.to_string(),
     }
 }
 

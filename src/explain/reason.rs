@@ -6,41 +6,52 @@ use super::dollars;
 use super::node::{Method, NodeExplanation};
 
 impl NodeExplanation {
-    /// The most relevant reason, in this order: a method that acts now (expiry and drift first,
-    /// as a pass runs them), consolidation's first blocker or why it keeps the node, the next
-    /// expiry, emptiness's state.
+    /// The one line of `headline`'s method: what it does now, consolidation's first blocker or
+    /// why it keeps the node, the next expiry, emptiness's state.
     pub fn reason(&self) -> String {
-        let method = |name: &str| self.methods.iter().find(|m| m.method == name);
-        if let Some(m) = self.methods.iter().find(|m| m.acts) {
+        let Some(m) = headline(&self.methods) else {
+            return NO_METHOD.to_string();
+        };
+        if m.acts {
             return acting(m, self);
         }
-        if let Some(m) = method("consolidation").filter(|m| !m.state.starts_with("off")) {
-            if let Some(why) = m.state.strip_prefix("kept: ") {
-                return why.to_string();
-            }
-            let why = m
-                .state
-                .strip_prefix("blocked: ")
-                .or_else(|| m.state.strip_prefix("not a candidate: "))
-                .unwrap_or(&m.state);
-            return format!("consolidation: {why}");
-        }
-        if let Some(m) = method("expiration") {
-            if let Some(at) = m.state.strip_prefix("expires at ") {
-                return format!("expires {}", at.split(" (").next().unwrap_or(at));
-            }
-            if m.state.starts_with("expired") {
-                return match m.blockers.first() {
-                    Some(blocker) => format!("expired, kept: {blocker}"),
-                    None => m.state.clone(),
-                };
-            }
-        }
-        match method("emptiness") {
-            Some(m) if !m.state.ends_with("is not set") => m.state.clone(),
-            _ => "no deprovisioning method applies".to_string(),
+        match m.method.as_str() {
+            "consolidation" => match m.state.strip_prefix("kept: ") {
+                Some(why) => why.to_string(),
+                None => {
+                    let why = m
+                        .state
+                        .strip_prefix("blocked: ")
+                        .or_else(|| m.state.strip_prefix("not a candidate: "))
+                        .unwrap_or(&m.state);
+                    format!("consolidation: {why}")
+                }
+            },
+            "expiration" => match (m.state.strip_prefix("expires at "), m.blockers.first()) {
+                (Some(at), _) => format!("expires {}", at.split(" (").next().unwrap_or(at)),
+                (None, Some(blocker)) => format!("expired, kept: {blocker}"),
+                (None, None) => m.state.clone(),
+            },
+            _ => m.state.clone(),
         }
     }
+}
+
+/// What a node no method applies to says.
+pub(super) const NO_METHOD: &str = "no deprovisioning method applies";
+
+/// The method that says most about the node now, in this order: one that acts now (in a pass's
+/// order: expiry and drift first), consolidation unless it is off, expiration once a TTL is set,
+/// emptiness once a TTL is set. The one rule behind both the `Why` line (`summary`) and the WHY
+/// column (`reason`).
+pub(super) fn headline(methods: &[Method]) -> Option<&Method> {
+    let method = |name: &str| methods.iter().find(|m| m.method == name);
+    methods
+        .iter()
+        .find(|m| m.acts)
+        .or_else(|| method("consolidation").filter(|m| !m.state.starts_with("off")))
+        .or_else(|| method("expiration").filter(|m| m.state.starts_with("expires at ") || m.state.starts_with("expired")))
+        .or_else(|| method("emptiness").filter(|m| !m.state.ends_with("is not set")))
 }
 
 /// The line for a method that acts now.
@@ -201,5 +212,31 @@ mod tests {
         ]);
         assert_eq!(drifted.reason(), "drifted: replaced by the next pass");
         assert_eq!(explained(&[]).reason(), "no deprovisioning method applies");
+    }
+
+    /// The `Why` line and the WHY column pick the same method: an expiry beats an emptiness
+    /// that is only "not empty", a blocked consolidation beats both, and a node nothing applies
+    /// to says so in both.
+    #[test]
+    fn the_why_line_and_the_reason_name_the_same_method() {
+        use super::super::node::summary;
+        let expiring = explained(&[
+            method("expiration", false, "expires at 2026-12-20T10:00:00Z (in 19d 10h)", &[]),
+            method("emptiness", false, "not empty: 2 pod(s), e.g. ns/x", &[]),
+        ]);
+        assert_eq!(
+            summary(&expiring.methods),
+            "expiration: expires at 2026-12-20T10:00:00Z (in 19d 10h)"
+        );
+        assert_eq!(expiring.reason(), "expires 2026-12-20T10:00:00Z");
+        let blocked = explained(&[
+            method("expiration", false, "expires at 2026-12-20T10:00:00Z (in 19d 10h)", &[]),
+            method("consolidation", false, "blocked: node is not initialized", &[]),
+        ]);
+        assert_eq!(summary(&blocked.methods), "consolidation blocked: node is not initialized");
+        assert_eq!(blocked.reason(), "consolidation: node is not initialized");
+        let nothing = explained(&[]);
+        assert_eq!(summary(&nothing.methods), NO_METHOD);
+        assert_eq!(nothing.reason(), NO_METHOD);
     }
 }

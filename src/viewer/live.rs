@@ -103,7 +103,7 @@ impl Watched {
 /// Runs `nodes` until the user quits (or, with `--once`, prints one frame). `settings` are what a
 /// view of this command's own explains nodes with (`run`'s, from the environment), or why there
 /// are none.
-pub async fn run(args: NodesArgs, settings: Result<crate::explain::cli::Settings, String>) -> anyhow::Result<()> {
+pub async fn run(args: NodesArgs, settings: Result<Arc<dyn crate::explain::cli::RunSettings>, String>) -> anyhow::Result<()> {
     let config = match &args.context {
         Some(context) => {
             let options = KubeConfigOptions {
