@@ -1107,10 +1107,10 @@ async fn termination_reads_pods_from_the_cache_and_works_on_at_most_16_nodes_at_
     let selector = unique("term-bound");
     let namespace = selector.clone();
     support::kubectl_ok(cluster, &["create", "namespace", &namespace], None);
-    let mut objects = Vec::new();
+    let (mut nodes, mut objects) = (Vec::new(), Vec::new());
     for i in 0..NODES {
         let name = format!("{selector}-{i}");
-        objects.push(serde_json::json!({
+        nodes.push(serde_json::json!({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {
                 "name": name,
@@ -1135,8 +1135,25 @@ async fn termination_reads_pods_from_the_cache_and_works_on_at_most_16_nodes_at_
         "metadata": {"name": "none", "namespace": namespace},
         "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "term-bound"}}},
     }));
-    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects}).to_string();
-    support::kubectl_ok(cluster, &["apply", "-f", "-"], Some(&list));
+    // The nodes first, and their pods once kwok has them all Ready: kwok ignores for good a
+    // pod it sees before it manages the pod's node (one of 40 pods never started when both came
+    // in one apply).
+    let list = |items: Vec<serde_json::Value>| serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string();
+    support::kubectl_ok(cluster, &["apply", "-f", "-"], Some(&list(nodes)));
+    let ready_nodes = || {
+        let out = support::kubectl(
+            cluster,
+            &["get", "nodes", "-l", &selector, "-o", r#"jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#],
+            None,
+        );
+        String::from_utf8_lossy(&out.stdout).lines().filter(|l| *l == "True").count()
+    };
+    let nodes_deadline = std::time::Instant::now() + Duration::from_secs(300);
+    while ready_nodes() < NODES {
+        assert!(std::time::Instant::now() < nodes_deadline, "{} of {NODES} nodes Ready", ready_nodes());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    support::kubectl_ok(cluster, &["apply", "-f", "-"], Some(&list(objects)));
     let running = || {
         let out = support::kubectl(
             cluster,
