@@ -1,8 +1,8 @@
 //! Binding (karpenter-rs only; Karpenter leaves every pod to kube-scheduler): every 500 ms, the
 //! pods a provisioning pass planned onto a node it launched (`state::Plans`) are bound once the
 //! node is ready for them and `scheduling::binding::bindable` admits them; everything else is
-//! left to kube-scheduler. Plans are copied out of the view and no lock is held across an API
-//! call, so launches recording new plans never wait on the binder. A pod whose room went to
+//! left to kube-scheduler. The ready plans are copied out of the view and no lock is held across
+//! an API call, so launches recording new plans never wait on the binder. A pod whose room went to
 //! other pods is handed back to provisioning (`Provisioning::seats_taken`).
 
 use std::collections::HashSet;
@@ -65,30 +65,18 @@ impl Context {
 }
 
 /// While this replica leads, every 500 ms: binds planned pods to their node once it is ready;
-/// forgets plans older than `PLAN_TTL`.
-/// The plans are copied out under the lock and the lock released before any API call, so
-/// launches recording new plans never wait on the binder.
+/// forgets plans older than `PLAN_TTL`. Only the ready plans' pods are copied out, and no lock is
+/// held across an API call, so launches recording new plans never wait on the binder.
 pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: CancellationToken) {
     let mut ticker = tokio::time::interval(TICK);
     let stores = &ctx.state;
     // Plans outlive a term (they are in the shared view): a replica that follows binds nothing.
     while leading_tick(&mut ticker, "binder", &ctx.metrics.liveness, &leading, stores, &shutdown).await {
         crate::failpoint::stall_point("binder").await;
-        let mut done = Vec::new();
-        let now = ctx.clock.instant();
-        let ready: Vec<(Arc<Node>, Vec<PodKey>)> = stores
-            .plans
-            .all()
-            .into_iter()
-            .filter_map(|(node_name, plan)| {
-                if plan.lapsed(now) {
-                    done.push(node_name);
-                    return None;
-                }
-                let node = stores.nodes.get(&reflector::ObjectRef::new(&node_name))?;
-                is_ready_for_pods(&node, &plan.startup_taints, &plan.requested).then_some((node, plan.pods))
-            })
-            .collect();
+        let ready: Vec<(Arc<Node>, Vec<PodKey>)> = stores.plans.due(ctx.clock.instant(), |node_name, plan| {
+            let node = stores.nodes.get(&reflector::ObjectRef::new(node_name))?;
+            is_ready_for_pods(&node, &plan.startup_taints, &plan.requested).then_some(node)
+        });
         if ctx.bind_pods {
             let binds: Vec<_> = ready.iter().map(|(node, pods)| bind_planned(&ctx, node, pods)).collect();
             futures::stream::iter(binds)
@@ -96,8 +84,7 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
                 .collect::<Vec<()>>()
                 .await;
         }
-        done.extend(ready.iter().map(|(node, _)| node.name_any()));
-        stores.plans.forget(done);
+        stores.plans.forget(ready.iter().map(|(node, _)| node.name_any()));
     }
 }
 
@@ -263,11 +250,11 @@ mod tests {
         let shutdown = CancellationToken::new();
         let ran = tokio::time::timeout(Duration::from_secs(5), run(ctx.clone(), leading.clone(), shutdown.clone())).await;
         assert!(ran.is_err(), "the binder runs until shutdown");
-        assert_eq!(shared.state.plans.all().len(), 1, "a follower forgets no plan");
+        assert_eq!(shared.state.plans.nodes(), ["node-a"], "a follower forgets no plan");
 
         leading_tx.send(true).unwrap();
         let ran = tokio::time::timeout(Duration::from_secs(5), run(ctx, leading, shutdown.clone())).await;
         assert!(ran.is_err(), "the binder runs until shutdown");
-        assert!(shared.state.plans.all().is_empty(), "the leader forgets a lapsed plan");
+        assert!(shared.state.plans.nodes().is_empty(), "the leader forgets a lapsed plan");
     }
 }

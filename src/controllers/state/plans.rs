@@ -46,9 +46,22 @@ impl Plans {
         self.lock().insert(node, plan);
     }
 
-    /// A copy of every plan, by node name.
-    pub fn all(&self) -> Vec<(String, Plan)> {
-        self.lock().iter().map(|(node, plan)| (node.clone(), plan.clone())).collect()
+    /// Forgets the plans lapsed at `now`; of the others, what `ready` makes of each plan it
+    /// accepts (the plan's node, when it is ready for its pods), with the plan's pods. Only the
+    /// accepted plans' pods are copied, under the lock and without an await.
+    pub fn due<T>(&self, now: Instant, mut ready: impl FnMut(&str, &Plan) -> Option<T>) -> Vec<(T, Vec<PodKey>)> {
+        let mut plans = self.lock();
+        plans.retain(|_, plan| !plan.lapsed(now));
+        plans
+            .iter()
+            .filter_map(|(node, plan)| Some((ready(node, plan)?, plan.pods.clone())))
+            .collect()
+    }
+
+    /// The nodes with a plan, in no order.
+    #[cfg(test)]
+    pub fn nodes(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
     }
 
     /// Forgets the plans of `nodes`.
@@ -80,8 +93,9 @@ mod tests {
         }
     }
 
-    /// A plan recorded again replaces the earlier one; a forgotten one is gone and the others stay;
-    /// a plan lapses only after `PLAN_TTL`.
+    /// A plan recorded again replaces the earlier one; a forgotten one is gone and the others
+    /// stay; a plan lapses only after `PLAN_TTL`, and `due` forgets it then; `due` gives only
+    /// the plans it is told are ready, with their pods.
     #[test]
     fn plans_are_recorded_replaced_forgotten_and_lapse_after_their_ttl() {
         let now = Instant::now();
@@ -89,14 +103,20 @@ mod tests {
         plans.record("a".into(), plan("p1", now));
         plans.record("a".into(), plan("p2", now));
         plans.record("b".into(), plan("p3", now));
-        let mut all = plans.all();
-        all.sort_by(|x, y| x.0.cmp(&y.0));
-        assert_eq!(all.len(), 2);
-        assert_eq!(all[0].1.pods[0].name, "p2");
+        let mut nodes = plans.nodes();
+        nodes.sort();
+        assert_eq!(nodes, ["a", "b"]);
+        let due = plans.due(now, |node, _| (node == "a").then(|| node.to_string()));
+        assert_eq!(
+            due,
+            [("a".to_string(), plan("p2", now).pods)],
+            "the plan recorded last, and only the ready one"
+        );
         plans.forget(["a".to_string()]);
-        assert_eq!(plans.all().into_iter().map(|(n, _)| n).collect::<Vec<_>>(), ["b"]);
-        let recorded = plans.all()[0].1.clone();
-        assert!(!recorded.lapsed(now + PLAN_TTL));
-        assert!(recorded.lapsed(now + PLAN_TTL + Duration::from_secs(1)));
+        assert_eq!(plans.nodes(), ["b"]);
+        assert_eq!(plans.due(now + PLAN_TTL, |_, _| Some(())).len(), 1, "not lapsed at its TTL");
+        assert_eq!(plans.nodes(), ["b"]);
+        assert!(plans.due(now + PLAN_TTL + Duration::from_secs(1), |_, _| Some(())).is_empty());
+        assert!(plans.nodes().is_empty(), "a lapsed plan is forgotten");
     }
 }

@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use crate::apis::v1alpha5::Provisioner;
-use crate::controllers::state::{Cluster, StateNode};
 use crate::controllers::state::leading_tick;
+use crate::controllers::state::{Cluster, StateNode};
 use crate::controllers::Shared;
 use crate::metrics::{GaugeSeries, Metrics};
 use crate::scheduling;
@@ -79,11 +79,10 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
     while leading_tick(&mut ticker, "status", &ctx.metrics.liveness, &leading, &stores, &shutdown).await {
         let started = Instant::now();
         let provisioners = stores.provisioners.state();
-        let nodes: Vec<_> = stores
-            .view_of(&stores.nodes.state(), &[])
-            .iter()
-            .map(|n| n.existing(&provisioners))
-            .collect();
+        // One read of the caches and one view of the nodes for the usage and the node gauges.
+        let all_pods = stores.pods.state();
+        let view = stores.view_of(&stores.nodes.state(), &all_pods);
+        let nodes: Vec<_> = view.iter().map(|n| n.existing(&provisioners)).collect();
         let (mut usages, mut limits, mut percents) = (Vec::new(), Vec::new(), Vec::new());
         for p in provisioners {
             let name = p.name_any();
@@ -121,8 +120,7 @@ pub async fn run(ctx: Arc<Context>, leading: watch::Receiver<bool>, shutdown: Ca
         limit_series.replace_all(limits);
         percent_series.replace_all(percents);
 
-        let all_pods = stores.pods.state();
-        node_series.replace_all(&stores, &stores.view_of(&stores.nodes.state(), &all_pods));
+        node_series.replace_all(&stores, &view);
         let live: HashSet<&str> = all_pods.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
         ctx.startups
             .lock()
